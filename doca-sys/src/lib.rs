@@ -1,0 +1,1 @@
+//! Raw DOCA bindings (work in progress).

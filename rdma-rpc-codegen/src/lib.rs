@@ -1,0 +1,1 @@
+//! rdma-rpc code generator (work in progress).

@@ -1,0 +1,1 @@
+//! rdma-rpc runtime (work in progress).

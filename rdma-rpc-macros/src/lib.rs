@@ -1,0 +1,1 @@
+//! rdma-rpc procedural macros (work in progress).
