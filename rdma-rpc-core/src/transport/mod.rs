@@ -1,0 +1,290 @@
+//! Transports: how bytes and one-sided operations move between two peers.
+//!
+//! The model is RDMA's reliable connection, as DOCA RDMA exposes it:
+//!
+//! - a [`Listener`] accepts many [`Connection`]s; a [`Transport`] connects by address;
+//! - two-sided [`send`](Connection::send) lands in a receive the peer posted in advance with
+//!   [`post_recv`](Connection::post_recv) (optionally with 32-bit immediate data); a send that
+//!   finds no posted receive waits a bounded time (receiver not ready) and then fails;
+//! - one-sided [`write`](Connection::write), [`read`](Connection::read) and atomics act on
+//!   peer memory named by a [`Descriptor`], with no code running on the peer: the peer's
+//!   transport checks key, bounds and rights and moves the bytes;
+//! - memory is exposed one window at a time with [`Connection::grant`]: the window covers one
+//!   range of one buffer, for one connection, with the rights asked for, until it is revoked;
+//! - every posted operation completes exactly once, with success or an error, also when the
+//!   connection drops. Operations are posted when the method is called, not when the returned
+//!   future is first polled; dropping the future does not cancel the operation.
+//!
+//! Any error on one-sided access, receiver-not-ready or a malformed packet puts that
+//! connection in error (as an RDMA queue pair moves to the error state); other connections
+//! are not affected.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+use crate::memory::{Access, RegisteredBuf};
+
+pub mod tcp;
+
+/// A boxed, `Send` future: what the object-safe transport traits return.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a peer needs to reach one window of memory with one-sided operations.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Descriptor {
+    /// Remote address of the first byte of the window.
+    pub addr: u64,
+    /// Length of the window in bytes.
+    pub len: u64,
+    /// The key that names the window on the granting connection.
+    pub rkey: u32,
+    /// Rights the window grants.
+    pub access: Access,
+    /// Transport-specific data (DOCA: the mmap export); empty for the software transport.
+    pub blob: Bytes,
+}
+
+impl Descriptor {
+    /// The sub-range `[offset, offset + len)` of this window.
+    pub fn slice(&self, offset: u64, len: u64) -> Result<Descriptor> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(Descriptor {
+                addr: self.addr + offset,
+                len,
+                rkey: self.rkey,
+                access: self.access,
+                blob: self.blob.clone(),
+            }),
+            _ => Err(Error::InvalidArgument(format!(
+                "range {offset}+{len} outside a descriptor of {} bytes",
+                self.len
+            ))),
+        }
+    }
+}
+
+impl fmt::Debug for Descriptor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Descriptor")
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("len", &self.len)
+            .field("rkey", &format_args!("{:#x}", self.rkey))
+            .field("access", &self.access)
+            .field("blob_len", &self.blob.len())
+            .finish()
+    }
+}
+
+/// How a completed receive was filled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecvOpcode {
+    /// A send: the buffer holds the message.
+    Send,
+    /// A send with immediate data.
+    SendWithImm,
+    /// A one-sided write with immediate data: the data went to the window written, the
+    /// receive buffer is untouched and only carries the notification.
+    WriteWithImm,
+}
+
+/// A completed receive.
+#[derive(Debug)]
+pub struct RecvCompletion {
+    /// The posted buffer; its length is the number of bytes received (0 for a write with
+    /// immediate).
+    pub buf: RegisteredBuf,
+    /// What filled it.
+    pub opcode: RecvOpcode,
+    /// Immediate data, if the peer sent any.
+    pub imm: Option<u32>,
+    /// For [`RecvOpcode::WriteWithImm`]: the number of bytes the peer wrote.
+    pub write_len: u64,
+}
+
+/// Source bytes of a send or a write.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SendData {
+    /// Bytes from anywhere. The software transport sends them as they are; a hardware
+    /// transport copies them into registered memory first (like an inline send).
+    Bytes(Bytes),
+    /// A registered buffer: its data (`as_slice`) is sent with no copy. It is dropped (and so
+    /// returned to its pool) once the operation no longer needs it.
+    Registered(RegisteredBuf),
+}
+
+impl SendData {
+    /// Number of bytes to send.
+    pub fn len(&self) -> usize {
+        match self {
+            SendData::Bytes(b) => b.len(),
+            SendData::Registered(b) => b.len(),
+        }
+    }
+
+    /// Whether there are no bytes to send.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            SendData::Bytes(b) => b,
+            SendData::Registered(b) => b.as_slice(),
+        }
+    }
+}
+
+impl From<Bytes> for SendData {
+    fn from(b: Bytes) -> Self {
+        SendData::Bytes(b)
+    }
+}
+
+impl From<RegisteredBuf> for SendData {
+    fn from(b: RegisteredBuf) -> Self {
+        SendData::Registered(b)
+    }
+}
+
+/// The transport side of a [`Grant`]: revokes the window.
+pub trait WindowHandle: Send + Sync + fmt::Debug {
+    /// Removes the window, waits until no remote access is still using it, and gives the
+    /// buffer back (`None` if the connection already dropped it).
+    fn revoke(self: Box<Self>) -> BoxFuture<'static, Option<RegisteredBuf>>;
+}
+
+/// A window of a buffer exposed to the peer of one connection.
+///
+/// The buffer is owned by the window until [`revoke`](Grant::revoke) returns it, so local code
+/// can never race the peer. Dropping a grant revokes it too; the buffer is then dropped (and
+/// returned to its pool) once no remote access uses it any more.
+#[derive(Debug)]
+pub struct Grant {
+    descriptor: Descriptor,
+    handle: Box<dyn WindowHandle>,
+}
+
+impl Grant {
+    /// Made by transports.
+    pub fn new(descriptor: Descriptor, handle: Box<dyn WindowHandle>) -> Grant {
+        Grant { descriptor, handle }
+    }
+
+    /// What the peer needs to reach the window.
+    pub fn descriptor(&self) -> &Descriptor {
+        &self.descriptor
+    }
+
+    /// Revokes the window and returns the buffer. From now on the peer's accesses fail.
+    pub async fn revoke(self) -> Option<RegisteredBuf> {
+        self.handle.revoke().await
+    }
+}
+
+/// One reliable connection with RDMA semantics. See the [module docs](self).
+pub trait Connection: Send + Sync + fmt::Debug + 'static {
+    /// The peer's address, for messages.
+    fn peer(&self) -> &str;
+
+    /// Posts a receive buffer (needs [`Access::LOCAL_WRITE`]). Receives complete in the order
+    /// they were posted.
+    fn post_recv(&self, buf: RegisteredBuf) -> Result<()>;
+
+    /// The next completed receive. Fails once the connection is in error.
+    fn recv(&self) -> BoxFuture<'_, Result<RecvCompletion>>;
+
+    /// Sends `data` into the peer's next posted receive; completes when the peer has it.
+    fn send(&self, data: SendData, imm: Option<u32>) -> BoxFuture<'static, Result<()>>;
+
+    /// Writes `src` into the peer's window at `dst` (which must be at least as long);
+    /// completes when the bytes are in the peer's memory. With `imm`, the peer's next posted
+    /// receive completes as [`RecvOpcode::WriteWithImm`].
+    fn write(
+        &self,
+        src: SendData,
+        dst: &Descriptor,
+        imm: Option<u32>,
+    ) -> BoxFuture<'static, Result<()>>;
+
+    /// Reads `src.len` bytes of the peer's window into `dst` (its length is set to the bytes
+    /// read). On error the buffer is dropped.
+    fn read(
+        &self,
+        src: &Descriptor,
+        dst: RegisteredBuf,
+    ) -> BoxFuture<'static, Result<RegisteredBuf>>;
+
+    /// Atomic compare-and-swap on the 8 aligned bytes at `dst.addr`: if they equal `expected`
+    /// they become `new`. Returns the previous value.
+    fn compare_and_swap(
+        &self,
+        dst: &Descriptor,
+        expected: u64,
+        new: u64,
+    ) -> BoxFuture<'static, Result<u64>>;
+
+    /// Atomic fetch-and-add on the 8 aligned bytes at `dst.addr`. Returns the previous value.
+    fn fetch_and_add(&self, dst: &Descriptor, add: u64) -> BoxFuture<'static, Result<u64>>;
+
+    /// Exposes `buf[offset..offset + len]` to this connection's peer with `access` (a subset
+    /// of the buffer's registration rights).
+    fn grant(&self, buf: RegisteredBuf, offset: usize, len: usize, access: Access)
+        -> Result<Grant>;
+
+    /// Closes the connection: outstanding operations complete with errors, the peer sees the
+    /// connection end.
+    fn close(&self);
+
+    /// Resolves once the connection is closed or in error, with the reason.
+    fn closed(&self) -> BoxFuture<'_, Error>;
+}
+
+/// Accepts connections.
+pub trait Listener: Send + Sync + fmt::Debug {
+    /// The next established connection.
+    fn accept(&self) -> BoxFuture<'_, Result<Arc<dyn Connection>>>;
+
+    /// The address peers connect to (with the port the OS chose for port 0).
+    fn local_addr(&self) -> String;
+}
+
+/// A way to reach peers: the software transport over TCP, or DOCA RDMA.
+pub trait Transport: Send + Sync + fmt::Debug {
+    /// Listens on `addr`.
+    fn listen(&self, addr: &str) -> BoxFuture<'_, Result<Box<dyn Listener>>>;
+
+    /// Connects to `addr`.
+    fn connect(&self, addr: &str) -> BoxFuture<'_, Result<Arc<dyn Connection>>>;
+}
+
+pub(crate) fn check_grant_range(
+    buf: &RegisteredBuf,
+    offset: usize,
+    len: usize,
+    access: Access,
+) -> Result<()> {
+    if offset
+        .checked_add(len)
+        .is_none_or(|end| end > buf.capacity())
+    {
+        return Err(Error::InvalidArgument(format!(
+            "grant of {offset}+{len} outside a buffer of {} bytes",
+            buf.capacity()
+        )));
+    }
+    if !buf.access().contains(access) {
+        return Err(Error::InvalidArgument(format!(
+            "grant asks for {access:?} but the buffer is registered with {:?}",
+            buf.access()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,248 @@
+//! The software transport: RDMA semantics over TCP, for machines without RDMA hardware.
+//!
+//! Each connection is one TCP stream carrying packets with a fixed header (see `wire.rs`).
+//! A reader task per connection plays the part of the RDMA NIC on the receiving side: it
+//! places sends into posted receives, and serves one-sided writes, reads and atomics from the
+//! windows this side granted, with no application code involved. A writer task batches
+//! outgoing packets into the socket. Payloads move between the socket and registered memory
+//! directly (no staging copies).
+//!
+//! Addresses: `tcp://host:port` or `host:port`.
+
+mod conn;
+mod wire;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Mutex};
+
+use super::{BoxFuture, Connection, Listener, Transport};
+use crate::error::{Error, Result};
+
+pub use conn::TcpConnection;
+
+/// Settings of the software transport.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct TcpConfig {
+    /// How long a send waits for the peer to post a receive before failing with receiver not
+    /// ready (RDMA's RNR retries). Default 500 ms.
+    pub rnr_timeout: Duration,
+    /// Largest single send, write or read, in bytes. Checked before anything is allocated or
+    /// read. Default 1 GiB.
+    pub max_message: u64,
+    /// Most operations outstanding on one connection (its send queue depth). Default 4096.
+    pub max_outstanding: usize,
+    /// Time allowed for the connection preamble. Default 10 s.
+    pub handshake_timeout: Duration,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            rnr_timeout: Duration::from_millis(500),
+            max_message: 1 << 30,
+            max_outstanding: 4096,
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The software transport. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct TcpTransport {
+    config: Arc<TcpConfig>,
+}
+
+impl TcpTransport {
+    /// A transport with default settings.
+    pub fn new() -> TcpTransport {
+        TcpTransport::default()
+    }
+
+    /// A transport with the given settings.
+    pub fn with_config(config: TcpConfig) -> TcpTransport {
+        TcpTransport {
+            config: Arc::new(config),
+        }
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &TcpConfig {
+        &self.config
+    }
+
+    /// Connects to `addr` and returns the concrete connection type.
+    pub async fn connect_tcp(&self, addr: &str) -> Result<Arc<TcpConnection>> {
+        let hostport = strip_scheme(addr)?;
+        let stream = TcpStream::connect(hostport)
+            .await
+            .map_err(|e| Error::io(format!("connecting to {addr}"), e))?;
+        let peer = format!("tcp://{hostport}");
+        let stream = preamble(stream, &peer, self.config.handshake_timeout).await?;
+        Ok(TcpConnection::start(stream, peer, self.config.clone()))
+    }
+}
+
+/// Accepts `tcp://host:port` and `host:port`.
+pub(crate) fn strip_scheme(addr: &str) -> Result<&str> {
+    let rest = match addr.split_once("://") {
+        Some(("tcp", rest)) => rest,
+        Some((scheme, _)) => {
+            return Err(Error::InvalidAddress {
+                addr: addr.to_owned(),
+                reason: format!("the software transport takes tcp:// addresses, not {scheme}://"),
+            })
+        }
+        None => addr,
+    };
+    if rest
+        .rsplit_once(':')
+        .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+    {
+        return Err(Error::InvalidAddress {
+            addr: addr.to_owned(),
+            reason: "expected host:port (for example tcp://127.0.0.1:7470)".into(),
+        });
+    }
+    Ok(rest)
+}
+
+async fn preamble(mut stream: TcpStream, peer: &str, limit: Duration) -> Result<TcpStream> {
+    stream
+        .set_nodelay(true)
+        .map_err(|e| Error::io(format!("setting TCP_NODELAY for {peer}"), e))?;
+    let exchange = async {
+        stream.write_all(&wire::MAGIC).await?;
+        let mut theirs = [0u8; 8];
+        stream.read_exact(&mut theirs).await?;
+        Ok::<_, std::io::Error>(theirs)
+    };
+    match tokio::time::timeout(limit, exchange).await {
+        Err(_) => Err(Error::Protocol {
+            peer: peer.to_owned(),
+            reason: format!("no transport preamble within {limit:?}"),
+        }),
+        Ok(Err(e)) => Err(Error::io(format!("transport preamble with {peer}"), e)),
+        Ok(Ok(theirs)) if theirs != wire::MAGIC => Err(Error::Protocol {
+            peer: peer.to_owned(),
+            reason: "the peer is not an rdma-rpc software transport (bad preamble)".into(),
+        }),
+        Ok(Ok(_)) => Ok(stream),
+    }
+}
+
+impl Transport for TcpTransport {
+    fn listen(&self, addr: &str) -> BoxFuture<'_, Result<Box<dyn Listener>>> {
+        let addr = addr.to_owned();
+        Box::pin(async move {
+            let listener = TcpListener::bind(strip_scheme(&addr)?)
+                .await
+                .map_err(|e| Error::io(format!("listening on {addr}"), e))?;
+            let local = listener
+                .local_addr()
+                .map_err(|e| Error::io("reading the listener's address", e))?;
+            Ok(Box::new(TcpListenerHandle::start(
+                listener,
+                local.to_string(),
+                self.config.clone(),
+            )) as Box<dyn Listener>)
+        })
+    }
+
+    fn connect(&self, addr: &str) -> BoxFuture<'_, Result<Arc<dyn Connection>>> {
+        let addr = addr.to_owned();
+        Box::pin(async move { Ok(self.connect_tcp(&addr).await? as Arc<dyn Connection>) })
+    }
+}
+
+/// A listening socket. Preambles run concurrently in the background, so a slow or silent
+/// client never holds up the others.
+struct TcpListenerHandle {
+    local: String,
+    ready: Mutex<mpsc::Receiver<Result<Arc<dyn Connection>>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TcpListenerHandle {
+    fn start(listener: TcpListener, local: String, config: Arc<TcpConfig>) -> TcpListenerHandle {
+        let (tx, rx) = mpsc::channel(64);
+        let task = tokio::spawn(async move {
+            loop {
+                let (stream, from) = match listener.accept().await {
+                    Ok(pair) => pair,
+                    Err(e) => {
+                        // Out of file descriptors and the like: report, back off, go on.
+                        if tx
+                            .send(Err(Error::io("accepting a connection", e)))
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                };
+                let tx = tx.clone();
+                let config = config.clone();
+                tokio::spawn(async move {
+                    let peer = format!("tcp://{from}");
+                    match preamble(stream, &peer, config.handshake_timeout).await {
+                        Ok(stream) => {
+                            let conn = TcpConnection::start(stream, peer, config);
+                            if tx.send(Ok(conn as Arc<dyn Connection>)).await.is_err() {
+                                tracing::debug!("listener closed before a connection was taken");
+                            }
+                        }
+                        Err(e) => tracing::warn!(peer, error = %e, "dropping connection"),
+                    }
+                });
+            }
+        });
+        TcpListenerHandle {
+            local,
+            ready: Mutex::new(rx),
+            task,
+        }
+    }
+}
+
+impl Drop for TcpListenerHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl fmt::Debug for TcpListenerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcpListener")
+            .field("local", &self.local)
+            .finish()
+    }
+}
+
+impl Listener for TcpListenerHandle {
+    fn accept(&self) -> BoxFuture<'_, Result<Arc<dyn Connection>>> {
+        Box::pin(async move {
+            match self.ready.lock().await.recv().await {
+                Some(result) => result,
+                None => Err(Error::ConnectionClosed {
+                    peer: self.local.clone(),
+                    reason: "listener stopped".into(),
+                }),
+            }
+        })
+    }
+
+    fn local_addr(&self) -> String {
+        format!("tcp://{}", self.local)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,385 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::{TcpConfig, TcpTransport};
+use crate::error::{AccessViolation, Error};
+use crate::memory::{Access, RegisteredBuf};
+use crate::transport::{Connection, RecvOpcode, SendData, Transport};
+
+fn transport() -> TcpTransport {
+    TcpTransport::with_config(TcpConfig {
+        rnr_timeout: Duration::from_millis(50),
+        ..TcpConfig::default()
+    })
+}
+
+async fn pair() -> (Arc<dyn Connection>, Arc<dyn Connection>) {
+    let t = transport();
+    let listener = t.listen("tcp://127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr();
+    let (client, server) = tokio::join!(t.connect(&addr), listener.accept());
+    (client.unwrap(), server.unwrap())
+}
+
+fn recv_buf(cap: usize) -> RegisteredBuf {
+    RegisteredBuf::new(cap, Access::LOCAL_WRITE).unwrap()
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[tokio::test]
+async fn send_lands_in_posted_receive_with_immediate() {
+    let (a, b) = pair().await;
+    b.post_recv(recv_buf(1024)).unwrap();
+    b.post_recv(recv_buf(1024)).unwrap();
+    a.send(SendData::Bytes(Bytes::from_static(b"first")), None)
+        .await
+        .unwrap();
+    a.send(SendData::Bytes(Bytes::from_static(b"second")), Some(0xfeed))
+        .await
+        .unwrap();
+    let c1 = b.recv().await.unwrap();
+    assert_eq!(c1.buf.as_slice(), b"first");
+    assert_eq!((c1.opcode, c1.imm), (RecvOpcode::Send, None));
+    let c2 = b.recv().await.unwrap();
+    assert_eq!(c2.buf.as_slice(), b"second");
+    assert_eq!((c2.opcode, c2.imm), (RecvOpcode::SendWithImm, Some(0xfeed)));
+}
+
+#[tokio::test]
+async fn send_without_posted_receive_fails_receiver_not_ready() {
+    let (a, b) = pair().await;
+    let err = a
+        .send(SendData::Bytes(Bytes::from_static(b"x")), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::ReceiverNotReady { .. }), "{err}");
+    // The connection is in error on both sides now.
+    let later = a
+        .send(SendData::Bytes(Bytes::new()), None)
+        .await
+        .unwrap_err();
+    assert!(later.is_connection_fatal(), "{later}");
+    assert!(b.recv().await.is_err());
+}
+
+#[tokio::test]
+async fn send_waits_for_a_late_receive_within_the_rnr_budget() {
+    let (a, b) = pair().await;
+    let send = a.send(SendData::Bytes(Bytes::from_static(b"late")), None);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    b.post_recv(recv_buf(16)).unwrap();
+    send.await.unwrap();
+    assert_eq!(b.recv().await.unwrap().buf.as_slice(), b"late");
+}
+
+#[tokio::test]
+async fn message_larger_than_the_posted_receive_fails_the_connection() {
+    let (a, b) = pair().await;
+    b.post_recv(recv_buf(4)).unwrap();
+    let err = a
+        .send(SendData::Bytes(Bytes::from_static(b"too long")), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ReceiveTooSmall {
+                len: 8,
+                capacity: 4
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn write_and_read_move_bytes_exactly_with_no_peer_code() {
+    let (a, b) = pair().await;
+    for len in [0usize, 1, 4095, 4096, 65_537, 16 << 20] {
+        let data = pattern(len, len as u8);
+        let target = RegisteredBuf::new(len, Access::ALL).unwrap();
+        let grant = b
+            .grant(target, 0, len, Access::REMOTE_WRITE | Access::REMOTE_READ)
+            .unwrap();
+        let desc = grant.descriptor().clone();
+        a.write(SendData::Bytes(Bytes::from(data.clone())), &desc, None)
+            .await
+            .unwrap();
+        let back = a
+            .read(&desc, RegisteredBuf::new(len, Access::LOCAL_WRITE).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(back.as_slice(), &data[..], "read back {len} bytes");
+        let mut target = grant.revoke().await.unwrap();
+        target.set_len(len);
+        assert_eq!(target.as_slice(), &data[..], "server sees {len} bytes");
+    }
+}
+
+#[tokio::test]
+async fn write_with_immediate_completes_a_receive() {
+    let (a, b) = pair().await;
+    let grant = b
+        .grant(
+            RegisteredBuf::new(64, Access::ALL).unwrap(),
+            0,
+            64,
+            Access::REMOTE_WRITE,
+        )
+        .unwrap();
+    b.post_recv(recv_buf(16)).unwrap();
+    a.write(
+        SendData::Bytes(Bytes::from_static(b"hello")),
+        grant.descriptor(),
+        Some(7),
+    )
+    .await
+    .unwrap();
+    let c = b.recv().await.unwrap();
+    assert_eq!(
+        (c.opcode, c.imm, c.write_len),
+        (RecvOpcode::WriteWithImm, Some(7), 5)
+    );
+    assert!(c.buf.is_empty());
+}
+
+#[tokio::test]
+async fn atomics_compare_and_swap_and_fetch_and_add() {
+    let (a, b) = pair().await;
+    let grant = b
+        .grant(
+            RegisteredBuf::new(16, Access::ALL).unwrap(),
+            0,
+            16,
+            Access::REMOTE_ATOMIC,
+        )
+        .unwrap();
+    let d = grant.descriptor().clone();
+    assert_eq!(a.fetch_and_add(&d, 5).await.unwrap(), 0);
+    assert_eq!(a.fetch_and_add(&d, 3).await.unwrap(), 5);
+    assert_eq!(a.compare_and_swap(&d, 1, 100).await.unwrap(), 8, "no swap");
+    assert_eq!(a.compare_and_swap(&d, 8, 100).await.unwrap(), 8, "swap");
+    let second = d.slice(8, 8).unwrap();
+    assert_eq!(a.fetch_and_add(&second, u64::MAX).await.unwrap(), 0);
+    let mut buf = grant.revoke().await.unwrap();
+    buf.set_len(16);
+    assert_eq!(
+        u64::from_ne_bytes(buf.as_slice()[..8].try_into().unwrap()),
+        100
+    );
+    assert_eq!(
+        u64::from_ne_bytes(buf.as_slice()[8..].try_into().unwrap()),
+        u64::MAX
+    );
+}
+
+async fn expect_violation(
+    fut: crate::transport::BoxFuture<'static, crate::Result<impl Sized>>,
+    want: AccessViolation,
+) {
+    match fut.await {
+        Err(Error::RemoteAccess { violation, .. }) => assert_eq!(violation, want),
+        Err(other) => panic!("expected {want:?}, got {other}"),
+        Ok(_) => panic!("expected {want:?}, the operation succeeded"),
+    }
+}
+
+#[tokio::test]
+async fn out_of_bounds_write_fails_and_touches_nothing_outside() {
+    let (a, b) = pair().await;
+    // A window over bytes 8..24 of a 32-byte buffer.
+    let grant = b
+        .grant(
+            RegisteredBuf::new(32, Access::ALL).unwrap(),
+            8,
+            16,
+            Access::REMOTE_WRITE,
+        )
+        .unwrap();
+    let mut d = grant.descriptor().clone();
+    d.len = 32; // lie about the length
+    expect_violation(
+        a.write(SendData::Bytes(Bytes::from(vec![0xff; 32])), &d, None),
+        AccessViolation::OutOfBounds,
+    )
+    .await;
+    // The connection is in error now, on both sides.
+    assert!(a.send(SendData::Bytes(Bytes::new()), None).await.is_err());
+    let _ = b.closed().await;
+    let mut buf = grant.revoke().await.expect("buffer comes back");
+    buf.set_len(32);
+    assert!(
+        buf.as_slice().iter().all(|&x| x == 0),
+        "no byte was written"
+    );
+}
+
+#[tokio::test]
+async fn writes_into_read_only_windows_are_refused() {
+    let (a, b) = pair().await;
+    let grant = b
+        .grant(
+            RegisteredBuf::new(8, Access::ALL).unwrap(),
+            0,
+            8,
+            Access::REMOTE_READ,
+        )
+        .unwrap();
+    expect_violation(
+        a.write(
+            SendData::Bytes(Bytes::from_static(b"x")),
+            grant.descriptor(),
+            None,
+        ),
+        AccessViolation::NotPermitted,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn reads_of_write_only_windows_and_misaligned_atomics_are_refused() {
+    let (a, b) = pair().await;
+    let grant = b
+        .grant(
+            RegisteredBuf::new(16, Access::ALL).unwrap(),
+            0,
+            16,
+            Access::REMOTE_WRITE,
+        )
+        .unwrap();
+    expect_violation(
+        a.read(grant.descriptor(), recv_buf(16)),
+        AccessViolation::NotPermitted,
+    )
+    .await;
+    let (a, b) = pair().await;
+    let grant = b
+        .grant(
+            RegisteredBuf::new(16, Access::ALL).unwrap(),
+            0,
+            16,
+            Access::REMOTE_ATOMIC,
+        )
+        .unwrap();
+    let d = grant.descriptor().slice(4, 8).unwrap();
+    expect_violation(a.fetch_and_add(&d, 1), AccessViolation::Misaligned).await;
+}
+
+#[tokio::test]
+async fn revoked_windows_and_other_connections_keys_are_unknown() {
+    let t = transport();
+    let listener = t.listen("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr();
+    let (a1, b1) = tokio::join!(t.connect(&addr), listener.accept());
+    let (a2, b2) = tokio::join!(t.connect(&addr), listener.accept());
+    let (a1, b1, a2, _b2) = (a1.unwrap(), b1.unwrap(), a2.unwrap(), b2.unwrap());
+
+    let grant = b1
+        .grant(
+            RegisteredBuf::new(8, Access::ALL).unwrap(),
+            0,
+            8,
+            Access::REMOTE_READ,
+        )
+        .unwrap();
+    let d = grant.descriptor().clone();
+    // The key of connection 1 means nothing on connection 2.
+    expect_violation(a2.read(&d, recv_buf(8)), AccessViolation::UnknownKey).await;
+    // Connection 1 can read until the grant is revoked.
+    a1.read(&d, recv_buf(8)).await.unwrap();
+    grant.revoke().await.unwrap();
+    expect_violation(a1.read(&d, recv_buf(8)), AccessViolation::UnknownKey).await;
+}
+
+#[tokio::test]
+async fn pending_operations_fail_when_the_peer_goes_away() {
+    let (a, b) = pair().await;
+    let grant = b
+        .grant(
+            RegisteredBuf::new(8, Access::ALL).unwrap(),
+            0,
+            8,
+            Access::REMOTE_READ,
+        )
+        .unwrap();
+    let d = grant.descriptor().clone();
+    // A send that waits for a receive (RNR budget 50 ms) and a read queued behind it.
+    let send = a.send(SendData::Bytes(Bytes::from_static(b"x")), None);
+    let read = a.read(&d, recv_buf(8));
+    drop(b);
+    drop(grant);
+    let (send, read) = tokio::join!(send, read);
+    assert!(send.unwrap_err().is_connection_fatal());
+    assert!(read.unwrap_err().is_connection_fatal());
+    let err = a.closed().await;
+    assert!(err.is_connection_fatal(), "{err}");
+}
+
+#[tokio::test]
+async fn garbage_from_the_peer_closes_only_that_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let t = transport();
+    let listener = t.listen("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr();
+    let mut raw = tokio::net::TcpStream::connect(addr.trim_start_matches("tcp://"))
+        .await
+        .unwrap();
+    raw.write_all(b"RDRPCt01").await.unwrap();
+    let mut magic = [0u8; 8];
+    raw.read_exact(&mut magic).await.unwrap();
+    let bad = listener.accept().await.unwrap();
+    let (good_client, good_server) = tokio::join!(t.connect(&addr), listener.accept());
+    let (good_client, good_server) = (good_client.unwrap(), good_server.unwrap());
+    raw.write_all(&[0xee; 56]).await.unwrap();
+    let err = bad.closed().await;
+    assert!(matches!(err, Error::Protocol { .. }), "{err}");
+    good_server.post_recv(recv_buf(8)).unwrap();
+    good_client
+        .send(SendData::Bytes(Bytes::from_static(b"ok")), None)
+        .await
+        .unwrap();
+    assert_eq!(good_server.recv().await.unwrap().buf.as_slice(), b"ok");
+}
+
+#[tokio::test]
+async fn oversized_operations_are_refused_before_sending() {
+    let t = TcpTransport::with_config(TcpConfig {
+        max_message: 1024,
+        ..TcpConfig::default()
+    });
+    let listener = t.listen("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr();
+    let (a, _b) = tokio::join!(t.connect(&addr), listener.accept());
+    let err = a
+        .unwrap()
+        .send(SendData::Bytes(Bytes::from(vec![0; 2048])), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::LimitExceeded {
+                limit: "max_message",
+                max: 1024,
+                actual: 2048
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn bad_addresses_are_reported() {
+    let t = transport();
+    let err = t.connect("udp://1.2.3.4:5").await.unwrap_err();
+    assert!(err.to_string().contains("tcp://"), "{err}");
+    let err = t.connect("localhost").await.unwrap_err();
+    assert!(err.to_string().contains("host:port"), "{err}");
+}
