@@ -537,6 +537,8 @@ impl Decoder<'_> {
         let max = limits::MAX_BUFFER_SIZE;
         let value = match &node.kind {
             Kind::Int(n) => *n,
+            // Integers beyond 64 bits arrive as floats; let the range check report them.
+            Kind::Float(f) if f.is_finite() && f.fract() == 0.0 && f.abs() > 1e18 => *f as i128,
             Kind::Str(text) if self.format == SpecFormat::DocaCpp => {
                 self.sink.error_hint(
                     node.pos,

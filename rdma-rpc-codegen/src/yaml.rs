@@ -9,6 +9,7 @@
 use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_saphyr::budget::BudgetBreach;
 use serde_saphyr::options::DuplicateKeyPolicy;
 use serde_saphyr::{Budget, MergeKeyPolicy, Options, Spanned};
 
@@ -220,25 +221,53 @@ fn syntax_error(file: &str, err: &serde_saphyr::Error) -> Diagnostic {
             column: loc.column(),
         })
         .unwrap_or(Pos { line: 1, column: 1 });
-    let text = err.to_string();
-    let (message, hint) = if matches!(err, serde_saphyr::Error::Budget { .. })
-        || text.contains("alias")
-        || text.contains("limit")
-        || text.contains("budget")
-    {
-        (
-            format!(
-                "the spec is too complex to accept: {}",
-                strip_location(&text)
+    let text = strip_location(&err.to_string());
+    let limits_hint = || {
+        format!(
+            "specs are refused when they nest deeper than {} levels, or hold more than {} \
+             nodes or {} parser events once aliases are expanded",
+            limits::MAX_YAML_DEPTH,
+            limits::MAX_YAML_NODES,
+            limits::MAX_YAML_EVENTS
+        )
+    };
+    let (message, hint) = match err {
+        serde_saphyr::Error::Budget { breach, .. } => match breach {
+            BudgetBreach::Documents { .. } => (
+                "the spec holds more than one YAML document".to_owned(),
+                "remove the `---` separator; one file describes one service".to_owned(),
             ),
-            "specs are refused when they nest deeper than 16 levels, hold more than \
-             20000 nodes or expand aliases beyond the same budget",
-        )
-    } else {
-        (
-            format!("invalid YAML: {}", strip_location(&text)),
-            "check indentation, quoting and the `key: value` syntax around this position",
-        )
+            BudgetBreach::Depth { .. } => (
+                format!(
+                    "the spec nests deeper than {} levels",
+                    limits::MAX_YAML_DEPTH
+                ),
+                limits_hint(),
+            ),
+            other => (
+                format!("the spec is too large or too complex to accept ({other:?})"),
+                limits_hint(),
+            ),
+        },
+        _ if text.contains("recursion limit")
+            || text.contains("budget")
+            || text.contains("nesting")
+            || (text.contains("alias") && (text.contains("limit") || text.contains("replay"))) =>
+        {
+            (
+                format!("the spec is too large or too complex to accept: {text}"),
+                limits_hint(),
+            )
+        }
+        serde_saphyr::Error::MultipleDocuments { .. } => (
+            "the spec holds more than one YAML document".to_owned(),
+            "remove the `---` separator; one file describes one service".to_owned(),
+        ),
+        _ => (
+            format!("invalid YAML: {text}"),
+            "check indentation, quoting and the `key: value` syntax around this position"
+                .to_owned(),
+        ),
     };
     Diagnostic::new(file, pos, "", message).with_hint(hint)
 }

@@ -1,0 +1,358 @@
+//! One test per class of spec error: the message, its line and column, key and hint.
+
+use rdma_rpc_codegen::{parse_spec, Diagnostic};
+
+/// All diagnostics of `src` (which must be invalid).
+fn errors(src: &str) -> Vec<Diagnostic> {
+    match parse_spec("test.yaml", src) {
+        Ok(ir) => panic!("spec was accepted: {ir:?}"),
+        Err(err) => err.diagnostics().to_vec(),
+    }
+}
+
+/// The one diagnostic of `src` with this message.
+fn find(src: &str, message: &str) -> Diagnostic {
+    let all = errors(src);
+    let found: Vec<_> = all.iter().filter(|d| d.message == message).collect();
+    assert_eq!(found.len(), 1, "expected one `{message}` among:\n{all:#?}");
+    found[0].clone()
+}
+
+fn assert_at(d: &Diagnostic, line: u64, column: u64, key: &str) {
+    assert_eq!(
+        (d.line, d.column, d.key.as_str()),
+        (line, column, key),
+        "{d}"
+    );
+    assert_eq!(d.file, "test.yaml");
+}
+
+const DOCA_HEAD: &str = "version: \"0.0.1\"\nendpoints:\n";
+const EXT_HEAD: &str = "version: \"rdma-rpc/1\"\nendpoints:\n";
+
+#[test]
+fn yaml_syntax_error() {
+    let all = errors("version: \"0.0.1\"\nendpoints:\n  - path: [/a\n    type: send\n");
+    assert_eq!(all.len(), 1, "{all:#?}");
+    // Inside the unclosed `[`, the parser trips over the next line's `type:`.
+    assert_eq!(
+        all[0].message,
+        "invalid YAML: illegal placement of ':' indicator"
+    );
+    assert_eq!((all[0].line, all[0].column), (4, 9), "{}", all[0]);
+    assert!(all[0].hint.is_some());
+}
+
+#[test]
+fn unknown_key_with_suggestion() {
+    let src = format!("{DOCA_HEAD}  - path: /a\n    type: send\n    buffer:\n      sise: 4096\n");
+    let d = find(&src, "unknown key `sise`");
+    assert_at(&d, 6, 7, "endpoints[0].buffer.sise");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `size`?"));
+}
+
+#[test]
+fn unknown_key_without_suggestion_lists_the_keys() {
+    let src = format!(
+        "{DOCA_HEAD}  - path: /a\n    type: send\n    colour: red\n    buffer: {{ size: 1 }}\n"
+    );
+    let d = find(&src, "unknown key `colour`");
+    assert_at(&d, 5, 5, "endpoints[0].colour");
+    assert_eq!(
+        d.hint.as_deref(),
+        Some("the keys allowed here are `path`, `type`, `buffer`")
+    );
+}
+
+#[test]
+fn extended_key_in_doca_cpp_format() {
+    let src = format!(
+        "{DOCA_HEAD}  - path: /a\n    type: send\n    method: go\n    buffer: {{ size: 1 }}\n"
+    );
+    let d = find(
+        &src,
+        "key `method` is not part of the doca-cpp format (version \"0.0.1\")",
+    );
+    assert_at(&d, 5, 5, "endpoints[0].method");
+    assert!(d.hint.unwrap().contains("rdma-rpc/1"));
+}
+
+#[test]
+fn wrong_types() {
+    let src = format!(
+        "{EXT_HEAD}  - path: 42\n    type: send\n    buffer: [4096]\n    doc: {{ a: 1 }}\nmessages: [A]\n"
+    );
+    let d = find(&src, "`path` must be a string, found an integer");
+    assert_at(&d, 3, 11, "endpoints[0].path");
+    let d = find(&src, "expected a mapping, found a list");
+    assert_at(&d, 5, 13, "endpoints[0].buffer");
+    assert_eq!(
+        d.hint.as_deref(),
+        Some("write it as a mapping with the keys `size`")
+    );
+    let d = find(&src, "`doc` must be a string, found a mapping");
+    assert_at(&d, 6, 10, "endpoints[0].doc");
+    let d = find(
+        &src,
+        "`messages` must be a mapping from names to definitions, found a list",
+    );
+    assert_at(&d, 7, 11, "messages");
+    let d = find(
+        &format!("{DOCA_HEAD}  path: /a\n"),
+        "`endpoints` must be a list, found a mapping",
+    );
+    assert_at(&d, 3, 3, "endpoints");
+}
+
+#[test]
+fn misspelled_operation_type() {
+    let src = format!("{DOCA_HEAD}  - path: /a\n    type: recieve\n    buffer: {{ size: 1 }}\n");
+    let d = find(&src, "unknown operation type `recieve`");
+    assert_at(&d, 4, 11, "endpoints[0].type");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `receive`?"));
+    let d = find(
+        &src.replace("recieve", "Write"),
+        "unknown operation type `Write`",
+    );
+    assert_eq!(d.hint.as_deref(), Some("did you mean `write`?"));
+}
+
+#[test]
+fn duplicate_path_and_type() {
+    let ep = "  - path: /a\n    type: send\n    buffer: { size: 1 }\n";
+    let src = format!("{DOCA_HEAD}{ep}{ep}");
+    let d = find(&src, "duplicate endpoint: `/a` with type `send`");
+    assert_at(&d, 7, 11, "endpoints[1].type");
+    assert_eq!(
+        d.hint.as_deref(),
+        Some("the same path and type are defined on line 3; remove one of them")
+    );
+    // The same path with another type is fine (one buffer, several operations).
+    let ok = format!("{DOCA_HEAD}{ep}{}", ep.replace("send", "receive"));
+    parse_spec("test.yaml", &ok).unwrap();
+}
+
+#[test]
+fn duplicate_method_names() {
+    let src = format!(
+        "{EXT_HEAD}  - path: /a\n    type: send\n    method: put\n  - path: /b\n    type: send\n    method: put\n"
+    );
+    let d = find(&src, "duplicate method name `put`");
+    assert_at(&d, 8, 13, "endpoints[1].method");
+    assert!(d.hint.unwrap().contains("line 3"));
+}
+
+#[test]
+fn two_paths_map_to_the_same_method() {
+    let src = format!(
+        "{DOCA_HEAD}  - path: /a-b\n    type: send\n    buffer: {{ size: 1 }}\n  - path: /a_b\n    type: send\n    buffer: {{ size: 1 }}\n"
+    );
+    let d = find(
+        &src,
+        "path `/a_b` maps to method name `a_b_send`, like `/a-b` on line 3",
+    );
+    assert_at(&d, 6, 11, "endpoints[1].path");
+    assert!(d.hint.unwrap().contains("rename one of the paths"));
+}
+
+#[test]
+fn keyword_and_non_snake_case_names() {
+    let src = format!(
+        "{EXT_HEAD}  - path: /a\n    type: send\n    method: loop\n  - path: /b\n    type: send\n    method: getBlock\nmessages:\n  M:\n    fields:\n      - {{ name: type, type: bool }}\n"
+    );
+    let d = find(&src, "method name `loop` is a Rust keyword");
+    assert_at(&d, 5, 13, "endpoints[0].method");
+    assert_eq!(d.hint.as_deref(), Some("choose another name, e.g. `loop_`"));
+    let d = find(
+        &src,
+        "method name `getBlock` is not a snake_case Rust identifier",
+    );
+    assert_at(&d, 8, 13, "endpoints[1].method");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `get_block`?"));
+    let d = find(&src, "field name `type` is a Rust keyword");
+    assert_at(&d, 12, 17, "messages.M.fields[0].name");
+}
+
+#[test]
+fn generated_name_collisions() {
+    let src = "version: \"rdma-rpc/1\"\nservice: KvStore\nendpoints:\n  - { path: /a, type: send }\nmessages:\n  KvStoreClient: {}\n  Result: {}\nenums:\n  KvStore:\n    values: [A]\n";
+    let d = find(
+        src,
+        "message name `KvStoreClient` collides with the generated client of service `KvStore`",
+    );
+    assert_at(&d, 6, 3, "messages.KvStoreClient");
+    let d = find(
+        src,
+        "message name `Result` would shadow a Rust prelude type",
+    );
+    assert_at(&d, 7, 3, "messages.Result");
+    let d = find(
+        src,
+        "enum name `KvStore` collides with the service trait of service `KvStore`",
+    );
+    assert_at(&d, 9, 3, "enums.KvStore");
+}
+
+#[test]
+fn unknown_message_types() {
+    let src = format!(
+        "{EXT_HEAD}  - path: /a\n    type: send\n    request: PutReqest\n    response: uint64\nmessages:\n  PutRequest:\n    fields:\n      - {{ name: id, type: uint46 }}\n      - {{ name: next, type: Nope }}\n"
+    );
+    let d = find(&src, "unknown message type `PutReqest`");
+    assert_at(&d, 5, 14, "endpoints[0].request");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `PutRequest`?"));
+    let d = find(
+        &src,
+        "`response` must name a message, but `uint64` is a scalar type",
+    );
+    assert_at(&d, 6, 15, "endpoints[0].response");
+    let d = find(&src, "unknown type `uint46`");
+    assert_at(&d, 10, 27, "messages.PutRequest.fields[0].type");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `uint64`?"));
+    find(&src, "unknown type `Nope`");
+}
+
+#[test]
+fn bad_buffer_sizes() {
+    let ep = |size: &str| {
+        format!(
+            "  - path: /{}\n    type: write\n    buffer:\n      size: {size}\n",
+            size.len()
+        )
+    };
+    let src = format!("{EXT_HEAD}{}", ep("0"));
+    assert_at(
+        &find(&src, "buffer size must be positive, found 0"),
+        6,
+        13,
+        "endpoints[0].buffer.size",
+    );
+    let src = format!("{EXT_HEAD}{}", ep("-4096"));
+    find(&src, "buffer size must be positive, found -4096");
+    let src = format!("{EXT_HEAD}{}", ep("2GiB"));
+    let d = find(
+        &src,
+        "buffer size 2147483648 bytes is larger than the maximum of 1073741824 bytes (1 GiB)",
+    );
+    assert_at(&d, 6, 13, "endpoints[0].buffer.size");
+    let src = format!("{EXT_HEAD}{}", ep("99999999999999999999999"));
+    assert!(errors(&src)[0].message.contains("larger than the maximum"));
+    let src = format!("{EXT_HEAD}{}", ep("4KB"));
+    let d = find(&src, "ambiguous size unit in `4KB`");
+    assert_eq!(
+        d.hint.as_deref(),
+        Some("did you mean `4KiB` (4096 bytes)? sizes use binary units only")
+    );
+    let src = format!("{EXT_HEAD}{}", ep("1.5"));
+    find(
+        &src,
+        "buffer size must be a whole number of bytes, found a float",
+    );
+    let src = format!("{DOCA_HEAD}{}", ep("4KiB"));
+    find(&src, "buffer size `4KiB` is not a number of bytes");
+}
+
+#[test]
+fn missing_keys() {
+    let src = format!("{DOCA_HEAD}  - type: write\n");
+    let d = find(&src, "missing key `path`");
+    assert_at(&d, 3, 5, "endpoints[0].path");
+    let d = find(&src, "missing key `buffer`");
+    assert_at(&d, 3, 5, "endpoints[0].buffer");
+    let d = find("version: \"0.0.1\"\n", "missing key `endpoints`");
+    assert_at(&d, 1, 1, "endpoints");
+}
+
+#[test]
+fn unsupported_versions() {
+    let d = find(
+        "version: \"0.0.2\"\nendpoints: []\n",
+        "unsupported spec version `0.0.2`",
+    );
+    assert_at(&d, 1, 10, "version");
+    assert!(d.hint.unwrap().starts_with("did you mean `\"0.0.1\"`?"));
+    let d = find(
+        "version: 1\nendpoints: []\n",
+        "`version` must be a string, found an integer",
+    );
+    assert_at(&d, 1, 10, "version");
+    let d = find("endpoints: []\n", "missing key `version`");
+    assert_at(&d, 1, 1, "version");
+}
+
+#[test]
+fn duplicate_yaml_keys() {
+    let src = format!(
+        "{DOCA_HEAD}  - path: /a\n    type: send\n    type: read\n    buffer: {{ size: 1 }}\n"
+    );
+    let d = find(&src, "duplicate key `type`");
+    assert_at(&d, 5, 5, "endpoints[0].type");
+    assert!(d.hint.unwrap().contains("line 4"));
+    let src =
+        format!("{EXT_HEAD}  - {{ path: /a, type: send }}\nmessages:\n  A: {{}}\n  A: {{}}\n");
+    assert_at(&find(&src, "`A` is defined twice"), 6, 3, "messages.A");
+}
+
+#[test]
+fn bad_timeouts() {
+    let ep = |t: &str| format!("{EXT_HEAD}  - path: /a\n    type: send\n    timeout: {t}\n");
+    let d = find(
+        &ep("5"),
+        "timeout must be a duration with a unit, found an integer",
+    );
+    assert_at(&d, 5, 14, "endpoints[0].timeout");
+    find(&ep("0ms"), "timeout must be positive, found `0ms`");
+    find(
+        &ep("2h"),
+        "timeout `2h` is longer than the maximum of 3600 s",
+    );
+    find(
+        &ep("5 fortnights"),
+        "unknown duration unit `fortnights` in `5 fortnights`",
+    );
+}
+
+#[test]
+fn bad_paths_and_enums() {
+    let src = format!(
+        "{EXT_HEAD}  - {{ path: rdma/x, type: send }}\nenums:\n  E:\n    values:\n      - {{ name: A, number: 1 }}\n      - {{ name: B, number: 1 }}\n      - a\n"
+    );
+    let d = find(&src, "path `rdma/x` does not start with `/`");
+    assert_at(&d, 3, 13, "endpoints[0].path");
+    let d = find(&src, "the first value of enum `E` has number 1, not 0");
+    assert_at(&d, 7, 28, "enums.E.values[0].number");
+    let d = find(&src, "enum number 1 is used twice in enum `E`");
+    assert_at(&d, 8, 28, "enums.E.values[1].number");
+    let d = find(
+        &src,
+        "enum value `a` becomes the Rust variant `A`, like `A` on line 7",
+    );
+    assert_at(&d, 9, 9, "enums.E.values[2]");
+}
+
+#[test]
+fn every_error_is_reported_in_one_pass() {
+    let src = "version: \"0.0.1\"\nendpoints:\n  - path: /a\n    type: sned\n    buffer: { size: 0 }\n  - path: /b\n    typ: send\n    buffer: { size: 4096 }\n  - path: /a\n    type: read\n    buffer: { size: 5000000000 }\n";
+    let all = errors(src);
+    let got: Vec<_> = all
+        .iter()
+        .map(|d| (d.line, d.column, d.message.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (4, 11, "unknown operation type `sned`"),
+            (5, 21, "buffer size must be positive, found 0"),
+            (6, 5, "missing key `type`"),
+            (7, 5, "unknown key `typ`"),
+            (
+                11,
+                21,
+                "buffer size 5000000000 bytes is larger than the maximum of 1073741824 bytes (1 GiB)"
+            ),
+        ]
+    );
+    let err = parse_spec("test.yaml", src).unwrap_err();
+    let text = err.to_string();
+    assert!(text.starts_with("test.yaml: 5 errors in spec\n\nerror: unknown operation type `sned`\n  --> test.yaml:4:11\n   = key: endpoints[0].type\n   = help: did you mean `send`?\n\n"), "{text}");
+}
