@@ -132,6 +132,8 @@ const ENUM_VALUE_KEYS: &[(&str, Avail)] = &[
 struct Fields<'a> {
     key: String,
     entries: Vec<(&'static str, &'a Node)>,
+    /// Keys that an unknown key was suggested as ("did you mean"); not reported missing.
+    suggested: Vec<&'a str>,
 }
 
 impl<'a> Fields<'a> {
@@ -196,10 +198,10 @@ impl Decoder<'_> {
             Some((node, key)) => {
                 spec.endpoints = self.list(node, &key, |d, item, key| d.endpoint(item, key));
             }
-            None => self.sink.error_hint(
+            None => self.missing(
+                &fields,
                 root.pos,
                 "endpoints",
-                "missing key `endpoints`",
                 "list the service's endpoints under `endpoints:`, each with `path`, `type` and `buffer`",
             ),
         }
@@ -228,8 +230,14 @@ impl Decoder<'_> {
             .iter()
             .find(|(k, _)| matches!(&k.kind, Kind::Str(s) if s == "version"));
         let Some((_, value)) = found else {
-            self.sink
-                .error_hint(root.pos, "version", "missing key `version`", hint);
+            // A misspelled `version` is reported as an unknown key with a suggestion.
+            let misspelled = entries
+                .iter()
+                .any(|(k, _)| matches!(&k.kind, Kind::Str(s) if closest(s, ["version"]).is_some()));
+            if !misspelled {
+                self.sink
+                    .error_hint(root.pos, "version", "missing key `version`", hint);
+            }
             return SpecFormat::Extended;
         };
         match &value.kind {
@@ -260,6 +268,19 @@ impl Decoder<'_> {
         }
     }
 
+    /// Reports the required key `name` missing from `fields`, unless an unknown key was
+    /// already reported as a likely misspelling of it.
+    fn missing(&mut self, fields: &Fields<'_>, pos: Pos, name: &str, hint: &str) {
+        if !fields.suggested.contains(&name) {
+            self.sink.error_hint(
+                pos,
+                &join(&fields.key, name),
+                format!("missing key `{name}`"),
+                hint,
+            );
+        }
+    }
+
     /// Checks that `node` is a mapping with only `allowed` keys, each at most once.
     fn fields<'a>(
         &mut self,
@@ -283,6 +304,7 @@ impl Decoder<'_> {
         let mut fields = Fields {
             key: key.to_owned(),
             entries: Vec::new(),
+            suggested: Vec::new(),
         };
         for (k, value) in entries {
             let Kind::Str(name) = &k.kind else {
@@ -302,8 +324,9 @@ impl Decoder<'_> {
                     .map(|(k, _)| *k);
                 match closest(name, valid) {
                     Some(s) => {
+                        fields.suggested.push(s);
                         self.sink
-                            .error_hint(k.pos, &path, message, format!("did you mean `{s}`?"))
+                            .error_hint(k.pos, &path, message, format!("did you mean `{s}`?"));
                     }
                     None => {
                         let list: Vec<String> = allowed
@@ -450,19 +473,19 @@ impl Decoder<'_> {
         };
         match fields.get("path") {
             Some((n, k)) => ep.path = self.string(n, k),
-            None => self.sink.error_hint(
+            None => self.missing(
+                &fields,
                 node.pos,
-                &join(&key, "path"),
-                "missing key `path`",
+                "path",
                 "every endpoint needs a `path`, e.g. `path: /kv/put`",
             ),
         }
         match fields.get("type") {
             Some((n, k)) => ep.op = self.op(n, k),
-            None => self.sink.error_hint(
+            None => self.missing(
+                &fields,
                 node.pos,
-                &join(&key, "type"),
-                "missing key `type`",
+                "type",
                 "every endpoint needs a `type`: send, receive, write or read",
             ),
         }
@@ -472,10 +495,10 @@ impl Decoder<'_> {
             let required = self.format == SpecFormat::DocaCpp
                 || ep.op.as_ref().is_some_and(|op| op.value.is_one_sided());
             if required {
-                self.sink.error_hint(
+                self.missing(
+                    &fields,
                     node.pos,
-                    &join(&key, "buffer"),
-                    "missing key `buffer`",
+                    "buffer",
                     if self.format == SpecFormat::DocaCpp {
                         "every endpoint needs `buffer: { size: <bytes> }`"
                     } else {
@@ -497,10 +520,10 @@ impl Decoder<'_> {
         match fields.get("size") {
             Some((n, k)) => self.size(n, k),
             None => {
-                self.sink.error_hint(
+                self.missing(
+                    &fields,
                     node.pos,
-                    &join(key, "size"),
-                    "missing key `size`",
+                    "size",
                     "give the buffer size in bytes, e.g. `size: 4096`",
                 );
                 None
@@ -726,19 +749,19 @@ impl Decoder<'_> {
         };
         match fields.get("name") {
             Some((n, k)) => field.name = self.string(n, k),
-            None => self.sink.error_hint(
+            None => self.missing(
+                &fields,
                 node.pos,
-                &join(&key, "name"),
-                "missing key `name`",
+                "name",
                 "every field needs a snake_case `name`",
             ),
         }
         match fields.get("type") {
             Some((n, k)) => field.ty = self.string(n, k),
-            None => self.sink.error_hint(
+            None => self.missing(
+                &fields,
                 node.pos,
-                &join(&key, "type"),
-                "missing key `type`",
+                "type",
                 "give a protobuf scalar type (e.g. `uint64`, `string`) or a message or enum name",
             ),
         }
@@ -764,10 +787,10 @@ impl Decoder<'_> {
                     .map(|l| l.value)
                     .unwrap_or_default();
             }
-            None => self.sink.error_hint(
+            None => self.missing(
+                &fields,
                 node.pos,
-                &join(&key, "values"),
-                "missing key `values`",
+                "values",
                 "list the enum's values, e.g. `values: [OK, NOT_FOUND]`",
             ),
         }
@@ -793,12 +816,7 @@ impl Decoder<'_> {
         let fields = self.fields(node, &key, ENUM_VALUE_KEYS)?;
         match fields.get("name") {
             Some((n, k)) => value.name = self.string(n, k),
-            None => self.sink.error_hint(
-                node.pos,
-                &join(&key, "name"),
-                "missing key `name`",
-                "every enum value needs a `name`",
-            ),
+            None => self.missing(&fields, node.pos, "name", "every enum value needs a `name`"),
         }
         value.number = fields.get("number").and_then(|(n, k)| self.integer(n, k));
         value.doc = fields.get("doc").and_then(|(n, k)| self.string(n, k));
