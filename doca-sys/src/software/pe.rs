@@ -1,0 +1,418 @@
+//! Progress engine, context state machine, and callback delivery.
+
+use super::*;
+
+/// A callback resolved under the lock and invoked after releasing it.
+enum Call {
+    State(doca_ctx_state_changed_callback_t, UserData, H, u32, u32),
+    Request(doca_rdma_connection_request_cb_t, H, UserData),
+    Conn(doca_rdma_connection_established_cb_t, H, UserData, UserData),
+    Task(Option<TaskCb>, H, UserData, UserData),
+}
+
+impl Call {
+    /// # Safety
+    /// The callbacks were registered by the application for exactly these arguments.
+    unsafe fn invoke(self) {
+        // SAFETY: (all arms) DOCA calls registered callbacks with the object pointers and user
+        // data they were registered for; the handles are live objects of this provider.
+        unsafe {
+            match self {
+                Call::State(Some(cb), ud, ctx, prev, next) => {
+                    cb(ud.0, ctx as *mut doca_ctx, prev, next)
+                }
+                Call::Request(Some(cb), conn, ud) => cb(conn as *mut doca_rdma_connection, ud.0),
+                Call::Conn(Some(cb), conn, cud, ud) => {
+                    cb(conn as *mut doca_rdma_connection, cud.0, ud.0)
+                }
+                Call::Task(Some(cb), task, tud, ud) => cb(task as *mut doca_task, tud.0, ud.0),
+                _ => {}
+            }
+        }
+    }
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_pe_create(pe: *mut *mut doca_pe) -> doca_error_t {
+    if pe.is_null() {
+        return DOCA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: plain eventfd creation.
+    let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if efd < 0 {
+        return DOCA_ERROR_OPERATING_SYSTEM;
+    }
+    let h = new_handle();
+    world().pes.insert(
+        h,
+        Pe {
+            ctxs: Vec::new(),
+            queue: VecDeque::new(),
+            efd,
+            armed: false,
+            timer: false,
+        },
+    );
+    // SAFETY: checked non-null; writable per the contract.
+    unsafe { *pe = h as *mut doca_pe };
+    DOCA_SUCCESS
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_pe_destroy(pe: *mut doca_pe) -> doca_error_t {
+    let mut w = world();
+    match w.pes.get(&(pe as H)) {
+        None => return DOCA_ERROR_INVALID_VALUE,
+        Some(p) if !p.ctxs.is_empty() => return DOCA_ERROR_IN_USE,
+        Some(_) => {}
+    }
+    let p = w.pes.remove(&(pe as H)).expect("checked above");
+    // SAFETY: the eventfd belongs to this progress engine and is closed once.
+    unsafe { libc::close(p.efd) };
+    free_handle(pe as H);
+    DOCA_SUCCESS
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_pe_connect_ctx(
+    pe: *mut doca_pe,
+    ctx: *mut doca_ctx,
+) -> doca_error_t {
+    let (pe, ctx) = (pe as H, ctx as H);
+    let mut w = world();
+    if !w.pes.contains_key(&pe) {
+        return DOCA_ERROR_INVALID_VALUE;
+    }
+    let Some(r) = w.rdmas.get_mut(&ctx) else {
+        return DOCA_ERROR_INVALID_VALUE;
+    };
+    if r.state != DOCA_CTX_STATE_IDLE {
+        return DOCA_ERROR_BAD_STATE;
+    }
+    match r.pe {
+        Some(old) if old == pe => return DOCA_SUCCESS,
+        Some(_) => return DOCA_ERROR_IN_USE,
+        None => r.pe = Some(pe),
+    }
+    w.pes.get_mut(&pe).expect("checked above").ctxs.push(ctx);
+    DOCA_SUCCESS
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_pe_progress(pe: *mut doca_pe) -> u8 {
+    let calls = world().prepare_progress(pe as H);
+    let any = !calls.is_empty();
+    for call in calls {
+        // SAFETY: callbacks registered by the application; called without the lock.
+        unsafe { call.invoke() };
+    }
+    u8::from(any)
+}
+
+impl World {
+    /// Advances time-driven state of a progress engine and takes its queued callbacks.
+    fn prepare_progress(&mut self, pe: H) -> Vec<Call> {
+        let Some(p) = self.pes.get(&pe) else {
+            return Vec::new();
+        };
+        let now = Instant::now();
+        for ctx in p.ctxs.clone() {
+            self.advance_ctx(ctx, now);
+        }
+        let events: Vec<Event> = match self.pes.get_mut(&pe) {
+            Some(p) => p.queue.drain(..).collect(),
+            None => return Vec::new(),
+        };
+        events.into_iter().filter_map(|e| self.resolve(e)).collect()
+    }
+
+    fn advance_ctx(&mut self, ctx: H, now: Instant) {
+        let Some(r) = self.rdmas.get_mut(&ctx) else {
+            return;
+        };
+        if r.state == DOCA_CTX_STATE_STARTING {
+            r.state = DOCA_CTX_STATE_RUNNING;
+            self.enqueue_ctx(
+                ctx,
+                Event::State {
+                    ctx,
+                    prev: DOCA_CTX_STATE_STARTING,
+                    next: DOCA_CTX_STATE_RUNNING,
+                },
+            );
+            return;
+        }
+        // Receiver not ready: fail the sends whose deadline passed.
+        for conn in r.conns.clone() {
+            let expired = self
+                .conns
+                .get(&conn)
+                .and_then(|c| c.pending.front())
+                .filter(|t| {
+                    self.tasks
+                        .get(t)
+                        .and_then(|t| t.deadline)
+                        .is_some_and(|d| d <= now)
+                })
+                .copied();
+            if let Some(task) = expired {
+                self.complete(task, ERR_TASK);
+                self.conn_error(conn);
+            }
+        }
+        let r = self.rdmas.get_mut(&ctx).expect("checked above");
+        if r.state == DOCA_CTX_STATE_STOPPING && r.inflight == 0 && r.allocated() == 0 {
+            r.state = DOCA_CTX_STATE_IDLE;
+            self.enqueue_ctx(
+                ctx,
+                Event::State {
+                    ctx,
+                    prev: DOCA_CTX_STATE_STOPPING,
+                    next: DOCA_CTX_STATE_IDLE,
+                },
+            );
+        }
+    }
+
+    /// Turns a queued event into the callback to run, updating state for delivery.
+    fn resolve(&mut self, event: Event) -> Option<Call> {
+        match event {
+            Event::State { ctx, prev, next } => {
+                let r = self.rdmas.get(&ctx)?;
+                Some(Call::State(r.state_cb, r.user_data, ctx, prev, next))
+            }
+            Event::Request(conn) => {
+                let c = self.conns.get(&conn)?;
+                if c.state != ConnState::Requested {
+                    return None;
+                }
+                let r = self.rdmas.get(&c.rdma)?;
+                if r.request_cb.is_none() {
+                    self.reject(conn);
+                    return None;
+                }
+                Some(Call::Request(r.request_cb, conn, r.user_data))
+            }
+            Event::Established(conn) | Event::Failure(conn) | Event::Disconnect(conn) => {
+                let c = self.conns.get(&conn)?;
+                let r = self.rdmas.get(&c.rdma)?;
+                let cb = match event {
+                    Event::Established(_) => r.established_cb,
+                    Event::Failure(_) => r.failure_cb,
+                    _ if c.state == ConnState::PeerGone => r.disconnect_cb,
+                    _ => return None,
+                };
+                Some(Call::Conn(cb, conn, c.user_data, r.user_data))
+            }
+            Event::TaskDone(task) => {
+                let t = self.tasks.get_mut(&task)?;
+                if t.phase != Phase::Completing {
+                    return None;
+                }
+                t.phase = Phase::Idle;
+                let (rdma, kind, status, tud) = (t.rdma, t.kind, t.status, t.user_data);
+                let r = self.rdmas.get_mut(&rdma)?;
+                r.inflight -= 1;
+                let conf = r.confs[kind.index()];
+                let cb = if status == DOCA_SUCCESS {
+                    conf.success
+                } else {
+                    conf.error
+                };
+                Some(Call::Task(cb, task, tud, r.user_data))
+            }
+        }
+    }
+
+    /// Server side reject: the client gets its failure callback.
+    pub(super) fn reject(&mut self, conn: H) {
+        let peer = self.conns.get(&conn).and_then(|c| c.peer);
+        self.set_conn_state(conn, ConnState::Disconnected);
+        if let Some(p) = peer {
+            self.fail_client(p);
+        }
+    }
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_pe_get_notification_handle(
+    pe: *const doca_pe,
+    handle: *mut doca_notification_handle_t,
+) -> doca_error_t {
+    let w = world();
+    let Some(p) = w.pes.get(&(pe as H)) else {
+        return DOCA_ERROR_INVALID_VALUE;
+    };
+    if handle.is_null() {
+        return DOCA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: checked non-null; writable per the contract.
+    unsafe { *handle = p.efd };
+    DOCA_SUCCESS
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_pe_request_notification(pe: *mut doca_pe) -> doca_error_t {
+    let pe = pe as H;
+    let mut w = world();
+    let now = Instant::now();
+    let has_work = w.pe_has_work(pe, now);
+    let deadline = w.earliest_deadline(pe);
+    let Some(p) = w.pes.get_mut(&pe) else {
+        return DOCA_ERROR_INVALID_VALUE;
+    };
+    if has_work {
+        p.armed = false;
+        signal_fd(p.efd);
+        return DOCA_SUCCESS;
+    }
+    p.armed = true;
+    if let Some(deadline) = deadline {
+        if !p.timer {
+            // Wake the engine when a receiver-not-ready deadline expires.
+            p.timer = true;
+            std::thread::spawn(move || {
+                std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+                let mut w = world();
+                if let Some(p) = w.pes.get_mut(&pe) {
+                    p.timer = false;
+                    if p.armed {
+                        p.armed = false;
+                        signal_fd(p.efd);
+                    }
+                }
+            });
+        }
+    }
+    DOCA_SUCCESS
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_pe_clear_notification(
+    pe: *mut doca_pe,
+    handle: doca_notification_handle_t,
+) -> doca_error_t {
+    let w = world();
+    let Some(p) = w.pes.get(&(pe as H)) else {
+        return DOCA_ERROR_INVALID_VALUE;
+    };
+    if p.efd != handle {
+        return DOCA_ERROR_INVALID_VALUE;
+    }
+    let mut value: u64 = 0;
+    // SAFETY: reads 8 bytes into a live local from the engine's non-blocking eventfd.
+    let _ = unsafe { libc::read(p.efd, (&mut value as *mut u64).cast::<c_void>(), 8) };
+    DOCA_SUCCESS
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_ctx_start(ctx: *mut doca_ctx) -> doca_error_t {
+    let ctx = ctx as H;
+    let mut w = world();
+    let Some(r) = w.rdmas.get_mut(&ctx) else {
+        return DOCA_ERROR_INVALID_VALUE;
+    };
+    if r.pe.is_none() {
+        return DOCA_ERROR_NOT_CONNECTED;
+    }
+    if r.state != DOCA_CTX_STATE_IDLE {
+        return DOCA_ERROR_BAD_STATE;
+    }
+    r.state = DOCA_CTX_STATE_STARTING;
+    w.enqueue_ctx(
+        ctx,
+        Event::State {
+            ctx,
+            prev: DOCA_CTX_STATE_IDLE,
+            next: DOCA_CTX_STATE_STARTING,
+        },
+    );
+    DOCA_SUCCESS
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_ctx_stop(ctx: *mut doca_ctx) -> doca_error_t {
+    let ctx = ctx as H;
+    let mut w = world();
+    let Some(r) = w.rdmas.get_mut(&ctx) else {
+        return DOCA_ERROR_INVALID_VALUE;
+    };
+    let prev = r.state;
+    match prev {
+        DOCA_CTX_STATE_IDLE => return DOCA_ERROR_BAD_STATE,
+        DOCA_CTX_STATE_STOPPING => return DOCA_ERROR_IN_PROGRESS,
+        _ => {}
+    }
+    let listening = std::mem::take(&mut r.listening);
+    let conns = r.conns.clone();
+    let recvs: Vec<H> = r.recvs.iter().copied().collect();
+    for port in listening {
+        w.listeners.remove(&port);
+    }
+    for conn in conns {
+        let _ = w.disconnect(conn);
+    }
+    for task in recvs {
+        w.complete(task, ERR_FLUSH);
+    }
+    let r = w.rdmas.get_mut(&ctx).expect("checked above");
+    let done = r.inflight == 0 && r.allocated() == 0;
+    let next = if done {
+        DOCA_CTX_STATE_IDLE
+    } else {
+        DOCA_CTX_STATE_STOPPING
+    };
+    r.state = next;
+    w.enqueue_ctx(ctx, Event::State { ctx, prev, next });
+    if done {
+        DOCA_SUCCESS
+    } else {
+        DOCA_ERROR_IN_PROGRESS
+    }
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_ctx_get_state(
+    ctx: *const doca_ctx,
+    state: *mut doca_ctx_states,
+) -> doca_error_t {
+    let w = world();
+    let Some(r) = w.rdmas.get(&(ctx as H)) else {
+        return DOCA_ERROR_INVALID_VALUE;
+    };
+    if state.is_null() {
+        return DOCA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: checked non-null; writable per the contract.
+    unsafe { *state = r.state };
+    DOCA_SUCCESS
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_ctx_set_state_changed_cb(
+    ctx: *mut doca_ctx,
+    cb: doca_ctx_state_changed_callback_t,
+) -> doca_error_t {
+    let mut w = world();
+    let Some(r) = w.rdmas.get_mut(&(ctx as H)) else {
+        return DOCA_ERROR_INVALID_VALUE;
+    };
+    if r.state != DOCA_CTX_STATE_IDLE {
+        return DOCA_ERROR_BAD_STATE;
+    }
+    r.state_cb = cb;
+    DOCA_SUCCESS
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_ctx_set_user_data(
+    ctx: *mut doca_ctx,
+    user_data: doca_data,
+) -> doca_error_t {
+    let mut w = world();
+    let Some(r) = w.rdmas.get_mut(&(ctx as H)) else {
+        return DOCA_ERROR_INVALID_VALUE;
+    };
+    r.user_data = UserData(user_data);
+    DOCA_SUCCESS
+}

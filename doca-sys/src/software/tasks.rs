@@ -1,0 +1,822 @@
+//! Tasks: configuration, allocation, submission and the data movement they perform.
+
+use super::memory::contains;
+use super::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What a new task carries.
+#[derive(Default)]
+struct Init {
+    conn: Option<H>,
+    src: H,
+    dst: H,
+    result: H,
+    imm: u32,
+    cmp: u64,
+    swap: u64,
+    add: u64,
+}
+
+fn set_conf(
+    rdma: H,
+    kind: Kind,
+    success: Option<TaskCb>,
+    error: Option<TaskCb>,
+    num: u32,
+) -> doca_error_t {
+    if num == 0 {
+        return DOCA_ERROR_INVALID_VALUE;
+    }
+    let mut w = world();
+    match w.rdmas.get_mut(&rdma) {
+        None => DOCA_ERROR_INVALID_VALUE,
+        Some(r) if r.state != DOCA_CTX_STATE_IDLE => DOCA_ERROR_BAD_STATE,
+        Some(r) => {
+            let conf = &mut r.confs[kind.index()];
+            conf.success = success;
+            conf.error = error;
+            conf.num = num;
+            DOCA_SUCCESS
+        }
+    }
+}
+
+/// # Safety
+/// `out` is null or writable.
+unsafe fn allocate(
+    rdma: H,
+    kind: Kind,
+    init: Init,
+    user_data: doca_data,
+    out: *mut H,
+) -> doca_error_t {
+    if out.is_null() {
+        return DOCA_ERROR_INVALID_VALUE;
+    }
+    let mut w = world();
+    let conn_ok = match init.conn {
+        None => kind == Kind::Receive,
+        Some(c) => w.conns.get(&c).is_some_and(|c| c.rdma == rdma),
+    };
+    let Some(r) = w.rdmas.get_mut(&rdma) else {
+        return DOCA_ERROR_INVALID_VALUE;
+    };
+    if !conn_ok {
+        return DOCA_ERROR_INVALID_VALUE;
+    }
+    if r.state != DOCA_CTX_STATE_RUNNING {
+        return DOCA_ERROR_BAD_STATE;
+    }
+    let conf = &mut r.confs[kind.index()];
+    if conf.allocated >= conf.num {
+        return DOCA_ERROR_NO_MEMORY;
+    }
+    conf.allocated += 1;
+    let h = new_handle();
+    w.tasks.insert(
+        h,
+        Task {
+            kind,
+            rdma,
+            conn: init.conn,
+            src: init.src,
+            dst: init.dst,
+            result: init.result,
+            imm: init.imm,
+            cmp: init.cmp,
+            swap: init.swap,
+            add: init.add,
+            user_data: UserData(user_data),
+            status: DOCA_SUCCESS,
+            phase: Phase::Idle,
+            deadline: None,
+            res_len: 0,
+            res_opcode: 0,
+            res_imm: 0,
+            res_conn: 0,
+        },
+    );
+    // SAFETY: checked non-null; writable per the caller's contract.
+    unsafe { *out = h };
+    DOCA_SUCCESS
+}
+
+/// Updates a field of an idle task (the `set_*` accessors).
+fn update(task: H, f: impl FnOnce(&mut Task)) {
+    if let Some(t) = world().tasks.get_mut(&task) {
+        if t.phase == Phase::Idle {
+            f(t);
+        }
+    }
+}
+
+macro_rules! task_type {
+    ($kind:expr, $task:ident, $cb:ident, $set_conf:ident, $as_task:ident) => {
+        #[no_mangle]
+        pub(crate) unsafe extern "C" fn $set_conf(
+            rdma: *mut doca_rdma,
+            successful_task_completion_cb: $cb,
+            error_task_completion_cb: $cb,
+            num_tasks: u32,
+        ) -> doca_error_t {
+            // SAFETY: every task completion callback takes (task pointer, doca_data, doca_data);
+            // pointer arguments are ABI-compatible, so the generic signature may call it.
+            let (ok, err) = unsafe {
+                (
+                    std::mem::transmute::<$cb, Option<TaskCb>>(successful_task_completion_cb),
+                    std::mem::transmute::<$cb, Option<TaskCb>>(error_task_completion_cb),
+                )
+            };
+            set_conf(rdma as H, $kind, ok, err, num_tasks)
+        }
+
+        #[no_mangle]
+        pub(crate) unsafe extern "C" fn $as_task(task: *mut $task) -> *mut doca_task {
+            task.cast()
+        }
+    };
+}
+
+task_type!(
+    Kind::Receive,
+    doca_rdma_task_receive,
+    doca_rdma_task_receive_completion_cb_t,
+    doca_rdma_task_receive_set_conf,
+    doca_rdma_task_receive_as_task
+);
+task_type!(
+    Kind::Send,
+    doca_rdma_task_send,
+    doca_rdma_task_send_completion_cb_t,
+    doca_rdma_task_send_set_conf,
+    doca_rdma_task_send_as_task
+);
+task_type!(
+    Kind::SendImm,
+    doca_rdma_task_send_imm,
+    doca_rdma_task_send_imm_completion_cb_t,
+    doca_rdma_task_send_imm_set_conf,
+    doca_rdma_task_send_imm_as_task
+);
+task_type!(
+    Kind::Read,
+    doca_rdma_task_read,
+    doca_rdma_task_read_completion_cb_t,
+    doca_rdma_task_read_set_conf,
+    doca_rdma_task_read_as_task
+);
+task_type!(
+    Kind::Write,
+    doca_rdma_task_write,
+    doca_rdma_task_write_completion_cb_t,
+    doca_rdma_task_write_set_conf,
+    doca_rdma_task_write_as_task
+);
+task_type!(
+    Kind::WriteImm,
+    doca_rdma_task_write_imm,
+    doca_rdma_task_write_imm_completion_cb_t,
+    doca_rdma_task_write_imm_set_conf,
+    doca_rdma_task_write_imm_as_task
+);
+task_type!(
+    Kind::CmpSwp,
+    doca_rdma_task_atomic_cmp_swp,
+    doca_rdma_task_atomic_cmp_swp_completion_cb_t,
+    doca_rdma_task_atomic_cmp_swp_set_conf,
+    doca_rdma_task_atomic_cmp_swp_as_task
+);
+task_type!(
+    Kind::FetchAdd,
+    doca_rdma_task_atomic_fetch_add,
+    doca_rdma_task_atomic_fetch_add_completion_cb_t,
+    doca_rdma_task_atomic_fetch_add_set_conf,
+    doca_rdma_task_atomic_fetch_add_as_task
+);
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_receive_allocate_init(
+    rdma: *mut doca_rdma,
+    dst_buf: *mut doca_buf,
+    user_data: doca_data,
+    task: *mut *mut doca_rdma_task_receive,
+) -> doca_error_t {
+    let init = Init {
+        dst: dst_buf as H,
+        ..Init::default()
+    };
+    // SAFETY: `task` is writable per the contract.
+    unsafe { allocate(rdma as H, Kind::Receive, init, user_data, task.cast()) }
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_send_allocate_init(
+    rdma: *mut doca_rdma,
+    rdma_connection: *mut doca_rdma_connection,
+    src_buf: *const doca_buf,
+    user_data: doca_data,
+    task: *mut *mut doca_rdma_task_send,
+) -> doca_error_t {
+    let init = Init {
+        conn: Some(rdma_connection as H),
+        src: src_buf as H,
+        ..Init::default()
+    };
+    // SAFETY: `task` is writable per the contract.
+    unsafe { allocate(rdma as H, Kind::Send, init, user_data, task.cast()) }
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_send_imm_allocate_init(
+    rdma: *mut doca_rdma,
+    rdma_connection: *mut doca_rdma_connection,
+    src_buf: *const doca_buf,
+    immediate_data: doca_be32_t,
+    user_data: doca_data,
+    task: *mut *mut doca_rdma_task_send_imm,
+) -> doca_error_t {
+    let init = Init {
+        conn: Some(rdma_connection as H),
+        src: src_buf as H,
+        imm: immediate_data,
+        ..Init::default()
+    };
+    // SAFETY: `task` is writable per the contract.
+    unsafe { allocate(rdma as H, Kind::SendImm, init, user_data, task.cast()) }
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_read_allocate_init(
+    rdma: *mut doca_rdma,
+    rdma_connection: *mut doca_rdma_connection,
+    src_buf: *const doca_buf,
+    dst_buf: *mut doca_buf,
+    user_data: doca_data,
+    task: *mut *mut doca_rdma_task_read,
+) -> doca_error_t {
+    let init = Init {
+        conn: Some(rdma_connection as H),
+        src: src_buf as H,
+        dst: dst_buf as H,
+        ..Init::default()
+    };
+    // SAFETY: `task` is writable per the contract.
+    unsafe { allocate(rdma as H, Kind::Read, init, user_data, task.cast()) }
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_write_allocate_init(
+    rdma: *mut doca_rdma,
+    rdma_connection: *mut doca_rdma_connection,
+    src_buf: *const doca_buf,
+    dst_buf: *mut doca_buf,
+    user_data: doca_data,
+    task: *mut *mut doca_rdma_task_write,
+) -> doca_error_t {
+    let init = Init {
+        conn: Some(rdma_connection as H),
+        src: src_buf as H,
+        dst: dst_buf as H,
+        ..Init::default()
+    };
+    // SAFETY: `task` is writable per the contract.
+    unsafe { allocate(rdma as H, Kind::Write, init, user_data, task.cast()) }
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_write_imm_allocate_init(
+    rdma: *mut doca_rdma,
+    rdma_connection: *mut doca_rdma_connection,
+    src_buf: *const doca_buf,
+    dst_buf: *mut doca_buf,
+    immediate_data: doca_be32_t,
+    user_data: doca_data,
+    task: *mut *mut doca_rdma_task_write_imm,
+) -> doca_error_t {
+    let init = Init {
+        conn: Some(rdma_connection as H),
+        src: src_buf as H,
+        dst: dst_buf as H,
+        imm: immediate_data,
+        ..Init::default()
+    };
+    // SAFETY: `task` is writable per the contract.
+    unsafe { allocate(rdma as H, Kind::WriteImm, init, user_data, task.cast()) }
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_atomic_cmp_swp_allocate_init(
+    rdma: *mut doca_rdma,
+    rdma_connection: *mut doca_rdma_connection,
+    dst_buf: *mut doca_buf,
+    result_buf: *mut doca_buf,
+    cmp_data: u64,
+    swap_data: u64,
+    user_data: doca_data,
+    task: *mut *mut doca_rdma_task_atomic_cmp_swp,
+) -> doca_error_t {
+    let init = Init {
+        conn: Some(rdma_connection as H),
+        dst: dst_buf as H,
+        result: result_buf as H,
+        cmp: cmp_data,
+        swap: swap_data,
+        ..Init::default()
+    };
+    // SAFETY: `task` is writable per the contract.
+    unsafe { allocate(rdma as H, Kind::CmpSwp, init, user_data, task.cast()) }
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_atomic_fetch_add_allocate_init(
+    rdma: *mut doca_rdma,
+    rdma_connection: *mut doca_rdma_connection,
+    dst_buf: *mut doca_buf,
+    result_buf: *mut doca_buf,
+    add_data: u64,
+    user_data: doca_data,
+    task: *mut *mut doca_rdma_task_atomic_fetch_add,
+) -> doca_error_t {
+    let init = Init {
+        conn: Some(rdma_connection as H),
+        dst: dst_buf as H,
+        result: result_buf as H,
+        add: add_data,
+        ..Init::default()
+    };
+    // SAFETY: `task` is writable per the contract.
+    unsafe { allocate(rdma as H, Kind::FetchAdd, init, user_data, task.cast()) }
+}
+
+// ---- set_* accessors (idle tasks only) ----
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_receive_set_dst_buf(
+    task: *mut doca_rdma_task_receive,
+    dst_buf: *mut doca_buf,
+) {
+    update(task as H, |t| t.dst = dst_buf as H);
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_send_set_src_buf(
+    task: *mut doca_rdma_task_send,
+    src_buf: *const doca_buf,
+) {
+    update(task as H, |t| t.src = src_buf as H);
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_send_imm_set_src_buf(
+    task: *mut doca_rdma_task_send_imm,
+    src_buf: *const doca_buf,
+) {
+    update(task as H, |t| t.src = src_buf as H);
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_send_imm_set_immediate_data(
+    task: *mut doca_rdma_task_send_imm,
+    immediate_data: doca_be32_t,
+) {
+    update(task as H, |t| t.imm = immediate_data);
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_read_set_src_buf(
+    task: *mut doca_rdma_task_read,
+    src_buf: *const doca_buf,
+) {
+    update(task as H, |t| t.src = src_buf as H);
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_read_set_dst_buf(
+    task: *mut doca_rdma_task_read,
+    dst_buf: *mut doca_buf,
+) {
+    update(task as H, |t| t.dst = dst_buf as H);
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_write_set_src_buf(
+    task: *mut doca_rdma_task_write,
+    src_buf: *const doca_buf,
+) {
+    update(task as H, |t| t.src = src_buf as H);
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_write_set_dst_buf(
+    task: *mut doca_rdma_task_write,
+    dst_buf: *mut doca_buf,
+) {
+    update(task as H, |t| t.dst = dst_buf as H);
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_write_imm_set_src_buf(
+    task: *mut doca_rdma_task_write_imm,
+    src_buf: *const doca_buf,
+) {
+    update(task as H, |t| t.src = src_buf as H);
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_write_imm_set_dst_buf(
+    task: *mut doca_rdma_task_write_imm,
+    dst_buf: *mut doca_buf,
+) {
+    update(task as H, |t| t.dst = dst_buf as H);
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_write_imm_set_immediate_data(
+    task: *mut doca_rdma_task_write_imm,
+    immediate_data: doca_be32_t,
+) {
+    update(task as H, |t| t.imm = immediate_data);
+}
+
+// ---- receive results ----
+
+fn with_task<T>(task: H, default: T, f: impl FnOnce(&Task) -> T) -> T {
+    world().tasks.get(&task).map_or(default, f)
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_receive_get_dst_buf(
+    task: *const doca_rdma_task_receive,
+) -> *mut doca_buf {
+    with_task(task as H, std::ptr::null_mut(), |t| t.dst as *mut doca_buf)
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_receive_get_result_len(
+    task: *const doca_rdma_task_receive,
+) -> u32 {
+    with_task(task as H, 0, |t| t.res_len)
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_receive_get_result_opcode(
+    task: *const doca_rdma_task_receive,
+) -> doca_rdma_opcode {
+    with_task(task as H, DOCA_RDMA_OPCODE_RECV_SEND, |t| t.res_opcode)
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_receive_get_result_immediate_data(
+    task: *const doca_rdma_task_receive,
+) -> doca_be32_t {
+    with_task(task as H, 0, |t| t.res_imm)
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_receive_get_result_rdma_connection(
+    task: *const doca_rdma_task_receive,
+) -> *const doca_rdma_connection {
+    with_task(task as H, std::ptr::null(), |t| {
+        t.res_conn as *const doca_rdma_connection
+    })
+}
+
+// ---- generic task calls ----
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_task_free(task: *mut doca_task) {
+    let h = task as H;
+    let mut w = world();
+    let Some(t) = w.tasks.get(&h) else {
+        return;
+    };
+    if t.phase != Phase::Idle {
+        // Freeing a task DOCA still owns is a caller bug; keep it alive rather than dangle.
+        return;
+    }
+    let t = w.tasks.remove(&h).expect("checked");
+    if let Some(r) = w.rdmas.get_mut(&t.rdma) {
+        r.confs[t.kind.index()].allocated -= 1;
+    }
+    free_handle(h);
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_task_get_status(task: *const doca_task) -> doca_error_t {
+    with_task(task as H, DOCA_ERROR_INVALID_VALUE, |t| t.status)
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_task_get_user_data(task: *const doca_task) -> doca_data {
+    with_task(task as H, UserData::NULL, |t| t.user_data).0
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_task_set_user_data(
+    task: *mut doca_task,
+    user_data: doca_data,
+) {
+    if let Some(t) = world().tasks.get_mut(&(task as H)) {
+        t.user_data = UserData(user_data);
+    }
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_task_submit(task: *mut doca_task) -> doca_error_t {
+    world().submit(task as H)
+}
+
+/// Which local/remote role a buffer must have.
+fn buf_ok(w: &World, buf: H, remote: bool) -> bool {
+    w.bufs
+        .get(&buf)
+        .and_then(|b| w.mmaps.get(&b.mmap))
+        .is_some_and(|m| m.remote.is_some() == remote)
+}
+
+impl World {
+    fn submit(&mut self, task: H) -> doca_error_t {
+        let Some(t) = self.tasks.get(&task) else {
+            return DOCA_ERROR_INVALID_VALUE;
+        };
+        if t.phase != Phase::Idle {
+            return DOCA_ERROR_IN_USE;
+        }
+        let (kind, rdma, conn) = (t.kind, t.rdma, t.conn);
+        if self.rdmas.get(&rdma).map(|r| r.state) != Some(DOCA_CTX_STATE_RUNNING) {
+            return DOCA_ERROR_BAD_STATE;
+        }
+        let bufs_ok = match kind {
+            Kind::Receive => buf_ok(self, t.dst, false),
+            Kind::Send | Kind::SendImm => buf_ok(self, t.src, false),
+            Kind::Read => buf_ok(self, t.src, true) && buf_ok(self, t.dst, false),
+            Kind::Write | Kind::WriteImm => buf_ok(self, t.src, false) && buf_ok(self, t.dst, true),
+            Kind::CmpSwp | Kind::FetchAdd => {
+                buf_ok(self, t.dst, true) && buf_ok(self, t.result, false)
+            }
+        };
+        if !bufs_ok {
+            return DOCA_ERROR_INVALID_VALUE;
+        }
+        let conn_state = self.conn_state(conn);
+        if conn.is_some()
+            && !matches!(
+                conn_state,
+                Some(ConnState::Established | ConnState::Error | ConnState::PeerGone)
+            )
+        {
+            return DOCA_ERROR_NOT_CONNECTED;
+        }
+        let t = self.tasks.get_mut(&task).expect("checked");
+        t.phase = Phase::Submitted;
+        t.status = DOCA_SUCCESS;
+        self.rdmas.get_mut(&rdma).expect("checked").inflight += 1;
+
+        let Some(conn) = conn else {
+            // A receive: post it, then let waiting sends of any connection's peer match it.
+            let r = self.rdmas.get_mut(&rdma).expect("checked");
+            r.recvs.push_back(task);
+            let peers: Vec<H> = r
+                .conns
+                .iter()
+                .filter_map(|c| self.conns.get(c)?.peer)
+                .collect();
+            for peer in peers {
+                self.try_deliver(peer);
+            }
+            return DOCA_SUCCESS;
+        };
+        self.conns
+            .get_mut(&conn)
+            .expect("checked")
+            .outstanding
+            .push(task);
+        if conn_state != Some(ConnState::Established) {
+            self.complete(task, ERR_FLUSH);
+            return DOCA_SUCCESS;
+        }
+        match kind {
+            Kind::Send | Kind::SendImm | Kind::WriteImm => {
+                self.tasks.get_mut(&task).expect("checked").deadline =
+                    Some(Instant::now() + rnr_timeout());
+                self.conns
+                    .get_mut(&conn)
+                    .expect("checked")
+                    .pending
+                    .push_back(task);
+                self.try_deliver(conn);
+            }
+            _ => {
+                let status = self.one_sided(task, conn);
+                self.complete(task, status);
+                if status != DOCA_SUCCESS {
+                    self.conn_error(conn);
+                }
+            }
+        }
+        DOCA_SUCCESS
+    }
+
+    /// Moves the waiting sends of `conn` into receives posted on its peer, oldest first.
+    pub(super) fn try_deliver(&mut self, conn: H) {
+        loop {
+            let Some(c) = self.conns.get(&conn) else {
+                return;
+            };
+            let (Some(&task), Some(peer)) = (c.pending.front(), c.peer) else {
+                return;
+            };
+            if c.state != ConnState::Established {
+                return;
+            }
+            let Some(peer_rdma) = self
+                .conns
+                .get(&peer)
+                .filter(|p| p.state == ConnState::Established)
+                .map(|p| p.rdma)
+            else {
+                return;
+            };
+            let Some(&recv) = self.rdmas.get(&peer_rdma).and_then(|r| r.recvs.front()) else {
+                return;
+            };
+            self.conns
+                .get_mut(&conn)
+                .expect("checked")
+                .pending
+                .pop_front();
+            self.rdmas
+                .get_mut(&peer_rdma)
+                .expect("checked")
+                .recvs
+                .pop_front();
+            match self.deliver(task, conn, recv, peer) {
+                Ok(()) => {
+                    self.complete(recv, DOCA_SUCCESS);
+                    self.complete(task, DOCA_SUCCESS);
+                }
+                Err(RecvFailure::Sender) => {
+                    // Remote access error of a write-with-immediate: the receive stays posted.
+                    self.rdmas
+                        .get_mut(&peer_rdma)
+                        .expect("checked")
+                        .recvs
+                        .push_front(recv);
+                    self.complete(task, ERR_TASK);
+                    self.conn_error(conn);
+                }
+                Err(RecvFailure::Both) => {
+                    self.complete(recv, ERR_TASK);
+                    self.complete(task, ERR_TASK);
+                    self.conn_error(conn);
+                    self.conn_error(peer);
+                }
+            }
+        }
+    }
+
+    /// Performs one send-like task into one receive.
+    fn deliver(&mut self, task: H, conn: H, recv: H, peer: H) -> Result<(), RecvFailure> {
+        let t = self.tasks.get(&task).expect("pending task exists");
+        let (kind, imm, src) = (t.kind, t.imm, t.src);
+        let dst = self.tasks.get(&recv).expect("posted receive exists").dst;
+        let (len, opcode) = match kind {
+            Kind::WriteImm => {
+                if self.one_sided(task, conn) != DOCA_SUCCESS {
+                    return Err(RecvFailure::Sender);
+                }
+                (0, DOCA_RDMA_OPCODE_RECV_WRITE_WITH_IMM)
+            }
+            _ => {
+                let (Some(s), Some(d)) = (self.bufs.get(&src), self.bufs.get(&dst)) else {
+                    return Err(RecvFailure::Both);
+                };
+                if s.data_len > d.tail_room() || s.data_len > u32::MAX as usize {
+                    return Err(RecvFailure::Both);
+                }
+                let (from, to, len) = (s.data, d.data + d.data_len, s.data_len);
+                // SAFETY: both ranges lie inside registered memory (buffer ranges are checked
+                // against their mmaps); DOCA's contract keeps it valid while registered.
+                unsafe { std::ptr::copy(from as *const u8, to as *mut u8, len) };
+                self.bufs.get_mut(&dst).expect("checked").data_len += len;
+                let op = if kind == Kind::SendImm {
+                    DOCA_RDMA_OPCODE_RECV_SEND_WITH_IMM
+                } else {
+                    DOCA_RDMA_OPCODE_RECV_SEND
+                };
+                (len as u32, op)
+            }
+        };
+        let r = self.tasks.get_mut(&recv).expect("checked");
+        r.res_len = len;
+        r.res_opcode = opcode;
+        r.res_imm = if kind == Kind::Send { 0 } else { imm };
+        r.res_conn = peer;
+        Ok(())
+    }
+
+    /// Checks a remote access of `len` bytes at `addr` through the remote buffer `buf`.
+    fn remote_ok(&self, conn: H, buf: &Buf, addr: usize, len: usize, need: u32) -> bool {
+        let Some(imported) = self.mmaps.get(&buf.mmap) else {
+            return false;
+        };
+        let exporter = imported
+            .remote
+            .and_then(|id| self.mmap_ids.get(&id))
+            .and_then(|h| self.mmaps.get(h));
+        let peer_perms = self
+            .conns
+            .get(&conn)
+            .and_then(|c| self.conns.get(&c.peer?))
+            .filter(|p| p.state == ConnState::Established)
+            .and_then(|p| self.rdmas.get(&p.rdma))
+            .map(|r| r.permissions);
+        match (exporter, peer_perms) {
+            (Some(m), Some(perms)) => {
+                m.started
+                    && m.permissions & need != 0
+                    && perms & need != 0
+                    && contains(m.addr, m.len, addr, len)
+                    && contains(buf.addr, buf.len, addr, len)
+            }
+            _ => false,
+        }
+    }
+
+    /// Performs a read, write (also the write of a write-with-immediate) or atomic.
+    fn one_sided(&mut self, task: H, conn: H) -> doca_error_t {
+        let t = self.tasks.get(&task).expect("submitted task exists");
+        let (kind, src, dst, result) = (t.kind, t.src, t.dst, t.result);
+        let (cmp, swap, add) = (t.cmp, t.swap, t.add);
+        let bufs = (
+            self.bufs.get(&src),
+            self.bufs.get(&dst),
+            self.bufs.get(&result),
+        );
+        match kind {
+            Kind::Write | Kind::WriteImm => {
+                let (Some(s), Some(d), _) = bufs else {
+                    return ERR_TASK;
+                };
+                let (from, to, len) = (s.data, d.data + d.data_len, s.data_len);
+                if !self.remote_ok(conn, d, to, len, DOCA_ACCESS_FLAG_RDMA_WRITE) {
+                    return ERR_TASK;
+                }
+                // SAFETY: the source is local registered memory and the target lies inside
+                // the exporting mmap's registered memory (checked above).
+                unsafe { std::ptr::copy(from as *const u8, to as *mut u8, len) };
+                self.bufs.get_mut(&dst).expect("checked").data_len += len;
+            }
+            Kind::Read => {
+                let (Some(s), Some(d), _) = bufs else {
+                    return ERR_TASK;
+                };
+                let (from, to, len) = (s.data, d.data + d.data_len, s.data_len);
+                if len > d.tail_room()
+                    || !self.remote_ok(conn, s, from, len, DOCA_ACCESS_FLAG_RDMA_READ)
+                {
+                    return ERR_TASK;
+                }
+                // SAFETY: the source lies inside the exporting mmap's registered memory
+                // (checked above) and the target inside the local buffer's tail room.
+                unsafe { std::ptr::copy(from as *const u8, to as *mut u8, len) };
+                self.bufs.get_mut(&dst).expect("checked").data_len += len;
+            }
+            Kind::CmpSwp | Kind::FetchAdd => {
+                let (_, Some(d), Some(res)) = bufs else {
+                    return ERR_TASK;
+                };
+                let target = d.data;
+                if target % 8 != 0
+                    || res.tail_room() < 8
+                    || !self.remote_ok(conn, d, target, 8, DOCA_ACCESS_FLAG_RDMA_ATOMIC)
+                {
+                    return ERR_TASK;
+                }
+                // SAFETY: 8 aligned bytes inside the exporting mmap's registered memory
+                // (checked above); accessed atomically as the hardware would.
+                let cell = unsafe { AtomicU64::from_ptr(target as *mut u64) };
+                let old = if kind == Kind::CmpSwp {
+                    cell.compare_exchange(cmp, swap, Ordering::SeqCst, Ordering::SeqCst)
+                        .unwrap_or_else(|v| v)
+                } else {
+                    cell.fetch_add(add, Ordering::SeqCst)
+                };
+                let to = res.data + res.data_len;
+                // SAFETY: 8 bytes of tail room in the local result buffer (checked above).
+                unsafe { std::ptr::write_unaligned(to as *mut u64, old) };
+                self.bufs.get_mut(&result).expect("checked").data_len += 8;
+            }
+            _ => unreachable!("send-like tasks are delivered by try_deliver"),
+        }
+        DOCA_SUCCESS
+    }
+}
+
+/// Which side a failed delivery fails.
+enum RecvFailure {
+    /// Only the sender (write-with-immediate remote access error).
+    Sender,
+    /// The receive and the send (length error).
+    Both,
+}
