@@ -185,7 +185,12 @@ pub const MAX_BUFFER: usize = 1 << 30;
 pub struct RegisteredBuf {
     region: Arc<Region>,
     len: usize,
-    pool: Option<Arc<PoolInner>>,
+    pool: Option<Arc<dyn Recycle>>,
+}
+
+/// Where a pooled buffer goes when dropped.
+trait Recycle: Send + Sync {
+    fn give_back(&self, region: Arc<Region>);
 }
 
 impl RegisteredBuf {
@@ -315,7 +320,7 @@ struct PoolInner {
     count: usize,
 }
 
-impl PoolInner {
+impl Recycle for PoolInner {
     fn give_back(&self, region: Arc<Region>) {
         match self.free.lock() {
             Ok(mut free) => free.push(region),
@@ -397,7 +402,7 @@ impl BufferPool {
         RegisteredBuf {
             region,
             len: 0,
-            pool: Some(self.inner.clone()),
+            pool: Some(self.inner.clone() as Arc<dyn Recycle>),
         }
     }
 }
@@ -409,6 +414,87 @@ impl fmt::Debug for BufferPool {
             .field("count", &self.inner.count)
             .field("available", &self.available())
             .finish()
+    }
+}
+
+/// Registered buffers for receiving bytes of unknown size, by power-of-two size class.
+///
+/// Each class keeps up to `budget / class size` buffers (at least 2) registered for reuse;
+/// beyond that a one-off buffer is registered, so a caller that keeps many results never
+/// waits.
+pub(crate) struct StagingPools {
+    budget: usize,
+    classes: Mutex<Vec<Arc<StagingClass>>>,
+}
+
+struct StagingClass {
+    size: usize,
+    max: usize,
+    created: Mutex<usize>,
+    free: Mutex<Vec<Arc<Region>>>,
+}
+
+impl Recycle for StagingClass {
+    fn give_back(&self, region: Arc<Region>) {
+        if let Ok(mut free) = self.free.lock() {
+            free.push(region);
+        }
+    }
+}
+
+/// Smallest staging class.
+const MIN_STAGING: usize = 4096;
+
+impl StagingPools {
+    pub(crate) fn new(budget: usize) -> StagingPools {
+        StagingPools {
+            budget,
+            classes: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A buffer with capacity of at least `len` bytes and data length 0.
+    pub(crate) fn acquire(&self, len: usize) -> Result<RegisteredBuf> {
+        let size = len
+            .max(MIN_STAGING)
+            .checked_next_power_of_two()
+            .unwrap_or(len);
+        if size > MAX_BUFFER {
+            return RegisteredBuf::new(len, Access::LOCAL_WRITE);
+        }
+        let class = {
+            let mut classes = self.classes.lock().unwrap_or_else(|e| e.into_inner());
+            match classes.iter().find(|c| c.size == size) {
+                Some(c) => c.clone(),
+                None => {
+                    let c = Arc::new(StagingClass {
+                        size,
+                        max: (self.budget / size).max(2),
+                        created: Mutex::new(0),
+                        free: Mutex::new(Vec::new()),
+                    });
+                    classes.push(c.clone());
+                    c
+                }
+            }
+        };
+        let reused = class.free.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let region = match reused {
+            Some(region) => region,
+            None => {
+                let mut created = class.created.lock().unwrap_or_else(|e| e.into_inner());
+                if *created >= class.max {
+                    return RegisteredBuf::new(size, Access::LOCAL_WRITE);
+                }
+                *created += 1;
+                Region::new(size, Access::LOCAL_WRITE)?
+            }
+        };
+        Ok(RegisteredBuf {
+            region,
+            len: 0,
+            pool: Some(class as Arc<dyn Recycle>),
+        })
     }
 }
 
@@ -445,6 +531,22 @@ mod tests {
     fn oversized_buffers_are_refused_before_allocating() {
         let err = RegisteredBuf::new(MAX_BUFFER + 1, Access::ALL).unwrap_err();
         assert!(err.to_string().contains("buffer_size"), "{err}");
+    }
+
+    #[test]
+    fn staging_reuses_per_class_and_never_blocks() {
+        let staging = StagingPools::new(8192);
+        let a = staging.acquire(100).unwrap();
+        assert_eq!(a.capacity(), 4096);
+        let addr = a.region().addr();
+        drop(a);
+        let b = staging.acquire(4000).unwrap();
+        assert_eq!(b.region().addr(), addr, "reused");
+        let c = staging.acquire(4096).unwrap();
+        let d = staging.acquire(4096).unwrap(); // past the class budget: one-off
+        assert_eq!(d.capacity(), 4096);
+        drop((b, c, d));
+        assert_eq!(staging.acquire(5000).unwrap().capacity(), 8192);
     }
 
     #[test]

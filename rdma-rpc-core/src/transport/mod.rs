@@ -198,7 +198,8 @@ pub trait Connection: Send + Sync + fmt::Debug + 'static {
     /// they were posted.
     fn post_recv(&self, buf: RegisteredBuf) -> Result<()>;
 
-    /// The next completed receive. Fails once the connection is in error.
+    /// The next completed receive. Fails once the connection is in error. Must be cancel
+    /// safe: dropping the future loses no completion.
     fn recv(&self) -> BoxFuture<'_, Result<RecvCompletion>>;
 
     /// Sends `data` into the peer's next posted receive; completes when the peer has it.
@@ -263,6 +264,21 @@ pub trait Transport: Send + Sync + fmt::Debug {
 
     /// Connects to `addr`.
     fn connect(&self, addr: &str) -> BoxFuture<'_, Result<Arc<dyn Connection>>>;
+}
+
+/// The transport an address names: `tcp://` (or no scheme) is the software transport.
+pub fn transport_for(addr: &str) -> Result<Arc<dyn Transport>> {
+    match addr.split_once("://").map(|(scheme, _)| scheme) {
+        None | Some("tcp") => Ok(Arc::new(tcp::TcpTransport::new())),
+        Some("doca") => Err(Error::InvalidAddress {
+            addr: addr.to_owned(),
+            reason: "the DOCA transport is not built in (enable the `doca` feature)".into(),
+        }),
+        Some(other) => Err(Error::InvalidAddress {
+            addr: addr.to_owned(),
+            reason: format!("unknown transport `{other}` (known: tcp)"),
+        }),
+    }
 }
 
 pub(crate) fn check_grant_range(

@@ -582,10 +582,11 @@ async fn writer(
             return;
         }
     }
-    // Closing: deliver the NAKs that explain why, then end the stream.
+    // Closing: deliver the acks of what was delivered and the NAKs that explain why, then
+    // end the stream. Read responses and this side's own requests are dropped.
     let last_words = async {
         while let Ok(packet) = responses.try_recv() {
-            if packet.header.kind == Kind::Nak {
+            if matches!(packet.header.kind, Kind::Nak | Kind::Ack) {
                 write_packet(&mut out, packet).await?;
             }
         }
@@ -737,13 +738,16 @@ async fn handle(shared: &Arc<Shared>, rd: &mut Reader, h: Header) -> Result<()> 
             } else {
                 RecvOpcode::Send
             };
+            // Ack before the application can see the data (and possibly close): a delivered
+            // message is never reported as failed to the sender.
+            ack(shared, &h).await?;
             let _ = shared.completions_tx.send(RecvCompletion {
                 buf,
                 opcode,
                 imm: h.imm,
                 write_len: 0,
             });
-            ack(shared, &h).await
+            Ok(())
         }
         Kind::Write => {
             let violation = |v| Error::Protocol {
@@ -771,12 +775,14 @@ async fn handle(shared: &Arc<Shared>, rd: &mut Reader, h: Header) -> Result<()> 
             if let Some(imm) = h.imm {
                 let mut buf = take_posted(shared, &h).await?;
                 buf.set_len(0);
+                ack(shared, &h).await?;
                 let _ = shared.completions_tx.send(RecvCompletion {
                     buf,
                     opcode: RecvOpcode::WriteWithImm,
                     imm: Some(imm),
                     write_len: h.len,
                 });
+                return Ok(());
             }
             ack(shared, &h).await
         }

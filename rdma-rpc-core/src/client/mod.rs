@@ -1,0 +1,314 @@
+//! The client: one connection, many concurrent calls, cheap to clone.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use rdma_rpc_core::Client;
+//!
+//! let client = Client::connect("tcp://127.0.0.1:7470").await?;
+//! // Generated clients wrap it: `KvStoreClient::new(client.clone())`.
+//! # Ok(()) }
+//! ```
+
+mod call;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::task::AbortHandle;
+
+use crate::error::{Error, Result};
+use crate::memory::StagingPools;
+use crate::protocol::channel::FrameChannel;
+use crate::protocol::frames::{GrantFrame, Hello, Kind, ResponseFrame};
+use crate::protocol::PROTOCOL_VERSION;
+use crate::status::Status;
+use crate::transport::{transport_for, Transport};
+
+/// Settings of a client.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ClientConfig {
+    /// Calls this client wants in flight at once; the server may grant fewer. Calls beyond
+    /// wait. Default 128.
+    pub max_in_flight: u32,
+    /// Size of each receive posted for control frames. Default 16 KiB.
+    pub max_frame: usize,
+    /// Receives posted for control frames. Default 64.
+    pub recv_credits: u32,
+    /// Send payloads up to this size travel inside the request frame. Default 8 KiB (the
+    /// server may lower it).
+    pub inline_threshold: u32,
+    /// Deadline of calls that set none and whose endpoint has none. Default: none.
+    pub default_timeout: Option<Duration>,
+    /// Longest wait for the connection and handshake. Default 10 s.
+    pub connect_timeout: Duration,
+    /// Memory kept registered for receiving read results, per power-of-two size class.
+    /// Default 64 MiB.
+    pub staging_budget: usize,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            max_in_flight: 128,
+            max_frame: 16 * 1024,
+            recv_credits: 64,
+            inline_threshold: 8 * 1024,
+            default_timeout: None,
+            connect_timeout: Duration::from_secs(10),
+            staging_budget: 64 << 20,
+        }
+    }
+}
+
+/// Builds a [`Client`].
+#[derive(Debug, Default)]
+pub struct ClientBuilder {
+    config: ClientConfig,
+    transport: Option<Arc<dyn Transport>>,
+}
+
+impl ClientBuilder {
+    /// Replaces the whole configuration.
+    pub fn config(mut self, config: ClientConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Uses this transport instead of the one the address scheme names.
+    pub fn transport(mut self, transport: Arc<dyn Transport>) -> Self {
+        self.transport = Some(transport);
+        self
+    }
+
+    /// See [`ClientConfig::default_timeout`].
+    pub fn default_timeout(mut self, timeout: Duration) -> Self {
+        self.config.default_timeout = Some(timeout);
+        self
+    }
+
+    /// See [`ClientConfig::max_in_flight`].
+    pub fn max_in_flight(mut self, n: u32) -> Self {
+        self.config.max_in_flight = n;
+        self
+    }
+
+    /// Connects and runs the handshake.
+    pub async fn connect(self, addr: &str) -> Result<Client> {
+        let transport = match self.transport {
+            Some(t) => t,
+            None => transport_for(addr)?,
+        };
+        let limit = self.config.connect_timeout;
+        let config = self.config;
+        tokio::time::timeout(limit, async move {
+            let conn = transport.connect(addr).await?;
+            Client::handshake(conn, config).await
+        })
+        .await
+        .map_err(|_| Error::ConnectionClosed {
+            peer: addr.to_owned(),
+            reason: format!("no connection and handshake within {limit:?}"),
+        })?
+    }
+}
+
+/// What the server said about a call.
+#[derive(Debug)]
+pub(crate) enum ServerEvent {
+    Grant(GrantFrame),
+    Response(ResponseFrame),
+}
+
+/// A call the driver routes frames to. The permit is the call's place in the in-flight
+/// window; it is released when the server's response arrives (also for calls the caller
+/// abandoned), so client and server always agree on what is in flight.
+struct Entry {
+    events: Option<mpsc::UnboundedSender<ServerEvent>>,
+    _permit: OwnedSemaphorePermit,
+}
+
+pub(crate) struct Inner {
+    channel: Arc<FrameChannel>,
+    calls: Mutex<HashMap<u64, Entry>>,
+    /// Set once the connection is over: why.
+    closed: Mutex<Option<Status>>,
+    in_flight: Arc<Semaphore>,
+    next_id: AtomicU64,
+    inline_threshold: usize,
+    staging: StagingPools,
+    config: ClientConfig,
+    driver: AbortHandle,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.driver.abort();
+        self.channel.conn().close();
+    }
+}
+
+/// A connection to a server. Clones share the connection; calls run concurrently.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("peer", &self.inner.channel.conn().peer())
+            .field(
+                "in_flight_available",
+                &self.inner.in_flight.available_permits(),
+            )
+            .finish()
+    }
+}
+
+impl Client {
+    /// Connects to `addr` with default settings (`tcp://host:port` selects the software
+    /// transport).
+    pub async fn connect(addr: &str) -> Result<Client> {
+        Client::builder().connect(addr).await
+    }
+
+    /// A builder for settings.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// The server's address.
+    pub fn peer(&self) -> &str {
+        self.inner.channel.conn().peer()
+    }
+
+    /// Closes the connection: calls in flight end with [`Code::Unavailable`](crate::Code).
+    pub fn close(&self) {
+        self.inner.channel.conn().close();
+    }
+
+    async fn handshake(
+        conn: Arc<dyn crate::transport::Connection>,
+        config: ClientConfig,
+    ) -> Result<Client> {
+        let channel = Arc::new(FrameChannel::new(
+            conn,
+            config.recv_credits,
+            config.max_frame,
+            true,
+        )?);
+        channel
+            .send_priority(Kind::Hello(Hello {
+                version: PROTOCOL_VERSION,
+                max_frame: config.max_frame as u32,
+                credits: config.recv_credits,
+                max_in_flight: config.max_in_flight,
+                inline_threshold: config.inline_threshold,
+            }))
+            .await?;
+        let peer = channel.conn().peer().to_owned();
+        let ack = match channel.recv().await?.kind {
+            Some(Kind::HelloAck(ack)) => ack,
+            Some(Kind::Goaway(status)) => {
+                let status = Status::from(status);
+                return Err(Error::ConnectionClosed {
+                    peer,
+                    reason: format!("refused by the server: {status}"),
+                });
+            }
+            _ => {
+                return Err(Error::Protocol {
+                    peer,
+                    reason: "the server did not answer the handshake".into(),
+                })
+            }
+        };
+        if ack.version != PROTOCOL_VERSION {
+            return Err(Error::VersionMismatch {
+                ours: PROTOCOL_VERSION,
+                theirs: ack.version,
+            });
+        }
+        // The Hello used the one credit every side starts with.
+        channel.set_peer(ack.credits.saturating_sub(1), ack.max_frame);
+        let max_in_flight = ack.max_in_flight.max(1);
+        let inner = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
+            let driver = tokio::spawn(drive(weak.clone(), channel.clone()));
+            Inner {
+                staging: StagingPools::new(config.staging_budget),
+                inline_threshold: ack.inline_threshold.min(config.inline_threshold) as usize,
+                channel,
+                calls: Mutex::new(HashMap::new()),
+                closed: Mutex::new(None),
+                in_flight: Arc::new(Semaphore::new(max_in_flight as usize)),
+                next_id: AtomicU64::new(1),
+                config,
+                driver: driver.abort_handle(),
+            }
+        });
+        Ok(Client { inner })
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Reads frames and routes them to calls. When the connection ends, every call in flight
+/// ends with the reason.
+async fn drive(inner: std::sync::Weak<Inner>, channel: Arc<FrameChannel>) {
+    let reason = loop {
+        let frame = match channel.recv().await {
+            Ok(frame) => frame,
+            Err(e) => break Status::unavailable(format!("connection lost: {e}")),
+        };
+        let Some(inner) = inner.upgrade() else { return };
+        let (id, event) = match frame.kind {
+            None => continue,
+            Some(Kind::Grant(g)) => (g.id, ServerEvent::Grant(g)),
+            Some(Kind::Response(r)) => (r.id, ServerEvent::Response(r)),
+            Some(Kind::Goaway(status)) => {
+                let status = Status::from(status);
+                tracing::debug!(%status, "server said goodbye");
+                // Calls in flight still get their responses; new calls are refused.
+                *lock(&inner.closed) = Some(Status::new(
+                    status.code(),
+                    format!("the server closed the connection: {}", status.message()),
+                ));
+                continue;
+            }
+            Some(_) => {
+                break Status::internal("protocol violation: unexpected frame from the server")
+            }
+        };
+        let mut calls = lock(&inner.calls);
+        match event {
+            ServerEvent::Response(_) => {
+                if let Some(entry) = calls.remove(&id) {
+                    if let Some(tx) = entry.events {
+                        let _ = tx.send(event);
+                    }
+                }
+            }
+            ServerEvent::Grant(_) => {
+                if let Some(Entry {
+                    events: Some(tx), ..
+                }) = calls.get(&id)
+                {
+                    let _ = tx.send(event);
+                }
+            }
+        }
+    };
+    channel.conn().close();
+    if let Some(inner) = inner.upgrade() {
+        lock(&inner.closed).get_or_insert(reason);
+        // Dropping the entries ends every waiting call (it sees its channel close).
+        lock(&inner.calls).clear();
+    }
+}

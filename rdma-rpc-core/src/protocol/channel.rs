@@ -1,0 +1,211 @@
+//! A frame channel over one connection: posted receives, credits, encode and decode.
+//!
+//! Each side posts `recv_count` receives of `max_frame` bytes and tells the peer in the
+//! handshake. Sending a frame uses one credit (one receive of the peer); each frame returns
+//! the credits for the receives its sender re-posted. The last credit is kept for frames that
+//! unblock the peer (handshake, credit updates, goaway), so two sides that both run out can
+//! always tell each other about re-posted receives.
+
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::{BufMut, BytesMut};
+use prost::Message;
+use tokio::sync::Notify;
+
+use super::frames::{Frame, Kind};
+use crate::error::{Error, Result};
+use crate::memory::{Access, BufferPool};
+use crate::transport::{Connection, RecvOpcode, SendData};
+
+/// Credits a side may use before the handshake told it the peer's receive count: the first
+/// frame (Hello) always has a receive waiting.
+const INITIAL_CREDITS: u32 = 1;
+
+/// Protobuf key of `Frame.credits` (field 15, varint).
+const CREDITS_KEY: u8 = 15 << 3;
+
+pub(crate) struct FrameChannel {
+    conn: Arc<dyn Connection>,
+    credits: Mutex<u32>,
+    credit_wake: Notify,
+    /// Receives re-posted and not yet announced to the peer.
+    owed: AtomicU32,
+    announce_at: u32,
+    peer_max_frame: AtomicUsize,
+    /// Keeps the receive buffers registered for the channel's life.
+    _recv_pool: BufferPool,
+}
+
+impl std::fmt::Debug for FrameChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrameChannel")
+            .field("peer", &self.conn.peer())
+            .finish()
+    }
+}
+
+impl FrameChannel {
+    /// Posts `recv_count` receives of `max_frame` bytes.
+    pub(crate) fn new(
+        conn: Arc<dyn Connection>,
+        recv_count: u32,
+        max_frame: usize,
+        initial_credits: bool,
+    ) -> Result<FrameChannel> {
+        let pool = BufferPool::new(max_frame, recv_count as usize, Access::LOCAL_WRITE)?;
+        for _ in 0..recv_count {
+            let buf = pool
+                .try_acquire()
+                .expect("a new pool has every buffer free");
+            conn.post_recv(buf)?;
+        }
+        Ok(FrameChannel {
+            conn,
+            credits: Mutex::new(if initial_credits { INITIAL_CREDITS } else { 0 }),
+            credit_wake: Notify::new(),
+            owed: AtomicU32::new(0),
+            announce_at: (recv_count / 4).max(1),
+            // Until the handshake says otherwise, frames stay within the smallest size any
+            // build posts.
+            peer_max_frame: AtomicUsize::new(super::FRAME_OVERHEAD * 2),
+            _recv_pool: pool,
+        })
+    }
+
+    pub(crate) fn conn(&self) -> &Arc<dyn Connection> {
+        &self.conn
+    }
+
+    /// Applies the peer's handshake: its receive count and size.
+    pub(crate) fn set_peer(&self, credits: u32, max_frame: u32) {
+        self.peer_max_frame
+            .store(max_frame as usize, Ordering::Relaxed);
+        self.add_credits(credits);
+    }
+
+    pub(crate) fn peer_max_frame(&self) -> usize {
+        self.peer_max_frame.load(Ordering::Relaxed)
+    }
+
+    fn add_credits(&self, n: u32) {
+        if n == 0 {
+            return;
+        }
+        *self.credits.lock().unwrap_or_else(|e| e.into_inner()) += n;
+        self.credit_wake.notify_waiters();
+    }
+
+    fn try_take_credit(&self, floor: u32) -> bool {
+        let mut c = self.credits.lock().unwrap_or_else(|e| e.into_inner());
+        if *c > floor {
+            *c -= 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    async fn take_credit(&self, priority: bool) -> Result<()> {
+        let floor = u32::from(!priority);
+        loop {
+            let notified = self.credit_wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.try_take_credit(floor) {
+                return Ok(());
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                err = self.conn.closed() => return Err(err),
+            }
+        }
+    }
+
+    /// Encodes a frame, refusing it before using a credit if the peer could not receive it.
+    fn encode(&self, kind: Option<Kind>) -> Result<BytesMut> {
+        let frame = Frame { kind, credits: 0 };
+        let len = frame.encoded_len();
+        let max = self.peer_max_frame();
+        // 6 bytes: the credits field appended at send time (key + varint of a u32).
+        if len + 6 > max {
+            return Err(Error::LimitExceeded {
+                limit: "max_frame",
+                max: max as u64,
+                actual: (len + 6) as u64,
+            });
+        }
+        let mut out = BytesMut::with_capacity(len + 6);
+        frame.encode(&mut out).expect("BytesMut grows");
+        Ok(out)
+    }
+
+    fn send_encoded(&self, mut out: BytesMut) {
+        let owed = self.owed.swap(0, Ordering::AcqRel);
+        if owed > 0 {
+            out.put_u8(CREDITS_KEY);
+            prost::encoding::encode_varint(u64::from(owed), &mut out);
+        }
+        // The send is posted now; its completion is not needed: a failure puts the connection
+        // in error, which every waiter sees through `recv` or `closed`.
+        drop(self.conn.send(SendData::Bytes(out.freeze()), None));
+    }
+
+    /// Sends a frame, waiting for a credit.
+    pub(crate) async fn send(&self, kind: Kind) -> Result<()> {
+        let out = self.encode(Some(kind))?;
+        self.take_credit(false).await?;
+        self.send_encoded(out);
+        Ok(())
+    }
+
+    /// Sends a handshake or goaway frame; may use the reserved last credit.
+    pub(crate) async fn send_priority(&self, kind: Kind) -> Result<()> {
+        let out = self.encode(Some(kind))?;
+        self.take_credit(true).await?;
+        self.send_encoded(out);
+        Ok(())
+    }
+
+    /// Sends a goaway (or other last) frame only if a credit is free now; never waits.
+    pub(crate) fn try_send_last(&self, kind: Kind) -> bool {
+        let Ok(out) = self.encode(Some(kind)) else {
+            return false;
+        };
+        if !self.try_take_credit(0) {
+            return false;
+        }
+        self.send_encoded(out);
+        true
+    }
+
+    /// The next frame. `Err` ends the connection: the transport failed or the peer sent
+    /// something that is not a frame.
+    pub(crate) async fn recv(&self) -> Result<Frame> {
+        let completion = self.conn.recv().await?;
+        if completion.opcode != RecvOpcode::Send {
+            return Err(self.malformed(format!(
+                "expected a control frame, got {:?}",
+                completion.opcode
+            )));
+        }
+        let decoded = Frame::decode(completion.buf.as_slice());
+        self.conn.post_recv(completion.buf)?;
+        let frame = decoded.map_err(|e| self.malformed(format!("undecodable frame: {e}")))?;
+        self.add_credits(frame.credits);
+        let owed = self.owed.fetch_add(1, Ordering::AcqRel) + 1;
+        if owed >= self.announce_at && self.try_take_credit(0) {
+            if let Ok(out) = self.encode(None) {
+                self.send_encoded(out);
+            }
+        }
+        Ok(frame)
+    }
+
+    pub(crate) fn malformed(&self, reason: String) -> Error {
+        Error::Protocol {
+            peer: self.conn.peer().to_owned(),
+            reason,
+        }
+    }
+}

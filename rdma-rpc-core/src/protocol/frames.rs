@@ -1,0 +1,141 @@
+//! Control frames, encoded with prost. One frame per two-sided send.
+
+use bytes::Bytes;
+
+/// A control frame: one message kind plus the credits it returns to the peer.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct Frame {
+    #[prost(oneof = "Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8")]
+    pub(crate) kind: Option<Kind>,
+    /// Receives the sender re-posted since its last frame (flow control).
+    #[prost(uint32, tag = "15")]
+    pub(crate) credits: u32,
+}
+
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub(crate) enum Kind {
+    /// Client → server, first frame.
+    #[prost(message, tag = "1")]
+    Hello(Hello),
+    /// Server → client, answer to `Hello`.
+    #[prost(message, tag = "2")]
+    HelloAck(Hello),
+    /// Client → server: start a call.
+    #[prost(message, tag = "3")]
+    Request(RequestFrame),
+    /// Server → client: where to write or read the call's bytes.
+    #[prost(message, tag = "4")]
+    Grant(GrantFrame),
+    /// Client → server: the transfer of a call is done.
+    #[prost(message, tag = "5")]
+    Ack(CallId),
+    /// Server → client: the outcome of a call.
+    #[prost(message, tag = "6")]
+    Response(ResponseFrame),
+    /// Client → server: the client gave up on a call.
+    #[prost(message, tag = "7")]
+    Cancel(CallId),
+    /// Either way: the connection ends (error or shutdown), with why.
+    #[prost(message, tag = "8")]
+    Goaway(StatusFrame),
+}
+
+/// Limits each side announces in the handshake.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct Hello {
+    #[prost(uint32, tag = "1")]
+    pub(crate) version: u32,
+    /// Size of each receive the sender posted: the largest frame it accepts.
+    #[prost(uint32, tag = "2")]
+    pub(crate) max_frame: u32,
+    /// Number of receives the sender posted (initial credits for the peer).
+    #[prost(uint32, tag = "3")]
+    pub(crate) credits: u32,
+    /// Client: calls it wants in flight; server: calls it allows in flight.
+    #[prost(uint32, tag = "4")]
+    pub(crate) max_in_flight: u32,
+    /// Payloads up to this many bytes travel inside frames (eager).
+    #[prost(uint32, tag = "5")]
+    pub(crate) inline_threshold: u32,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct RequestFrame {
+    #[prost(uint64, tag = "1")]
+    pub(crate) id: u64,
+    #[prost(string, tag = "2")]
+    pub(crate) path: String,
+    #[prost(uint32, tag = "3")]
+    pub(crate) op: u32,
+    /// Encoded request message.
+    #[prost(bytes = "bytes", tag = "4")]
+    pub(crate) metadata: Bytes,
+    /// Bytes the client will move (send, write).
+    #[prost(uint64, tag = "5")]
+    pub(crate) payload_len: u64,
+    /// The payload itself, when small enough to travel in the frame.
+    #[prost(bytes = "bytes", optional, tag = "6")]
+    pub(crate) inline_payload: Option<Bytes>,
+    /// Time the client has left, in microseconds (0: no deadline).
+    #[prost(uint64, tag = "7")]
+    pub(crate) timeout_us: u64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct CallId {
+    #[prost(uint64, tag = "1")]
+    pub(crate) id: u64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct GrantFrame {
+    #[prost(uint64, tag = "1")]
+    pub(crate) id: u64,
+    #[prost(uint64, tag = "2")]
+    pub(crate) addr: u64,
+    #[prost(uint64, tag = "3")]
+    pub(crate) len: u64,
+    #[prost(uint32, tag = "4")]
+    pub(crate) rkey: u32,
+    #[prost(uint32, tag = "5")]
+    pub(crate) access: u32,
+    #[prost(bytes = "bytes", tag = "6")]
+    pub(crate) blob: Bytes,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct ResponseFrame {
+    #[prost(uint64, tag = "1")]
+    pub(crate) id: u64,
+    #[prost(message, optional, tag = "2")]
+    pub(crate) status: Option<StatusFrame>,
+    /// Encoded response message.
+    #[prost(bytes = "bytes", tag = "3")]
+    pub(crate) metadata: Bytes,
+    /// Receive/read bytes small enough to travel in the frame.
+    #[prost(bytes = "bytes", optional, tag = "4")]
+    pub(crate) inline_payload: Option<Bytes>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct StatusFrame {
+    #[prost(uint32, tag = "1")]
+    pub(crate) code: u32,
+    #[prost(string, tag = "2")]
+    pub(crate) message: String,
+}
+
+impl From<&crate::Status> for StatusFrame {
+    fn from(s: &crate::Status) -> Self {
+        StatusFrame {
+            code: s.code() as u32,
+            message: s.message().to_owned(),
+        }
+    }
+}
+
+impl From<StatusFrame> for crate::Status {
+    fn from(s: StatusFrame) -> Self {
+        crate::Status::new(crate::Code::from_u32(s.code), s.message)
+    }
+}

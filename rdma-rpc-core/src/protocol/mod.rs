@@ -1,0 +1,17 @@
+//! The wire protocol: what the control frames mean and how they flow.
+//!
+//! Control frames (prost, `frames.rs`) travel as two-sided sends into receives each side
+//! posted in advance; credits returned in every frame keep a side from ever sending into a
+//! peer with no receive posted. Bulk bytes move by one-sided RDMA write and read against
+//! windows the server grants per call. The per-operation sequences are in the README
+//! ("Protocol") and in `server/call.rs` (server side) and `client/call.rs` (client side).
+
+pub(crate) mod channel;
+pub(crate) mod frames;
+
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Sizes of control frames apart from their metadata and inline payload (generous upper
+/// bound of the prost overhead of a request or response frame).
+pub(crate) const FRAME_OVERHEAD: usize = 512;

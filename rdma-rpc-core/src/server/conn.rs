@@ -1,0 +1,292 @@
+//! One server connection: handshake, then frames in, calls out.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::call::{self, ClientEvent};
+use super::Shared;
+use crate::error::Error;
+use crate::protocol::channel::FrameChannel;
+use crate::protocol::frames::{Hello, Kind, RequestFrame, ResponseFrame, StatusFrame};
+use crate::protocol::PROTOCOL_VERSION;
+use crate::service::RawRequest;
+use crate::status::Status;
+use crate::transport::Connection;
+
+/// Tells a client over the connection limit why it is turned away.
+pub(super) async fn reject(shared: Arc<Shared>, conn: Arc<dyn Connection>, max: usize) {
+    let Ok(channel) = open(&shared, conn.clone()) else {
+        return;
+    };
+    if handshake_hello(&shared, &channel).await.is_ok() {
+        let status = Status::resource_exhausted(format!(
+            "the server is at its connection limit (max_connections = {max})"
+        ));
+        goaway(&channel, &status).await;
+    }
+    conn.close();
+}
+
+fn open(shared: &Shared, conn: Arc<dyn Connection>) -> Result<FrameChannel, Error> {
+    FrameChannel::new(
+        conn,
+        shared.config.recv_credits,
+        shared.config.max_frame,
+        false,
+    )
+}
+
+/// Tells the client why the connection ends, if it can be told without waiting (before the
+/// handshake there is no credit to send with).
+async fn goaway(channel: &FrameChannel, status: &Status) {
+    if channel.try_send_last(Kind::Goaway(StatusFrame::from(status))) {
+        // Give the frame a moment to leave before the connection is closed.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits for the client's Hello and applies it.
+async fn handshake_hello(shared: &Shared, channel: &FrameChannel) -> Result<Hello, Error> {
+    let peer = channel.conn().peer().to_owned();
+    let frame = tokio::time::timeout(shared.config.handshake_timeout, channel.recv())
+        .await
+        .map_err(|_| Error::Protocol {
+            peer: peer.clone(),
+            reason: format!("no handshake within {:?}", shared.config.handshake_timeout),
+        })??;
+    let Some(Kind::Hello(hello)) = frame.kind else {
+        return Err(Error::Protocol {
+            peer,
+            reason: "the first frame is not a Hello".into(),
+        });
+    };
+    channel.set_peer(hello.credits, hello.max_frame);
+    Ok(hello)
+}
+
+/// Serves one connection until it ends.
+pub(super) async fn serve(
+    shared: Arc<Shared>,
+    conn: Arc<dyn Connection>,
+    stop: watch::Receiver<bool>,
+) {
+    let peer = conn.peer().to_owned();
+    if let Err(e) = run(shared, conn.clone(), stop).await {
+        tracing::info!(%peer, error = %e, "connection ended with an error");
+    } else {
+        tracing::debug!(%peer, "connection ended");
+    }
+    conn.close();
+}
+
+async fn run(
+    shared: Arc<Shared>,
+    conn: Arc<dyn Connection>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), Error> {
+    let channel = Arc::new(open(&shared, conn)?);
+    let hello = match handshake_hello(&shared, &channel).await {
+        Ok(hello) => hello,
+        Err(e) => {
+            goaway(&channel, &Status::invalid_argument(e.to_string())).await;
+            return Err(e);
+        }
+    };
+    if hello.version != PROTOCOL_VERSION {
+        let e = Error::VersionMismatch {
+            ours: PROTOCOL_VERSION,
+            theirs: hello.version,
+        };
+        goaway(&channel, &Status::failed_precondition(e.to_string())).await;
+        return Err(e);
+    }
+    let cfg = &shared.config;
+    let max_in_flight = hello.max_in_flight.clamp(1, cfg.max_in_flight);
+    let inline_threshold = cfg.inline_threshold.min(hello.inline_threshold);
+    channel
+        .send_priority(Kind::HelloAck(Hello {
+            version: PROTOCOL_VERSION,
+            max_frame: cfg.max_frame as u32,
+            credits: cfg.recv_credits,
+            max_in_flight,
+            inline_threshold,
+        }))
+        .await?;
+
+    let mut calls: HashMap<u64, mpsc::UnboundedSender<ClientEvent>> = HashMap::new();
+    let mut task_ids = HashMap::new();
+    let mut tasks = JoinSet::new();
+    let mut stopping = *stop.borrow_and_update();
+    loop {
+        if stopping && calls.is_empty() {
+            goaway(
+                &channel,
+                &Status::unavailable("the server is shutting down"),
+            )
+            .await;
+            return Ok(());
+        }
+        tokio::select! {
+            frame = channel.recv() => {
+                let frame = frame?;
+                let kind = match frame.kind {
+                    None => continue, // a credit update
+                    Some(kind) => kind,
+                };
+                match kind {
+                    Kind::Request(req) => {
+                        if calls.contains_key(&req.id) {
+                            let e = channel.malformed(format!("call id {} reused while in flight", req.id));
+                            goaway(&channel, &Status::invalid_argument(e.to_string())).await;
+                            return Err(e);
+                        }
+                        let refusal = if stopping {
+                            Some(Status::unavailable("the server is shutting down"))
+                        } else if calls.len() >= max_in_flight as usize {
+                            Some(Status::resource_exhausted(format!(
+                                "too many calls in flight on this connection (max_in_flight = {max_in_flight})"
+                            )))
+                        } else {
+                            None
+                        };
+                        let id = req.id;
+                        let started = refusal.map_or_else(
+                            || start_call(&shared, &channel, req, inline_threshold),
+                            Err,
+                        );
+                        match started {
+                            Ok((call, events)) => {
+                                calls.insert(id, events);
+                                let handle = tasks.spawn(call::run(call));
+                                task_ids.insert(handle.id(), id);
+                            }
+                            Err(status) => {
+                                let frame = ResponseFrame {
+                                    id,
+                                    status: Some(StatusFrame::from(&status)),
+                                    metadata: Default::default(),
+                                    inline_payload: None,
+                                };
+                                channel.send(Kind::Response(frame)).await?;
+                            }
+                        }
+                    }
+                    Kind::Ack(call) => {
+                        if let Some(events) = calls.get(&call.id) {
+                            let _ = events.send(ClientEvent::Ack);
+                        }
+                    }
+                    Kind::Cancel(call) => {
+                        if let Some(events) = calls.get(&call.id) {
+                            let _ = events.send(ClientEvent::Cancel);
+                        }
+                    }
+                    Kind::Goaway(status) => {
+                        tracing::debug!(message = %status.message, "client said goodbye");
+                        return Ok(());
+                    }
+                    other => {
+                        let e = channel.malformed(format!("unexpected {} frame from a client", frame_name(&other)));
+                        goaway(&channel, &Status::invalid_argument(e.to_string())).await;
+                        return Err(e);
+                    }
+                }
+            }
+            Some(done) = tasks.join_next_with_id() => {
+                let (task, panicked) = match done {
+                    Ok((task, ())) => (task, false),
+                    Err(e) => (e.id(), e.is_panic()),
+                };
+                if let Some(id) = task_ids.remove(&task) {
+                    calls.remove(&id);
+                    if panicked {
+                        tracing::error!(call = id, "handler panicked");
+                        let frame = ResponseFrame {
+                            id,
+                            status: Some(StatusFrame::from(&Status::internal("the handler panicked"))),
+                            metadata: Default::default(),
+                            inline_payload: None,
+                        };
+                        channel.send(Kind::Response(frame)).await?;
+                    }
+                }
+            }
+            changed = stop.changed(), if !stopping => {
+                // A dropped sender means the server is gone: stop as well.
+                stopping = changed.is_err() || *stop.borrow_and_update();
+            }
+        }
+    }
+}
+
+fn frame_name(kind: &Kind) -> &'static str {
+    match kind {
+        Kind::Hello(_) => "Hello",
+        Kind::HelloAck(_) => "HelloAck",
+        Kind::Request(_) => "Request",
+        Kind::Grant(_) => "Grant",
+        Kind::Ack(_) => "Ack",
+        Kind::Response(_) => "Response",
+        Kind::Cancel(_) => "Cancel",
+        Kind::Goaway(_) => "Goaway",
+    }
+}
+
+/// Checks a request against its endpoint and prepares the call.
+fn start_call(
+    shared: &Shared,
+    channel: &Arc<FrameChannel>,
+    req: RequestFrame,
+    inline_threshold: u32,
+) -> Result<(call::Call, mpsc::UnboundedSender<ClientEvent>), Status> {
+    let route = shared.routes.find(&req.path, req.op)?;
+    let ep = route.endpoint;
+    if req.payload_len > ep.buffer_size {
+        return Err(Status::resource_exhausted(format!(
+            "request of {} bytes exceeds the {} byte buffer of {} {}",
+            req.payload_len, ep.buffer_size, ep.op, ep.path
+        )));
+    }
+    if !ep.op.is_inbound() && (req.payload_len != 0 || req.inline_payload.is_some()) {
+        return Err(Status::invalid_argument(format!(
+            "{} {} takes no payload from the client",
+            ep.op, ep.path
+        )));
+    }
+    if let Some(inline) = &req.inline_payload {
+        if inline.len() as u64 != req.payload_len {
+            return Err(Status::invalid_argument(format!(
+                "inline payload of {} bytes announced as {}",
+                inline.len(),
+                req.payload_len
+            )));
+        }
+    }
+    let timeout = (req.timeout_us > 0).then(|| Duration::from_micros(req.timeout_us));
+    let (tx, events) = mpsc::unbounded_channel();
+    let call = call::Call {
+        id: req.id,
+        channel: channel.clone(),
+        service: route.service.clone(),
+        index: route.index,
+        endpoint: ep,
+        pool: route.pool.clone(),
+        request: RawRequest {
+            metadata: req.metadata,
+            peer: channel.conn().peer().to_owned(),
+            timeout,
+        },
+        payload_len: req.payload_len,
+        inline_payload: req.inline_payload,
+        events,
+        deadline: timeout.map(|t| Instant::now() + t),
+        transfer_timeout: shared.config.transfer_timeout,
+        inline_threshold: inline_threshold as usize,
+    };
+    Ok((call, tx))
+}

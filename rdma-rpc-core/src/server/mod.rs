@@ -1,0 +1,363 @@
+//! The server: a builder that takes services, binds an address, and serves connections.
+//!
+//! ```no_run
+//! # async fn run(service: impl rdma_rpc_core::Service) -> Result<(), rdma_rpc_core::Error> {
+//! use rdma_rpc_core::Server;
+//!
+//! Server::builder()
+//!     .add_service(service)
+//!     .serve("tcp://0.0.0.0:7470")
+//!     .await
+//! # }
+//! ```
+
+mod call;
+mod conn;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::error::{Error, Result};
+use crate::memory::{Access, BufferPool};
+use crate::service::{EndpointDef, OpKind, Service};
+use crate::transport::{transport_for, Listener, Transport};
+
+/// Limits and sizes of a server. Every limit is enforced before memory is allocated for the
+/// thing it limits; errors name the limit.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ServerConfig {
+    /// Most connections served at once; further clients get an error and are closed.
+    /// Default 1024.
+    pub max_connections: usize,
+    /// Most calls in flight per connection. Default 128.
+    pub max_in_flight: u32,
+    /// Size of each receive posted for control frames: the largest frame a client may send.
+    /// Default 16 KiB.
+    pub max_frame: usize,
+    /// Receives posted per connection for control frames (the client's credits).
+    /// Default 64.
+    pub recv_credits: u32,
+    /// Send payloads and receive results up to this size travel inside control frames
+    /// instead of through RDMA. Default 8 KiB.
+    pub inline_threshold: u32,
+    /// Memory registered per endpoint path at start: the pool holds
+    /// `pool_budget / buffer_size` buffers, clamped to `[min_buffers, max_buffers]`.
+    /// Default 64 MiB.
+    pub pool_budget: usize,
+    /// Fewest buffers per path. Default 2.
+    pub min_buffers: usize,
+    /// Most buffers per path. Default 256.
+    pub max_buffers: usize,
+    /// Longest wait for a client to finish an RDMA transfer and ack it. Default 30 s.
+    pub transfer_timeout: Duration,
+    /// Longest wait for a new connection's handshake. Default 10 s.
+    pub handshake_timeout: Duration,
+    /// On shutdown, longest wait for in-flight calls to finish. Default 30 s.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_connections: 1024,
+            max_in_flight: 128,
+            max_frame: 16 * 1024,
+            recv_credits: 64,
+            inline_threshold: 8 * 1024,
+            pool_budget: 64 << 20,
+            min_buffers: 2,
+            max_buffers: 256,
+            transfer_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Entry point: [`Server::builder`].
+#[derive(Debug)]
+pub struct Server;
+
+impl Server {
+    /// A builder with default settings.
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder::default()
+    }
+}
+
+/// Builds a server. See [`Server::builder`].
+#[derive(Default)]
+pub struct ServerBuilder {
+    config: ServerConfig,
+    services: Vec<Arc<dyn Service>>,
+    transport: Option<Arc<dyn Transport>>,
+}
+
+impl fmt::Debug for ServerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerBuilder")
+            .field("config", &self.config)
+            .field(
+                "services",
+                &self.services.iter().map(|s| s.name()).collect::<Vec<_>>(),
+            )
+            .field("transport", &self.transport)
+            .finish()
+    }
+}
+
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(mut self, value: $ty) -> Self {
+                self.config.$name = value;
+                self
+            }
+        )*
+    };
+}
+
+impl ServerBuilder {
+    /// Adds a service (a generated `<Name>Server` adapter, or a hand-written [`Service`]).
+    pub fn add_service(mut self, service: impl Service) -> Self {
+        self.services.push(Arc::new(service));
+        self
+    }
+
+    /// Replaces the whole configuration.
+    pub fn config(mut self, config: ServerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Uses this transport instead of the one the address scheme names.
+    pub fn transport(mut self, transport: Arc<dyn Transport>) -> Self {
+        self.transport = Some(transport);
+        self
+    }
+
+    setters! {
+        /// See [`ServerConfig::max_connections`].
+        max_connections: usize,
+        /// See [`ServerConfig::max_in_flight`].
+        max_in_flight: u32,
+        /// See [`ServerConfig::inline_threshold`].
+        inline_threshold: u32,
+        /// See [`ServerConfig::pool_budget`].
+        pool_budget: usize,
+        /// See [`ServerConfig::transfer_timeout`].
+        transfer_timeout: Duration,
+        /// See [`ServerConfig::shutdown_grace`].
+        shutdown_grace: Duration,
+    }
+
+    /// Builds the routing table, registers every buffer pool, and binds `addr`.
+    pub async fn bind(self, addr: &str) -> Result<BoundServer> {
+        let config = self.config;
+        if config.max_frame < 2 * crate::protocol::FRAME_OVERHEAD || config.recv_credits < 2 {
+            return Err(Error::InvalidArgument(format!(
+                "max_frame must be at least {} bytes and recv_credits at least 2",
+                2 * crate::protocol::FRAME_OVERHEAD
+            )));
+        }
+        let routes = Routes::build(&self.services, &config)?;
+        let transport = match self.transport {
+            Some(t) => t,
+            None => transport_for(addr)?,
+        };
+        let listener = transport.listen(addr).await?;
+        tracing::info!(addr = %listener.local_addr(), "rdma-rpc server listening");
+        Ok(BoundServer {
+            shared: Arc::new(Shared { config, routes }),
+            listener,
+        })
+    }
+
+    /// Binds `addr` and serves until an error.
+    pub async fn serve(self, addr: &str) -> Result<()> {
+        self.bind(addr).await?.serve().await
+    }
+
+    /// Binds `addr` and serves until `signal` completes, then shuts down gracefully.
+    pub async fn serve_with_shutdown(
+        self,
+        addr: &str,
+        signal: impl Future<Output = ()> + Send,
+    ) -> Result<()> {
+        self.bind(addr).await?.serve_with_shutdown(signal).await
+    }
+}
+
+/// Where calls for one (path, operation) go.
+#[derive(Clone)]
+pub(crate) struct Route {
+    pub(crate) service: Arc<dyn Service>,
+    pub(crate) index: usize,
+    pub(crate) endpoint: EndpointDef,
+    pub(crate) pool: BufferPool,
+}
+
+/// The routing table: path → operations, with one buffer pool per path (the operations of a
+/// path share its buffers, as in doca-cpp).
+pub(crate) struct Routes {
+    paths: HashMap<&'static str, [Option<Route>; 4]>,
+}
+
+fn op_slot(op: OpKind) -> usize {
+    op.as_u32() as usize - 1
+}
+
+impl Routes {
+    fn build(services: &[Arc<dyn Service>], config: &ServerConfig) -> Result<Routes> {
+        if services.is_empty() {
+            return Err(Error::InvalidArgument(
+                "the server has no service: call add_service first".into(),
+            ));
+        }
+        let mut sizes: HashMap<&'static str, u64> = HashMap::new();
+        let mut owner: HashMap<(&'static str, OpKind), &'static str> = HashMap::new();
+        for service in services {
+            for ep in service.endpoints() {
+                if let Some(first) = owner.insert((ep.path, ep.op), service.name()) {
+                    return Err(Error::InvalidArgument(format!(
+                        "endpoint {} {} is registered twice (services {first} and {})",
+                        ep.op,
+                        ep.path,
+                        service.name()
+                    )));
+                }
+                if ep.buffer_size > crate::memory::MAX_BUFFER as u64 {
+                    return Err(Error::LimitExceeded {
+                        limit: "buffer_size",
+                        max: crate::memory::MAX_BUFFER as u64,
+                        actual: ep.buffer_size,
+                    });
+                }
+                let size = sizes.entry(ep.path).or_default();
+                *size = (*size).max(ep.buffer_size);
+            }
+        }
+        let mut pools = HashMap::new();
+        for (path, size) in &sizes {
+            let count = (config.pool_budget / (*size).max(1) as usize)
+                .clamp(config.min_buffers.max(1), config.max_buffers.max(1));
+            let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+            pools.insert(*path, BufferPool::new(*size as usize, count, access)?);
+        }
+        let mut paths: HashMap<&'static str, [Option<Route>; 4]> = HashMap::new();
+        for service in services {
+            for (index, ep) in service.endpoints().iter().enumerate() {
+                paths.entry(ep.path).or_default()[op_slot(ep.op)] = Some(Route {
+                    service: service.clone(),
+                    index,
+                    endpoint: *ep,
+                    pool: pools[ep.path].clone(),
+                });
+            }
+        }
+        Ok(Routes { paths })
+    }
+
+    /// The route of a request, or the status that explains why there is none.
+    pub(crate) fn find(&self, path: &str, op: u32) -> std::result::Result<&Route, crate::Status> {
+        let Some(ops) = self.paths.get(path) else {
+            return Err(crate::Status::not_found(format!(
+                "no endpoint at path {path:?}"
+            )));
+        };
+        let Some(op) = OpKind::from_u32(op) else {
+            return Err(crate::Status::invalid_argument(format!(
+                "unknown operation code {op} (send 1, receive 2, write 3, read 4)"
+            )));
+        };
+        ops[op_slot(op)].as_ref().ok_or_else(|| {
+            let supported: Vec<&str> = ops
+                .iter()
+                .flatten()
+                .map(|r| r.endpoint.op.as_str())
+                .collect();
+            crate::Status::invalid_argument(format!(
+                "endpoint {path} has no {op} operation (it supports: {})",
+                supported.join(", ")
+            ))
+        })
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) config: ServerConfig,
+    pub(crate) routes: Routes,
+}
+
+/// A server bound to its address, ready to serve.
+pub struct BoundServer {
+    shared: Arc<Shared>,
+    listener: Box<dyn Listener>,
+}
+
+impl fmt::Debug for BoundServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BoundServer")
+            .field("local_addr", &self.listener.local_addr())
+            .finish()
+    }
+}
+
+impl BoundServer {
+    /// The address clients connect to (with the port chosen for port 0).
+    pub fn local_addr(&self) -> String {
+        self.listener.local_addr()
+    }
+
+    /// Serves until an error.
+    pub async fn serve(self) -> Result<()> {
+        self.serve_with_shutdown(std::future::pending()).await
+    }
+
+    /// Serves until `signal` completes; then stops accepting, lets in-flight calls finish
+    /// (up to [`ServerConfig::shutdown_grace`]), tells clients, and returns.
+    pub async fn serve_with_shutdown(self, signal: impl Future<Output = ()> + Send) -> Result<()> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut conns = JoinSet::new();
+        tokio::pin!(signal);
+        loop {
+            while conns.try_join_next().is_some() {}
+            tokio::select! {
+                _ = &mut signal => break,
+                accepted = self.listener.accept() => match accepted {
+                    Ok(conn) if conns.len() >= self.shared.config.max_connections => {
+                        let max = self.shared.config.max_connections;
+                        conns.spawn(conn::reject(self.shared.clone(), conn, max));
+                    }
+                    Ok(conn) => {
+                        conns.spawn(conn::serve(self.shared.clone(), conn, stop_rx.clone()));
+                    }
+                    Err(e) => tracing::warn!(error = %e, "accept failed"),
+                },
+            }
+        }
+        tracing::info!(connections = conns.len(), "shutting down");
+        drop(self.listener);
+        stop_tx.send_replace(true);
+        let drain = async { while conns.join_next().await.is_some() {} };
+        if tokio::time::timeout(self.shared.config.shutdown_grace, drain)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                left = conns.len(),
+                "shutdown grace expired; closing connections"
+            );
+            conns.shutdown().await;
+        }
+        Ok(())
+    }
+}

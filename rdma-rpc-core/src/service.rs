@@ -1,0 +1,224 @@
+//! The service abstraction: what a server runs and what generated code implements.
+//!
+//! A service is a table of endpoints ([`EndpointDef`]: path, operation, buffer size) and one
+//! [`Service::call`] that runs the handler of an endpoint. `rdma-rpc-codegen` writes an
+//! implementation for each spec (the `<Name>Server<T>` adapter); it can also be written by
+//! hand, as `examples/src/hand_written.rs` shows.
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::memory::RegisteredBuf;
+use crate::status::Status;
+use crate::transport::BoxFuture;
+
+/// The operation of an endpoint, named from the client's side (as in doca-cpp).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    /// The client sends a message (bytes and metadata) to the server.
+    Send,
+    /// The client asks and the server sends a message back.
+    Receive,
+    /// The client RDMA-writes bytes into a server buffer; the handler runs on them.
+    Write,
+    /// The handler fills a server buffer; the client RDMA-reads it.
+    Read,
+}
+
+impl OpKind {
+    /// The wire number (doca-cpp's opcodes: send 1, receive 2, write 3, read 4).
+    pub const fn as_u32(self) -> u32 {
+        match self {
+            OpKind::Send => 1,
+            OpKind::Receive => 2,
+            OpKind::Write => 3,
+            OpKind::Read => 4,
+        }
+    }
+
+    /// From the wire number.
+    pub const fn from_u32(v: u32) -> Option<OpKind> {
+        match v {
+            1 => Some(OpKind::Send),
+            2 => Some(OpKind::Receive),
+            3 => Some(OpKind::Write),
+            4 => Some(OpKind::Read),
+            _ => None,
+        }
+    }
+
+    /// The spec name: `send`, `receive`, `write` or `read`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OpKind::Send => "send",
+            OpKind::Receive => "receive",
+            OpKind::Write => "write",
+            OpKind::Read => "read",
+        }
+    }
+
+    /// Whether bytes flow from the client to the server (send, write).
+    pub const fn is_inbound(self) -> bool {
+        matches!(self, OpKind::Send | OpKind::Write)
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One endpoint: a path and an operation, with the size of its buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndpointDef {
+    /// The path, for example `/rdma/ep0`.
+    pub path: &'static str,
+    /// The operation.
+    pub op: OpKind,
+    /// Size of the server buffer of this endpoint: the most bytes one call moves.
+    pub buffer_size: u64,
+    /// The Rust method name (for messages).
+    pub method: &'static str,
+    /// Default deadline of a call, in milliseconds, if the spec gives one.
+    pub timeout_ms: Option<u64>,
+}
+
+impl EndpointDef {
+    /// The default deadline, if any.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout_ms.map(Duration::from_millis)
+    }
+}
+
+/// A request as a handler sees it: a message plus call information.
+#[derive(Debug, Clone)]
+pub struct Request<T> {
+    message: T,
+    timeout: Option<Duration>,
+    peer: Option<String>,
+}
+
+impl<T> Request<T> {
+    /// A request carrying `message`.
+    pub fn new(message: T) -> Request<T> {
+        Request {
+            message,
+            timeout: None,
+            peer: None,
+        }
+    }
+
+    /// Sets a deadline for the call (client side); it overrides the endpoint's default.
+    pub fn with_timeout(mut self, timeout: Duration) -> Request<T> {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets the deadline (client side).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = Some(timeout);
+    }
+
+    /// The deadline: on the client, what was set; on the server, the time the client has
+    /// left, as it said when sending.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// The peer's address (server side).
+    pub fn peer(&self) -> Option<&str> {
+        self.peer.as_deref()
+    }
+
+    /// The message.
+    pub fn get_ref(&self) -> &T {
+        &self.message
+    }
+
+    /// The message, mutable.
+    pub fn get_mut(&mut self) -> &mut T {
+        &mut self.message
+    }
+
+    /// The message, by value.
+    pub fn into_inner(self) -> T {
+        self.message
+    }
+
+    pub(crate) fn from_parts(message: T, timeout: Option<Duration>, peer: String) -> Request<T> {
+        Request {
+            message,
+            timeout,
+            peer: Some(peer),
+        }
+    }
+}
+
+/// Anything a client method accepts as a request: a message, or a [`Request`] with options.
+pub trait IntoRequest<T> {
+    /// Wraps into a [`Request`].
+    fn into_request(self) -> Request<T>;
+}
+
+impl<T> IntoRequest<T> for T {
+    fn into_request(self) -> Request<T> {
+        Request::new(self)
+    }
+}
+
+impl<T> IntoRequest<T> for Request<T> {
+    fn into_request(self) -> Request<T> {
+        self
+    }
+}
+
+/// A request before its metadata is decoded.
+#[derive(Debug, Clone)]
+pub struct RawRequest {
+    /// The encoded request message (prost).
+    pub metadata: Bytes,
+    /// The peer's address.
+    pub peer: String,
+    /// The time the client has left, if it set a deadline.
+    pub timeout: Option<Duration>,
+}
+
+/// What a service's [`call`](Service::call) gets, by operation.
+#[derive(Debug)]
+pub enum ServerCall<'a> {
+    /// Send and write endpoints: the bytes the client moved (the whole payload, never
+    /// partial). The `Bytes` may refer to a pooled server buffer: keeping it keeps the buffer.
+    Inbound {
+        /// The request.
+        request: RawRequest,
+        /// The bytes received.
+        data: Bytes,
+    },
+    /// Receive and read endpoints: fill `buf` (its capacity is the endpoint's buffer size; set
+    /// its length with `set_len` or `fill_from`); the client gets `buf.as_slice()`.
+    Outbound {
+        /// The request.
+        request: RawRequest,
+        /// The server buffer to fill.
+        buf: &'a mut RegisteredBuf,
+    },
+}
+
+/// A service a [`Server`](crate::Server) can run.
+pub trait Service: Send + Sync + 'static {
+    /// The service name (for messages and listings).
+    fn name(&self) -> &'static str;
+
+    /// The endpoints. Each (path, operation) pair appears once.
+    fn endpoints(&self) -> &'static [EndpointDef];
+
+    /// Runs the handler of `self.endpoints()[index]`. Returns the encoded response message.
+    fn call<'a>(
+        &'a self,
+        index: usize,
+        call: ServerCall<'a>,
+    ) -> BoxFuture<'a, Result<Bytes, Status>>;
+}

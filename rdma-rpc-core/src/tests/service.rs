@@ -1,0 +1,175 @@
+//! A hand-written test service covering every operation, written the way generated code is.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::codegen::{decode_request, encode_message, mismatched_call};
+use crate::service::{EndpointDef, OpKind, ServerCall, Service};
+use crate::status::Status;
+use crate::transport::BoxFuture;
+
+/// Request metadata of every test endpoint.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct TestRequest {
+    /// Bytes expected (inbound) or to produce (outbound).
+    #[prost(uint64, tag = "1")]
+    pub(crate) len: u64,
+    /// Seed of the byte pattern.
+    #[prost(uint32, tag = "2")]
+    pub(crate) seed: u32,
+    /// Handler delay in milliseconds.
+    #[prost(uint64, tag = "3")]
+    pub(crate) delay_ms: u64,
+}
+
+/// Response metadata.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct TestResponse {
+    /// Bytes the handler saw or produced.
+    #[prost(uint64, tag = "1")]
+    pub(crate) len: u64,
+    /// Whether inbound bytes matched the pattern exactly.
+    #[prost(bool, tag = "2")]
+    pub(crate) exact: bool,
+}
+
+pub(crate) const MAX: u64 = 16 << 20;
+
+pub(crate) static ENDPOINTS: &[EndpointDef] = &[
+    EndpointDef {
+        path: "/blob",
+        op: OpKind::Write,
+        buffer_size: MAX,
+        method: "blob_write",
+        timeout_ms: None,
+    },
+    EndpointDef {
+        path: "/blob",
+        op: OpKind::Read,
+        buffer_size: MAX,
+        method: "blob_read",
+        timeout_ms: None,
+    },
+    EndpointDef {
+        path: "/msg",
+        op: OpKind::Send,
+        buffer_size: MAX,
+        method: "msg_send",
+        timeout_ms: None,
+    },
+    EndpointDef {
+        path: "/msg",
+        op: OpKind::Receive,
+        buffer_size: MAX,
+        method: "msg_receive",
+        timeout_ms: None,
+    },
+    EndpointDef {
+        path: "/small",
+        op: OpKind::Write,
+        buffer_size: 1024,
+        method: "small_write",
+        timeout_ms: None,
+    },
+    EndpointDef {
+        path: "/panic",
+        op: OpKind::Send,
+        buffer_size: 64,
+        method: "panic_send",
+        timeout_ms: None,
+    },
+];
+
+/// The deterministic bytes of a test transfer.
+pub(crate) fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+/// Counts handler runs, to prove which ran and which did not.
+#[derive(Clone, Default)]
+pub(crate) struct TestService {
+    pub(crate) inbound_runs: Arc<AtomicUsize>,
+    pub(crate) outbound_runs: Arc<AtomicUsize>,
+}
+
+impl TestService {
+    async fn inbound(&self, req: TestRequest, data: Bytes) -> Result<TestResponse, Status> {
+        self.inbound_runs.fetch_add(1, Ordering::SeqCst);
+        if req.delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(req.delay_ms)).await;
+        }
+        let exact = data.len() as u64 == req.len && data[..] == pattern(data.len(), req.seed)[..];
+        Ok(TestResponse {
+            len: data.len() as u64,
+            exact,
+        })
+    }
+
+    async fn outbound(
+        &self,
+        req: TestRequest,
+        buf: &mut crate::RegisteredBuf,
+    ) -> Result<TestResponse, Status> {
+        self.outbound_runs.fetch_add(1, Ordering::SeqCst);
+        if req.delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(req.delay_ms)).await;
+        }
+        if req.len > buf.capacity() as u64 {
+            return Err(Status::out_of_range(format!(
+                "asked for {} bytes, the buffer holds {}",
+                req.len,
+                buf.capacity()
+            )));
+        }
+        buf.fill_from(&pattern(req.len as usize, req.seed))
+            .map_err(Status::from)?;
+        Ok(TestResponse {
+            len: req.len,
+            exact: true,
+        })
+    }
+}
+
+impl Service for TestService {
+    fn name(&self) -> &'static str {
+        "TestService"
+    }
+
+    fn endpoints(&self) -> &'static [EndpointDef] {
+        ENDPOINTS
+    }
+
+    fn call<'a>(
+        &'a self,
+        index: usize,
+        call: ServerCall<'a>,
+    ) -> BoxFuture<'a, Result<Bytes, Status>> {
+        match (index, call) {
+            (0 | 2 | 4, ServerCall::Inbound { request, data }) => Box::pin(async move {
+                let request = decode_request::<TestRequest>(request)?;
+                let response = self.inbound(request.into_inner(), data).await?;
+                Ok(encode_message(&response))
+            }),
+            (1 | 3, ServerCall::Outbound { request, buf }) => Box::pin(async move {
+                let request = decode_request::<TestRequest>(request)?;
+                let response = self.outbound(request.into_inner(), buf).await?;
+                Ok(encode_message(&response))
+            }),
+            (5, ServerCall::Inbound { .. }) => {
+                Box::pin(async move { panic!("the handler panics on purpose") })
+            }
+            (index, call) => mismatched_call("TestService", index, call),
+        }
+    }
+}
