@@ -2,10 +2,11 @@
 //! without copies, and pools of them registered once.
 
 use std::alloc::{self, Layout};
+use std::any::Any;
 use std::fmt;
 use std::ops::{BitOr, BitOrAssign};
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::Semaphore;
 
@@ -98,6 +99,10 @@ pub(crate) struct Region {
     ptr: NonNull<u8>,
     capacity: usize,
     access: Access,
+    /// A transport's registration of this memory (DOCA: its mmap), made on first use and
+    /// kept for the region's life, so nothing is registered per request.
+    #[allow(dead_code)] // read by the DOCA transport, which is being written
+    registration: OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
 // SAFETY: `Region` is a plain heap allocation of bytes with no thread affinity. Who may touch
@@ -137,12 +142,34 @@ impl Region {
             ptr,
             capacity,
             access,
+            registration: OnceLock::new(),
         }))
     }
 
     /// The address of the first byte (what a descriptor advertises).
     pub(crate) fn addr(&self) -> u64 {
         self.ptr.as_ptr() as u64
+    }
+
+    /// The transport registration of this region, made by `init` on first use.
+    ///
+    /// A region is registered with at most one transport kind; `init` runs at most once.
+    #[allow(dead_code)] // used by the DOCA transport, which is being written
+    pub(crate) fn registration<T: Any + Send + Sync>(
+        &self,
+        init: impl FnOnce() -> Result<T>,
+    ) -> Result<&T> {
+        if self.registration.get().is_none() {
+            let value = init()?;
+            // Another thread may have won the race: its value is kept, ours dropped.
+            let _ = self.registration.set(Box::new(value));
+        }
+        self.registration
+            .get()
+            .and_then(|r| r.downcast_ref::<T>())
+            .ok_or_else(|| {
+                Error::InvalidArgument("this buffer is registered with another transport".into())
+            })
     }
 
     /// Raw pointer to byte `offset`.

@@ -29,6 +29,8 @@ use bytes::Bytes;
 use crate::error::{Error, Result};
 use crate::memory::{Access, RegisteredBuf};
 
+#[cfg(feature = "doca")]
+pub mod doca;
 pub mod tcp;
 
 /// A boxed, `Send` future: what the object-safe transport traits return.
@@ -270,13 +272,16 @@ pub trait Transport: Send + Sync + fmt::Debug {
 pub fn transport_for(addr: &str) -> Result<Arc<dyn Transport>> {
     match addr.split_once("://").map(|(scheme, _)| scheme) {
         None | Some("tcp") => Ok(Arc::new(tcp::TcpTransport::new())),
-        Some("doca") => Err(Error::InvalidAddress {
+        #[cfg(feature = "doca")]
+        Some(scheme) if scheme.starts_with("doca") => doca::transport_for(addr),
+        #[cfg(not(feature = "doca"))]
+        Some(scheme) if scheme.starts_with("doca") => Err(Error::InvalidAddress {
             addr: addr.to_owned(),
             reason: "the DOCA transport is not built in (enable the `doca` feature)".into(),
         }),
         Some(other) => Err(Error::InvalidAddress {
             addr: addr.to_owned(),
-            reason: format!("unknown transport `{other}` (known: tcp)"),
+            reason: format!("unknown transport `{other}` (known: tcp, doca)"),
         }),
     }
 }
