@@ -1,1 +1,6 @@
-//! Shared code of the rdma-rpc examples.
+//! Shared code of the rdma-rpc examples: the doca-cpp endpoints as a service, an in-memory
+//! implementation of it, and the demo's measuring and reporting.
+
+pub mod buffers;
+pub mod hand_written;
+pub mod report;

@@ -11,7 +11,7 @@ pub mod service;
 pub mod status;
 pub mod transport;
 
-pub use client::{Client, ClientBuilder, ClientConfig};
+pub use client::{Client, ClientBuilder, ClientConfig, ClientStats};
 pub use error::{Error, Result};
 pub use memory::{Access, BufferPool, RegisteredBuf};
 pub use server::{BoundServer, Server, ServerBuilder, ServerConfig};

@@ -149,6 +149,7 @@ impl Client {
                 None => return Err(self.closed_status()),
                 Some(ServerEvent::Response(r)) => break r,
                 Some(ServerEvent::Grant(g)) => {
+                    inner.transfers.fetch_add(1, Ordering::Relaxed);
                     received = self.transfer(endpoint, &g, &data).await?;
                     inner
                         .channel
@@ -159,6 +160,7 @@ impl Client {
             }
         };
         guard.done = true;
+        inner.completed.fetch_add(1, Ordering::Relaxed);
         let ResponseFrame {
             status,
             metadata,

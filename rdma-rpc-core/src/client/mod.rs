@@ -13,7 +13,7 @@ mod call;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -117,6 +117,29 @@ impl ClientBuilder {
     }
 }
 
+/// Counters of a client, for reports and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientStats {
+    /// Calls that got a response (success or error status).
+    pub calls: u64,
+    /// Calls whose bytes moved by RDMA through a granted window (each costs one extra round
+    /// trip: request → descriptor, then ack → response). The others travelled inline.
+    pub transfers: u64,
+}
+
+impl ClientStats {
+    /// Protocol round trips per call between `before` and `self`.
+    pub fn round_trips_since(&self, before: &ClientStats) -> f64 {
+        let calls = self.calls.saturating_sub(before.calls);
+        if calls == 0 {
+            return 0.0;
+        }
+        let transfers = self.transfers.saturating_sub(before.transfers);
+        (calls + transfers) as f64 / calls as f64
+    }
+}
+
 /// What the server said about a call.
 #[derive(Debug)]
 pub(crate) enum ServerEvent {
@@ -139,6 +162,8 @@ pub(crate) struct Inner {
     closed: Mutex<Option<Status>>,
     in_flight: Arc<Semaphore>,
     next_id: AtomicU64,
+    completed: AtomicU64,
+    transfers: AtomicU64,
     inline_threshold: usize,
     staging: StagingPools,
     config: ClientConfig,
@@ -185,6 +210,14 @@ impl Client {
     /// The server's address.
     pub fn peer(&self) -> &str {
         self.inner.channel.conn().peer()
+    }
+
+    /// Counters of this connection (shared by clones).
+    pub fn stats(&self) -> ClientStats {
+        ClientStats {
+            calls: self.inner.completed.load(Ordering::Relaxed),
+            transfers: self.inner.transfers.load(Ordering::Relaxed),
+        }
     }
 
     /// Closes the connection: calls in flight end with [`Code::Unavailable`](crate::Code).
@@ -247,6 +280,8 @@ impl Client {
                 closed: Mutex::new(None),
                 in_flight: Arc::new(Semaphore::new(max_in_flight as usize)),
                 next_id: AtomicU64::new(1),
+                completed: AtomicU64::new(0),
+                transfers: AtomicU64::new(0),
                 config,
                 driver: driver.abort_handle(),
             }
