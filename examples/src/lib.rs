@@ -1,6 +1,7 @@
 //! Shared code of the rdma-rpc examples: the doca-cpp endpoints as a service, an in-memory
 //! implementation of it, and the demo's measuring and reporting.
 
+pub mod bench;
 pub mod buffers;
 pub mod hand_written;
 pub mod report;

@@ -1,0 +1,4 @@
+//! The benchmark's parts (the `bench` binary is being written): baselines measured in the
+//! same run as rdma-rpc, so reports are ratios on the same machine.
+
+pub mod tcp_baseline;
