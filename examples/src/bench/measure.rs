@@ -1,0 +1,159 @@
+//! Measuring: latency with one call in flight, throughput with several in flight, peak RSS,
+//! and a progress line on stderr.
+
+use std::future::Future;
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// An error while measuring, with what was being measured.
+pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
+
+/// p50 and p99 of latencies.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Latency {
+    /// Median, microseconds.
+    pub p50_us: f64,
+    /// 99th percentile, microseconds.
+    pub p99_us: f64,
+}
+
+impl Latency {
+    /// From samples.
+    pub fn of(mut samples: Vec<Duration>) -> Latency {
+        if samples.is_empty() {
+            return Latency::default();
+        }
+        samples.sort_unstable();
+        let at = |q: f64| {
+            let i = ((samples.len() - 1) as f64 * q).round() as usize;
+            samples[i].as_secs_f64() * 1e6
+        };
+        Latency {
+            p50_us: at(0.5),
+            p99_us: at(0.99),
+        }
+    }
+}
+
+/// Calls per second and bytes per second.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Throughput {
+    /// Calls completed per second.
+    pub calls_per_s: f64,
+    /// Payload bytes per second, in GB/s (10^9).
+    pub gb_per_s: f64,
+}
+
+/// Times `calls` sequential calls of `f`.
+pub async fn latency<F, Fut>(calls: usize, mut f: F) -> Result<Latency, BenchError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), BenchError>>,
+{
+    // A few calls first, to warm pools and caches.
+    for _ in 0..calls.min(5) {
+        f().await?;
+    }
+    let mut samples = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let start = Instant::now();
+        f().await?;
+        samples.push(start.elapsed());
+    }
+    Ok(Latency::of(samples))
+}
+
+/// Runs `calls` calls of `payload` bytes spread over `workers` concurrent workers;
+/// `make(worker)` gives each worker its call function (its own connection or a shared one).
+pub async fn throughput<F, Fut>(
+    calls: usize,
+    payload: usize,
+    workers: usize,
+    make: impl Fn(usize) -> F,
+) -> Result<Throughput, BenchError>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), BenchError>> + Send,
+{
+    let left = Arc::new(AtomicUsize::new(calls));
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(workers);
+    for w in 0..workers {
+        let mut f = make(w);
+        let left = left.clone();
+        tasks.push(tokio::spawn(async move {
+            while left
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                f().await?;
+            }
+            Ok::<_, BenchError>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let secs = start.elapsed().as_secs_f64().max(1e-9);
+    Ok(Throughput {
+        calls_per_s: calls as f64 / secs,
+        gb_per_s: (calls * payload) as f64 / secs / 1e9,
+    })
+}
+
+/// Peak resident set size of this process so far, in MiB (Linux; 0 elsewhere).
+pub fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// A one-line progress indicator on stderr.
+#[derive(Debug)]
+pub struct Progress {
+    done: usize,
+    total: usize,
+    started: Instant,
+}
+
+impl Progress {
+    /// A progress line for `total` steps.
+    pub fn new(total: usize) -> Progress {
+        Progress {
+            done: 0,
+            total,
+            started: Instant::now(),
+        }
+    }
+
+    /// Announces the next step.
+    pub fn step(&mut self, what: &str) {
+        self.done += 1;
+        let mut err = std::io::stderr().lock();
+        let _ = write!(
+            err,
+            "\r\x1b[2K[{:>3}/{}] {:>5.1}s  {what}",
+            self.done,
+            self.total,
+            self.started.elapsed().as_secs_f64()
+        );
+        let _ = err.flush();
+    }
+
+    /// Ends the line.
+    pub fn finish(&self) {
+        eprintln!(
+            "\r\x1b[2Kdone: {} measurements in {:.1}s",
+            self.done,
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+}
