@@ -113,8 +113,13 @@ impl fmt::Display for Diagnostics {
     }
 }
 
-/// Why a spec could not be turned into a [`crate::ServiceIr`].
-#[derive(Debug, thiserror::Error)]
+/// Why a spec could not be read or compiled.
+///
+/// [`Display`](fmt::Display) prints every problem, each diagnostic with file, line and
+/// column. [`Debug`](fmt::Debug) prints the same text followed by the chain of causes, so a
+/// build script whose `main` returns `Result<(), Box<dyn std::error::Error>>` shows readable
+/// diagnostics when it fails.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The spec file could not be read.
@@ -134,14 +139,93 @@ pub enum Error {
         /// Every problem, in source order.
         diagnostics: Diagnostics,
     },
+    /// No output directory was configured and the `OUT_DIR` environment variable (set by
+    /// Cargo for build scripts) is not set.
+    #[error("no output directory: `OUT_DIR` is not set (are we running outside a build script?); set one with `configure().out_dir(..)`")]
+    NoOutDir,
+    /// Two specs would be generated into the same file.
+    #[error("specs `{}` and `{}` both generate `{file}`; rename one of them", first.display(), second.display())]
+    SameOutput {
+        /// The generated file name, `<spec file stem>.rs`.
+        file: String,
+        /// The first spec.
+        first: PathBuf,
+        /// The second spec.
+        second: PathBuf,
+    },
+    /// A generated file could not be written.
+    #[error("cannot write generated code to `{}`", path.display())]
+    Write {
+        /// The file (or directory) that was being written.
+        path: PathBuf,
+        /// What the operating system reported.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Several of the above, in the order the specs were given.
+    #[error("{}", Several(errors))]
+    Several {
+        /// Every error; none is itself `Several`.
+        errors: Vec<Error>,
+    },
+}
+
+/// Displays several errors with their causes, separated by blank lines.
+struct Several<'a>(&'a [Error]);
+
+impl fmt::Display for Several<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} problems:", self.0.len())?;
+        for err in self.0 {
+            f.write_str("\n\n")?;
+            write_chain(f, err)?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `err` and its sources, `error: cause: cause`.
+fn write_chain(f: &mut fmt::Formatter<'_>, err: &Error) -> fmt::Result {
+    write!(f, "{err}")?;
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        write!(f, ": {cause}")?;
+        source = cause.source();
+    }
+    Ok(())
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_chain(f, self)
+    }
 }
 
 impl Error {
-    /// The diagnostics of an [`Error::Invalid`]; empty for other errors.
+    /// The diagnostics of an [`Error::Invalid`]; empty for other errors (for an
+    /// [`Error::Several`], look at each of its [`errors`](Error::errors)).
     pub fn diagnostics(&self) -> &[Diagnostic] {
         match self {
             Error::Invalid { diagnostics, .. } => &diagnostics.0,
-            Error::Io { .. } => &[],
+            _ => &[],
+        }
+    }
+
+    /// The individual errors: the inner errors of [`Error::Several`], else `self` alone.
+    pub fn errors(&self) -> &[Error] {
+        match self {
+            Error::Several { errors } => errors,
+            other => std::slice::from_ref(other),
+        }
+    }
+
+    /// One error for all of `errors`: `None` if there are none, the error itself if there is
+    /// one, [`Error::Several`] otherwise.
+    pub(crate) fn combine(mut errors: Vec<Error>) -> Option<Error> {
+        match errors.len() {
+            0 => None,
+            1 => errors.pop(),
+            _ => Some(Error::Several { errors }),
         }
     }
 }

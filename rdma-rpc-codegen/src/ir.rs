@@ -9,6 +9,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServiceIr {
+    /// The spec file as it was named to [`crate::load_spec`] or [`crate::parse_spec`]; the
+    /// header of generated code names its last component.
+    pub source: String,
     /// The service name in UpperCamelCase (`KvStore`); the generated trait has this name,
     /// and the server and client are `<name>Server` and `<name>Client`.
     pub name: String,

@@ -26,7 +26,26 @@
 //! ```
 //!
 //! Pipeline: YAML (serde-saphyr, with budgets) → a tree of nodes with positions → the spec
-//! model (structural checks) → validation (names, references, duplicates) → [`ServiceIr`].
+//! model (structural checks) → validation (names, references, duplicates) → [`ServiceIr`] →
+//! tokens (`quote`) → `syn::File` → source formatted by prettyplease ([`generate`]).
+//!
+//! # From a build script
+//!
+//! ```no_run
+//! // build.rs
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     rdma_rpc_codegen::configure()
+//!         .build_client(true)
+//!         .build_server(true)
+//!         .compile(&["specs/kv_store.yaml"])?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! writes `$OUT_DIR/kv_store.rs`, which the crate includes with
+//! `rdma_rpc_core::include_spec!("kv_store");`. Without a build script, the
+//! `rdma_rpc_core::spec!("specs/kv_store.yaml")` macro (from `rdma-rpc-macros`) expands to
+//! the same items. The shape of the generated code is described in `docs/codegen-target.md`.
 //!
 //! # Feature flags
 //!
@@ -35,14 +54,18 @@
 use std::io::Read;
 use std::path::Path;
 
+mod build;
 pub mod diagnostics;
+mod generate;
 pub mod ir;
 pub mod naming;
 mod spec;
 mod validate;
 mod yaml;
 
+pub use build::{compile, configure, Builder};
 pub use diagnostics::{Diagnostic, Diagnostics, Error, Result};
+pub use generate::{generate, generate_tokens, Options};
 pub use ir::{
     EndpointIr, EnumIr, EnumValueIr, FieldIr, FieldLabel, MessageIr, OpKind, ScalarType, ServiceIr,
     SpecFormat, TypeRef,
@@ -80,11 +103,19 @@ pub mod limits {
 /// diagnostics name the file as `path` displays.
 pub fn load_spec(path: impl AsRef<Path>) -> Result<ServiceIr> {
     let path = path.as_ref();
+    load_spec_named(path, &path.display().to_string())
+}
+
+/// Like [`load_spec`], but diagnostics (and the service name, when the spec has none) use
+/// `name` for the file: the proc macro reads `$CARGO_MANIFEST_DIR/specs/x.yaml` and reports
+/// `specs/x.yaml` as the user wrote it.
+pub fn load_spec_named(path: impl AsRef<Path>, name: &str) -> Result<ServiceIr> {
+    let path = path.as_ref();
     let io = |source| Error::Io {
         path: path.to_owned(),
         source,
     };
-    let name = path.display().to_string();
+    let name = name.to_owned();
     let file = std::fs::File::open(path).map_err(io)?;
     let mut bytes = Vec::new();
     file.take(limits::MAX_SPEC_BYTES as u64 + 1)
@@ -140,6 +171,7 @@ pub fn parse_spec(file_name: &str, source: &str) -> Result<ServiceIr> {
 impl ServiceIr {
     fn empty() -> ServiceIr {
         ServiceIr {
+            source: String::new(),
             name: String::new(),
             doc: None,
             format: SpecFormat::Extended,

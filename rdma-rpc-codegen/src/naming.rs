@@ -22,6 +22,32 @@ const RESERVED_TYPE_NAMES: &[&str] = &[
     "Self", "Option", "Some", "None", "Result", "Ok", "Err", "String", "Vec", "Box", "Default",
 ];
 
+/// Method names the generated code already uses on the client (`<Service>Client`) or the
+/// server adapter (`<Service>Server`), with the item that owns each. `clone` is here because an
+/// inherent `clone` method on the client would shadow `Clone::clone`.
+const RESERVED_METHOD_NAMES: &[(&str, &str)] = &[
+    ("new", "the generated client and server (`new`)"),
+    ("connect", "the generated client (`connect`)"),
+    ("inner", "the generated client (`inner`)"),
+    ("from_arc", "the generated server (`from_arc`)"),
+    ("clone", "the generated client (`Clone::clone`)"),
+];
+
+/// If an endpoint method may not be called `name` because the generated client or server
+/// already has a method of that name, which generated item owns it.
+///
+/// ```
+/// use rdma_rpc_codegen::naming::reserved_method_name;
+/// assert!(reserved_method_name("connect").is_some());
+/// assert!(reserved_method_name("put_block").is_none());
+/// ```
+pub fn reserved_method_name(name: &str) -> Option<&'static str> {
+    RESERVED_METHOD_NAMES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, owner)| *owner)
+}
+
 /// Whether `name` is a Rust keyword.
 pub fn is_keyword(name: &str) -> bool {
     KEYWORDS.contains(&name)
@@ -45,9 +71,10 @@ pub fn is_ascii_ident(name: &str) -> bool {
 }
 
 /// Whether `name` is a snake_case identifier that is not a keyword, and so usable as a method
-/// or field name unchanged.
+/// or field name unchanged. Trailing underscores are allowed (`loop_`, `type_`).
 pub fn is_snake_case_ident(name: &str) -> bool {
-    is_ascii_ident(name) && !is_keyword(name) && name.to_snake_case() == name
+    let base = name.trim_end_matches('_');
+    is_ascii_ident(name) && !is_keyword(name) && !base.is_empty() && base.to_snake_case() == base
 }
 
 /// Whether `name` is an UpperCamelCase identifier, and so usable as a type name unchanged.
@@ -213,6 +240,9 @@ mod tests {
         assert!(!is_snake_case_ident("putBlock"));
         assert!(!is_snake_case_ident("type"));
         assert!(!is_snake_case_ident("1x"));
+        assert!(is_snake_case_ident("loop_"));
+        assert!(!is_snake_case_ident("_"));
+        assert!(!is_snake_case_ident("__"));
         assert!(is_upper_camel_ident("KvStore"));
         assert!(!is_upper_camel_ident("kv_store"));
         assert!(!is_upper_camel_ident("Self"));

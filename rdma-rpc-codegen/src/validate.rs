@@ -30,6 +30,7 @@ pub(crate) fn validate(spec: SpecFile, file: &str, sink: &mut Sink) -> ServiceIr
     let enums = spec.enums.iter().map(|e| enumeration(e, sink)).collect();
     let endpoints = endpoints(&spec, &types, sink);
     ServiceIr {
+        source: file.to_owned(),
         name,
         doc: spec.doc.map(|d| d.value),
         format: spec.format,
@@ -376,6 +377,16 @@ fn method_name(ep: &EndpointSpec, sink: &mut Sink) -> Option<(String, Pos, Strin
                 } else {
                     "use lowercase letters, digits and `_`, starting with a letter".to_owned()
                 },
+            );
+            return None;
+        }
+        if let Some(owner) = naming::reserved_method_name(name) {
+            let op = ep.op.as_ref().map_or("call", |op| op.value.as_str());
+            sink.error_hint(
+                given.pos,
+                &given.key,
+                format!("method name `{name}` collides with a method of {owner}"),
+                format!("choose another `method`, e.g. `{name}_{op}`"),
             );
             return None;
         }

@@ -73,11 +73,54 @@ fn check_missing_file_exits_1() {
 }
 
 #[test]
-fn generate_is_not_implemented_yet_and_usage_errors_exit_2() {
-    let (code, _, stderr) = run(&["generate", "specs/kv_store.yaml"]);
-    assert_eq!(code, 2);
-    assert!(stderr.contains("not implemented yet"), "{stderr}");
+fn generate_prints_the_generated_code() {
+    let (code, stdout, stderr) = run(&["generate", "specs/kv_store.yaml"]);
+    assert_eq!(code, 0, "{stderr}");
+    let golden = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/golden/kv_store.rs"
+    ))
+    .unwrap();
+    assert_eq!(stdout, golden);
+    let (code, stdout, _) = run(&["generate", "--no-server", "specs/kv_store.yaml"]);
+    assert_eq!(code, 0);
+    assert!(!stdout.contains("KvStoreServer"));
+    assert!(stdout.contains("KvStoreClient"));
+}
+
+#[test]
+fn generate_invalid_spec_exits_1_with_diagnostics() {
+    let path = std::env::temp_dir().join(format!(
+        "rdma-rpc-codegen-cli-gen-{}.yaml",
+        std::process::id()
+    ));
+    std::fs::write(
+        &path,
+        "version: \"0.0.1\"\nendpoints:\n  - path: /a\n    type: sned\n    buffer: { size: 64 }\n",
+    )
+    .unwrap();
+    let path_str = path.to_str().unwrap();
+    let (code, stdout, stderr) = run(&["generate", path_str]);
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(code, 1);
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains(&format!(
+            "error: unknown operation type `sned`\n  --> {path_str}:4:11\n"
+        )),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run(&["generate", "specs/does-not-exist.yaml"]);
+    assert_eq!(code, 1);
+    assert!(stderr.starts_with("error: cannot read spec"), "{stderr}");
+}
+
+#[test]
+fn usage_errors_exit_2() {
     assert_eq!(run(&[]).0, 2);
     assert_eq!(run(&["check"]).0, 2);
+    assert_eq!(run(&["generate"]).0, 2);
+    assert_eq!(run(&["generate", "a.yaml", "b.yaml"]).0, 2);
+    assert_eq!(run(&["generate", "--server=no", "a.yaml"]).0, 2);
     assert_eq!(run(&["frobnicate"]).0, 2);
 }

@@ -182,6 +182,42 @@ fn keyword_and_non_snake_case_names() {
 }
 
 #[test]
+fn method_names_of_the_generated_client_and_server_are_reserved() {
+    let src = format!(
+        "{EXT_HEAD}  - path: /a\n    type: send\n    method: connect\n  - path: /b\n    type: read\n    method: from_arc\n    buffer: {{ size: 64 }}\n  - path: /c\n    type: write\n    method: new\n    buffer: {{ size: 64 }}\n  - path: /d\n    type: receive\n    method: inner\n  - path: /e\n    type: send\n    method: loop_\n"
+    );
+    let all = errors(&src);
+    assert_eq!(all.len(), 4, "{all:#?}");
+    let d = find(
+        &src,
+        "method name `connect` collides with a method of the generated client (`connect`)",
+    );
+    assert_at(&d, 5, 13, "endpoints[0].method");
+    assert_eq!(
+        d.hint.as_deref(),
+        Some("choose another `method`, e.g. `connect_send`")
+    );
+    let d = find(
+        &src,
+        "method name `from_arc` collides with a method of the generated server (`from_arc`)",
+    );
+    assert_at(&d, 8, 13, "endpoints[1].method");
+    assert_eq!(
+        d.hint.as_deref(),
+        Some("choose another `method`, e.g. `from_arc_read`")
+    );
+    let d = find(
+        &src,
+        "method name `new` collides with a method of the generated client and server (`new`)",
+    );
+    assert_at(&d, 12, 13, "endpoints[2].method");
+    find(
+        &src,
+        "method name `inner` collides with a method of the generated client (`inner`)",
+    );
+}
+
+#[test]
 fn generated_name_collisions() {
     let src = "version: \"rdma-rpc/1\"\nservice: KvStore\nendpoints:\n  - { path: /a, type: send }\nmessages:\n  KvStoreClient: {}\n  Result: {}\nenums:\n  KvStore:\n    values: [A]\n";
     let d = find(
