@@ -101,7 +101,6 @@ pub(crate) struct Region {
     access: Access,
     /// A transport's registration of this memory (DOCA: its mmap), made on first use and
     /// kept for the region's life, so nothing is registered per request.
-    #[allow(dead_code)] // read by the DOCA transport, which is being written
     registration: OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
@@ -154,7 +153,6 @@ impl Region {
     /// The transport registration of this region, made by `init` on first use.
     ///
     /// A region is registered with at most one transport kind; `init` runs at most once.
-    #[allow(dead_code)] // used by the DOCA transport, which is being written
     pub(crate) fn registration<T: Any + Send + Sync>(
         &self,
         init: impl FnOnce() -> Result<T>,

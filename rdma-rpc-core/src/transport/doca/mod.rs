@@ -1,14 +1,377 @@
-//! The DOCA RDMA transport (work in progress: not usable yet).
+//! The DOCA RDMA transport (feature `doca`): the transport traits over NVIDIA DOCA RDMA
+//! through the raw `doca-sys` bindings. Without RDMA hardware or the DOCA SDK, `doca-sys`
+//! links its in-process software provider and everything here runs unchanged
+//! (`doca_sys::provider()` tells which one a build uses).
+//!
+//! # Addresses
+//! - `doca://<ip>:<port>`: RDMA CM. A listener is **one** DOCA context that listens on the
+//!   port and accepts up to [`DocaConfig::max_connections`] connections; each `connect`
+//!   makes its own context with one connection. Port 0 picks a free port.
+//! - `doca+oob://<ip>:<port>`: out of band, no RDMA CM. The listener accepts TCP connections
+//!   on that address; over each socket both sides exchange the blobs of `doca_rdma_export`
+//!   and call `doca_rdma_connect` (the point-to-point mode of NVIDIA's samples). The socket
+//!   stays open as the connection's liveness signal, which DOCA's out-of-band mode lacks.
+//!
+//! # Structure
+//! - `sys`: safe wrappers (device, mmap, buffer inventory and buffers, progress engine, RDMA
+//!   context, CM address). Each owns its raw pointer; children hold an `Arc` of their parent.
+//! - `reg`: registration of memory: one mmap per [`RegisteredBuf`](crate::RegisteredBuf)
+//!   region and set of rights, made on first use, cached in the region's registration slot
+//!   and exported once (the export is the descriptor's `blob`).
+//! - `engine`: the progress owner of one context. Only it touches the context's DOCA
+//!   objects; everything else sends it commands through a channel and gets completions
+//!   through oneshots. In [`ProgressMode::Event`] (default) it is a tokio task waiting on the
+//!   progress engine's notification fd with `AsyncFd` (arm, wait, clear, progress until
+//!   nothing happens); in [`ProgressMode::BusyPoll`] a dedicated thread polls.
+//!   Tasks are allocated once per type and connection and reused after completion (atomics,
+//!   whose operands have no setters, are allocated per operation).
+//! - `conn`: [`DocaConnection`] and the listeners.
+//!
+//! # How the trait semantics are provided
+//! - **Receives.** DOCA's receives belong to the context and match a send from *any* of its
+//!   connections. So each context keeps [`DocaConfig::recv_queue_size`] staging receives of
+//!   [`DocaConfig::max_recv_size`] bytes posted, and copies each message into the next
+//!   buffer its connection posted with `post_recv` (a copy per message, like an inline
+//!   send). A message for a connection with no posted buffer waits
+//!   [`DocaConfig::rnr_timeout`], then that connection fails with `ReceiverNotReady`
+//!   (receiver side); a message larger than the posted buffer fails it with
+//!   `ReceiveTooSmall`. The sender's `send` completes once the peer *context* has the
+//!   message; it only sees these two errors as the connection ending. A message larger than
+//!   `max_recv_size` fails on both sides (DOCA's own length error).
+//! - **Sends and writes** of [`SendData::Bytes`](crate::transport::SendData) are copied into
+//!   a registered staging buffer of the transport's pool; registered buffers go as they are.
+//! - **One-sided operations** import the peer's mmap from the descriptor's blob once per
+//!   connection and blob (`doca_mmap_create_from_export`), never per request.
+//! - **Errors.** A failed task fails its connection only: the transport disconnects it
+//!   (its outstanding tasks complete with errors, the peer gets its disconnection callback or,
+//!   out of band, sees the side channel close) while other connections of the context keep
+//!   working. NVIDIA's samples stop the whole context instead. Every posted operation
+//!   completes exactly once, also on disconnect and context shutdown.
+//!
+//! # What DOCA can and cannot enforce (compared to the software transport)
+//! A [`Grant`](crate::transport::Grant) is served by the region's mmap for exactly the
+//! granted rights (one cached mmap per region and rights set), so:
+//! - enforced by the device: the **rights** of the grant (a write into a read-only grant
+//!   fails), and **bounds within the region** (nothing outside the registered buffer).
+//! - checked locally before posting (a well-behaved peer's NIC would not send): the
+//!   descriptor's length and rights, 8-byte alignment of atomics.
+//! - **not** enforced: bounds within the region (a peer may reach other bytes of the same
+//!   buffer with the same rights), **revocation** (`Grant::revoke` returns the buffer at once,
+//!   the export stays valid while the region lives: a stale descriptor keeps working, also
+//!   after the buffer went back to its pool), and **per-connection keys** (any connection on
+//!   the device that learns the blob can use it). The software transport enforces all
+//!   three. Failures reported by the device carry no reason; they surface as
+//!   `RemoteAccess { violation: NotPermitted, .. }`.
+//! - `RecvCompletion::write_len` of a write with immediate is what DOCA reports as the
+//!   receive's result length (0 with the software provider).
+//!
+//! See `docs/doca.md` for building against a real SDK and running the hardware suite.
 
-use std::sync::Arc;
+mod conn;
+mod engine;
+mod reg;
+mod sys;
 
-use super::Transport;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+pub use conn::DocaConnection;
+pub use sys::{Capabilities, DeviceInfo};
+
+use super::{BoxFuture, Connection, Listener, Transport};
 use crate::error::{Error, Result};
+use crate::memory::StagingPools;
 
-/// The transport a `doca://` address names.
-pub(crate) fn transport_for(addr: &str) -> Result<Arc<dyn Transport>> {
-    Err(Error::InvalidAddress {
-        addr: addr.to_owned(),
-        reason: "the DOCA transport is not finished yet".into(),
-    })
+/// Environment variable naming the device [`transport_for`] opens (IB name or PCI address).
+pub const DEVICE_ENV: &str = "RDMA_RPC_DOCA_DEVICE";
+
+/// How the progress engine of each context is driven.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ProgressMode {
+    /// A tokio task waits on the progress engine's notification fd (no CPU while idle).
+    #[default]
+    Event,
+    /// A dedicated thread per context polls `doca_pe_progress` (lowest latency, one core
+    /// busy per context).
+    BusyPoll,
 }
+
+/// Settings of the DOCA transport.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct DocaConfig {
+    /// Device to open: IB name (`mlx5_0`) or PCI address (`0000:03:00.0`); `None` opens the
+    /// first device with every RDMA capability.
+    pub device: Option<String>,
+    /// Most connections of one listening context (`doca_rdma_set_max_num_connections`).
+    /// Default 256.
+    pub max_connections: u16,
+    /// Send queue depth per connection: most operations outstanding on one connection.
+    /// Default 512.
+    pub send_queue_size: u32,
+    /// Staging receives posted per context. Default 512.
+    pub recv_queue_size: u32,
+    /// Size of each staging receive: the largest message a peer may send. Default 32 KiB.
+    pub max_recv_size: usize,
+    /// How long a message waits for the connection's next posted receive before the
+    /// connection fails with receiver not ready. Default 500 ms.
+    pub rnr_timeout: Duration,
+    /// How progress engines are driven. Default [`ProgressMode::Event`].
+    pub progress: ProgressMode,
+    /// GID index (RoCE); `None` leaves DOCA's default.
+    pub gid_index: Option<u32>,
+    /// Time allowed for connecting (CM) or the out-of-band exchange. Default 10 s.
+    pub handshake_timeout: Duration,
+    /// Budget in bytes of the staging buffers kept for copying `SendData::Bytes`. Default
+    /// 64 MiB.
+    pub staging_budget: usize,
+}
+
+impl Default for DocaConfig {
+    fn default() -> Self {
+        DocaConfig {
+            device: None,
+            max_connections: 256,
+            send_queue_size: 512,
+            recv_queue_size: 512,
+            max_recv_size: 32 * 1024,
+            rnr_timeout: Duration::from_millis(500),
+            progress: ProgressMode::Event,
+            gid_index: None,
+            handshake_timeout: Duration::from_secs(10),
+            staging_budget: 64 << 20,
+        }
+    }
+}
+
+impl DocaConfig {
+    /// The defaults, with the device taken from `RDMA_RPC_DOCA_DEVICE` when set.
+    pub fn from_env() -> DocaConfig {
+        DocaConfig {
+            device: std::env::var(DEVICE_ENV).ok().filter(|d| !d.is_empty()),
+            ..DocaConfig::default()
+        }
+    }
+}
+
+/// Every DOCA device with its PCI address and RDMA capabilities.
+pub fn list_devices() -> Result<Vec<DeviceInfo>> {
+    sys::list_devices()
+}
+
+/// Devices opened by this process, shared by every transport that selects them, so a buffer
+/// registered through one transport is usable by another on the same device.
+fn open_device(selector: Option<&str>) -> Result<Arc<sys::Device>> {
+    static OPEN: Mutex<Option<HashMap<String, Weak<sys::Device>>>> = Mutex::new(None);
+    let key = selector.unwrap_or("").to_owned();
+    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    let map = open.get_or_insert_with(HashMap::new);
+    if let Some(dev) = map.get(&key).and_then(Weak::upgrade) {
+        return Ok(dev);
+    }
+    let dev = sys::Device::open(selector)?;
+    map.insert(key, Arc::downgrade(&dev));
+    Ok(dev)
+}
+
+/// The receiver-not-ready budget of the provider, for error messages (0: unknown).
+fn provider_rnr_ms() -> u64 {
+    if doca_sys::provider() == doca_sys::Provider::Software {
+        std::env::var("DOCA_SYS_SW_RNR_TIMEOUT_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20)
+    } else {
+        0
+    }
+}
+
+/// The DOCA RDMA transport. Cheap to clone.
+#[derive(Clone)]
+pub struct DocaTransport {
+    config: Arc<DocaConfig>,
+    dev: Arc<sys::Device>,
+    staging: Arc<StagingPools>,
+}
+
+impl std::fmt::Debug for DocaTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DocaTransport")
+            .field("device", &self.dev.info().name)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+struct Parsed {
+    oob: bool,
+    addr: SocketAddr,
+}
+
+fn parse(addr: &str) -> Result<Parsed> {
+    let bad = |reason: &str| Error::InvalidAddress {
+        addr: addr.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let (oob, rest) = match addr.split_once("://") {
+        Some(("doca", rest)) => (false, rest),
+        Some(("doca+oob", rest)) => (true, rest),
+        _ => {
+            return Err(bad(
+                "the DOCA transport takes doca://<ip>:<port> or doca+oob://<ip>:<port>",
+            ))
+        }
+    };
+    let addr = rest
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| bad("expected <ip>:<port> (for example doca://192.168.1.2:7470)"))?;
+    Ok(Parsed { oob, addr })
+}
+
+fn scheme(oob: bool) -> &'static str {
+    if oob {
+        "doca+oob"
+    } else {
+        "doca"
+    }
+}
+
+impl DocaTransport {
+    /// Opens the configured device.
+    pub fn new(config: DocaConfig) -> Result<DocaTransport> {
+        let dev = open_device(config.device.as_deref())?;
+        Ok(DocaTransport {
+            staging: Arc::new(StagingPools::new(config.staging_budget)),
+            config: Arc::new(config),
+            dev,
+        })
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &DocaConfig {
+        &self.config
+    }
+
+    /// The device it uses.
+    pub fn device(&self) -> &DeviceInfo {
+        self.dev.info()
+    }
+
+    fn engine(&self, max_connections: u16) -> Result<Arc<engine::EngineShared>> {
+        engine::start(&self.dev, &self.config, &self.staging, max_connections)
+    }
+
+    /// Connects to `addr` and returns the concrete connection type.
+    pub async fn connect_doca(&self, addr: &str) -> Result<DocaConnection> {
+        let p = parse(addr)?;
+        let engine = self.engine(1)?;
+        let limit = self.config.handshake_timeout;
+        let peer = format!("{}://{}", scheme(p.oob), p.addr);
+        if p.oob {
+            let stream = tokio::time::timeout(limit, tokio::net::TcpStream::connect(p.addr))
+                .await
+                .map_err(|_| Error::Protocol {
+                    peer: peer.clone(),
+                    reason: format!("no side channel within {limit:?}"),
+                })?
+                .map_err(|e| Error::io(format!("connecting to {addr}"), e))?;
+            return conn::oob_connect(&engine, stream, peer, limit).await;
+        }
+        let connect = engine.ask(|reply| engine::Cmd::Connect {
+            ip: p.addr.ip(),
+            port: p.addr.port(),
+            peer: peer.clone(),
+            reply,
+        });
+        match tokio::time::timeout(limit, connect).await {
+            Ok(shared) => Ok(DocaConnection::new(shared?)),
+            Err(_) => Err(Error::ConnectionClosed {
+                peer,
+                reason: format!("RDMA CM connection not established within {limit:?}"),
+            }),
+        }
+    }
+
+    async fn listen_cm(&self, ip: IpAddr, port: u16) -> Result<conn::CmListener> {
+        let engine = self.engine(self.config.max_connections)?;
+        let mut attempts = 0;
+        loop {
+            // Port 0: take a free port number from the OS (RDMA CM has no "any port").
+            let chosen = match port {
+                0 => std::net::TcpListener::bind((ip, 0))
+                    .and_then(|l| l.local_addr())
+                    .map_err(|e| Error::io("picking a free port", e))?
+                    .port(),
+                p => p,
+            };
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let result = engine
+                .ask(|reply| engine::Cmd::Listen {
+                    port: chosen,
+                    accepted: tx,
+                    reply,
+                })
+                .await;
+            match result {
+                Ok(()) => {
+                    return Ok(conn::CmListener {
+                        engine,
+                        port: chosen,
+                        local: format!("doca://{}", SocketAddr::new(ip, chosen)),
+                        accepted: tokio::sync::Mutex::new(rx),
+                    })
+                }
+                // The port was taken meanwhile: pick another.
+                Err(Error::Doca { .. }) if port == 0 && attempts < 8 => attempts += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Transport for DocaTransport {
+    fn listen(&self, addr: &str) -> BoxFuture<'_, Result<Box<dyn Listener>>> {
+        let addr = addr.to_owned();
+        Box::pin(async move {
+            let p = parse(&addr)?;
+            if p.oob {
+                let listener = tokio::net::TcpListener::bind(p.addr)
+                    .await
+                    .map_err(|e| Error::io(format!("listening on {addr}"), e))?;
+                let local = listener
+                    .local_addr()
+                    .map_err(|e| Error::io("reading the listener's address", e))?;
+                let engine = self.engine(self.config.max_connections)?;
+                return Ok(Box::new(conn::OobListener::start(
+                    listener,
+                    format!("doca+oob://{local}"),
+                    engine,
+                    self.config.handshake_timeout,
+                )) as Box<dyn Listener>);
+            }
+            let listener = self.listen_cm(p.addr.ip(), p.addr.port()).await?;
+            Ok(Box::new(listener) as Box<dyn Listener>)
+        })
+    }
+
+    fn connect(&self, addr: &str) -> BoxFuture<'_, Result<Arc<dyn Connection>>> {
+        let addr = addr.to_owned();
+        Box::pin(
+            async move { Ok(Arc::new(self.connect_doca(&addr).await?) as Arc<dyn Connection>) },
+        )
+    }
+}
+
+/// The transport a `doca://` or `doca+oob://` address names, with [`DocaConfig::from_env`].
+pub(crate) fn transport_for(addr: &str) -> Result<Arc<dyn Transport>> {
+    parse(addr)?;
+    Ok(Arc::new(DocaTransport::new(DocaConfig::from_env())?))
+}
+
+#[cfg(test)]
+mod tests;

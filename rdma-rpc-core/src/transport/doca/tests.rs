@@ -1,0 +1,565 @@
+//! Transport-level tests over the software provider (the hardware runs the same code).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::{list_devices, DocaConfig, DocaTransport, ProgressMode};
+use crate::error::{AccessViolation, Error};
+use crate::memory::{Access, RegisteredBuf};
+use crate::transport::{Connection, RecvOpcode, SendData, Transport};
+
+fn transport_with(progress: ProgressMode) -> DocaTransport {
+    DocaTransport::new(DocaConfig {
+        rnr_timeout: Duration::from_millis(50),
+        progress,
+        ..DocaConfig::default()
+    })
+    .unwrap()
+}
+
+fn transport() -> DocaTransport {
+    transport_with(ProgressMode::Event)
+}
+
+async fn pair_on(t: &DocaTransport, addr: &str) -> (Arc<dyn Connection>, Arc<dyn Connection>) {
+    let listener = t.listen(addr).await.unwrap();
+    let addr = listener.local_addr();
+    let (client, server) = tokio::join!(t.connect(&addr), listener.accept());
+    (client.unwrap(), server.unwrap())
+}
+
+async fn pair() -> (Arc<dyn Connection>, Arc<dyn Connection>) {
+    pair_on(&transport(), "doca://127.0.0.1:0").await
+}
+
+fn recv_buf(cap: usize) -> RegisteredBuf {
+    RegisteredBuf::new(cap, Access::LOCAL_WRITE).unwrap()
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+async fn expect_violation<T>(fut: crate::transport::BoxFuture<'static, crate::Result<T>>) -> Error {
+    match fut.await {
+        Err(e @ Error::RemoteAccess { .. }) => e,
+        Err(other) => panic!("expected a remote access error, got {other}"),
+        Ok(_) => panic!("expected a remote access error, the operation succeeded"),
+    }
+}
+
+#[test]
+fn devices_are_listed_with_capabilities() {
+    let devices = list_devices().unwrap();
+    assert!(!devices.is_empty());
+    let d = &devices[0];
+    assert!(!d.name.is_empty() && !d.pci_addr.is_empty(), "{d:?}");
+    assert!(d.capabilities.send_recv && d.capabilities.atomics, "{d:?}");
+    let err = DocaTransport::new(DocaConfig {
+        device: Some("nope0".into()),
+        ..DocaConfig::default()
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("nope0"), "{err}");
+}
+
+#[tokio::test]
+async fn devices_open_by_name_and_pci_address() {
+    let d = list_devices().unwrap().pop().unwrap();
+    for selector in [d.name.clone(), d.pci_addr.clone()] {
+        let t = DocaTransport::new(DocaConfig {
+            device: Some(selector),
+            ..DocaConfig::default()
+        })
+        .unwrap();
+        assert_eq!(t.device().name, d.name);
+    }
+}
+
+#[tokio::test]
+async fn send_lands_in_posted_receive_with_immediate() {
+    let (a, b) = pair().await;
+    b.post_recv(recv_buf(1024)).unwrap();
+    b.post_recv(recv_buf(1024)).unwrap();
+    a.send(SendData::Bytes(Bytes::from_static(b"first")), None)
+        .await
+        .unwrap();
+    a.send(SendData::Bytes(Bytes::from_static(b"second")), Some(0xfeed))
+        .await
+        .unwrap();
+    let c1 = b.recv().await.unwrap();
+    assert_eq!(c1.buf.as_slice(), b"first");
+    assert_eq!((c1.opcode, c1.imm), (RecvOpcode::Send, None));
+    let c2 = b.recv().await.unwrap();
+    assert_eq!(c2.buf.as_slice(), b"second");
+    assert_eq!((c2.opcode, c2.imm), (RecvOpcode::SendWithImm, Some(0xfeed)));
+    // And the other way, from a registered buffer (no copy).
+    a.post_recv(recv_buf(16)).unwrap();
+    let reg = RegisteredBuf::from_slice(b"reply", Access::LOCAL_READ).unwrap();
+    b.send(SendData::Registered(reg), None).await.unwrap();
+    assert_eq!(a.recv().await.unwrap().buf.as_slice(), b"reply");
+}
+
+#[tokio::test]
+async fn receiver_not_ready_fails_the_connection_on_both_sides() {
+    let (a, b) = pair().await;
+    // The peer context takes the message, but no receive is posted on the connection: after
+    // the RNR budget the receiving side fails and the sender sees the connection end.
+    a.send(SendData::Bytes(Bytes::from_static(b"x")), None)
+        .await
+        .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(5), b.closed())
+        .await
+        .unwrap();
+    assert!(matches!(err, Error::ReceiverNotReady { .. }), "{err}");
+    let err = tokio::time::timeout(Duration::from_secs(5), a.closed())
+        .await
+        .unwrap();
+    assert!(err.is_connection_fatal(), "{err}");
+    let later = a
+        .send(SendData::Bytes(Bytes::new()), None)
+        .await
+        .unwrap_err();
+    assert!(later.is_connection_fatal(), "{later}");
+}
+
+#[tokio::test]
+async fn a_late_receive_within_the_rnr_budget_gets_the_message() {
+    let (a, b) = pair().await;
+    a.send(SendData::Bytes(Bytes::from_static(b"late")), None)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    b.post_recv(recv_buf(16)).unwrap();
+    assert_eq!(b.recv().await.unwrap().buf.as_slice(), b"late");
+}
+
+#[tokio::test]
+async fn message_larger_than_the_posted_receive_fails_the_connection() {
+    let (a, b) = pair().await;
+    b.post_recv(recv_buf(4)).unwrap();
+    a.send(SendData::Bytes(Bytes::from_static(b"too long")), None)
+        .await
+        .unwrap();
+    let err = b.closed().await;
+    assert!(
+        matches!(
+            err,
+            Error::ReceiveTooSmall {
+                len: 8,
+                capacity: 4
+            }
+        ),
+        "{err}"
+    );
+    assert!(a.closed().await.is_connection_fatal());
+}
+
+#[tokio::test]
+async fn message_larger_than_the_staging_receive_fails_both_sides() {
+    let (a, b) = pair().await;
+    b.post_recv(recv_buf(1 << 20)).unwrap();
+    let err = a
+        .send(SendData::Bytes(Bytes::from(vec![1; 64 * 1024])), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::ReceiveTooSmall { .. }), "{err}");
+    assert!(b.closed().await.is_connection_fatal());
+}
+
+#[tokio::test]
+async fn write_and_read_move_bytes_exactly_with_no_peer_code() {
+    let (a, b) = pair().await;
+    for len in [0usize, 1, 4095, 4096, 65_537, 16 << 20] {
+        let data = pattern(len, len as u8);
+        let target = RegisteredBuf::new(len, Access::ALL).unwrap();
+        let grant = b
+            .grant(target, 0, len, Access::REMOTE_WRITE | Access::REMOTE_READ)
+            .unwrap();
+        let desc = grant.descriptor().clone();
+        assert!(
+            !desc.blob.is_empty(),
+            "the descriptor carries the mmap export"
+        );
+        a.write(SendData::Bytes(Bytes::from(data.clone())), &desc, None)
+            .await
+            .unwrap();
+        let back = a
+            .read(&desc, RegisteredBuf::new(len, Access::LOCAL_WRITE).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(back.as_slice(), &data[..], "read back {len} bytes");
+        let mut target = grant.revoke().await.unwrap();
+        target.set_len(len);
+        assert_eq!(target.as_slice(), &data[..], "server sees {len} bytes");
+    }
+}
+
+#[tokio::test]
+async fn write_with_immediate_completes_a_receive() {
+    let (a, b) = pair().await;
+    let grant = b
+        .grant(
+            RegisteredBuf::new(64, Access::ALL).unwrap(),
+            0,
+            64,
+            Access::REMOTE_WRITE,
+        )
+        .unwrap();
+    b.post_recv(recv_buf(16)).unwrap();
+    a.write(
+        SendData::Bytes(Bytes::from_static(b"hello")),
+        grant.descriptor(),
+        Some(7),
+    )
+    .await
+    .unwrap();
+    let c = b.recv().await.unwrap();
+    assert_eq!((c.opcode, c.imm), (RecvOpcode::WriteWithImm, Some(7)));
+    assert!(c.buf.is_empty());
+    let mut buf = grant.revoke().await.unwrap();
+    buf.set_len(5);
+    assert_eq!(buf.as_slice(), b"hello");
+}
+
+#[tokio::test]
+async fn atomics_compare_and_swap_and_fetch_and_add() {
+    let (a, b) = pair().await;
+    let grant = b
+        .grant(
+            RegisteredBuf::new(16, Access::ALL).unwrap(),
+            0,
+            16,
+            Access::REMOTE_ATOMIC,
+        )
+        .unwrap();
+    let d = grant.descriptor().clone();
+    assert_eq!(a.fetch_and_add(&d, 5).await.unwrap(), 0);
+    assert_eq!(a.fetch_and_add(&d, 3).await.unwrap(), 5);
+    assert_eq!(a.compare_and_swap(&d, 1, 100).await.unwrap(), 8, "no swap");
+    assert_eq!(a.compare_and_swap(&d, 8, 100).await.unwrap(), 8, "swap");
+    let second = d.slice(8, 8).unwrap();
+    assert_eq!(a.fetch_and_add(&second, u64::MAX).await.unwrap(), 0);
+    let mut buf = grant.revoke().await.unwrap();
+    buf.set_len(16);
+    assert_eq!(
+        u64::from_ne_bytes(buf.as_slice()[..8].try_into().unwrap()),
+        100
+    );
+    assert_eq!(
+        u64::from_ne_bytes(buf.as_slice()[8..].try_into().unwrap()),
+        u64::MAX
+    );
+}
+
+#[tokio::test]
+async fn writes_outside_the_region_fail_and_touch_nothing() {
+    let (a, b) = pair().await;
+    // A window over bytes 8..24 of a 32-byte buffer; the peer lies about the length and
+    // writes past the end of the region.
+    let grant = b
+        .grant(
+            RegisteredBuf::new(32, Access::ALL).unwrap(),
+            8,
+            16,
+            Access::REMOTE_WRITE,
+        )
+        .unwrap();
+    let mut d = grant.descriptor().clone();
+    d.len = 32;
+    let err =
+        expect_violation(a.write(SendData::Bytes(Bytes::from(vec![0xff; 32])), &d, None)).await;
+    assert!(err.is_connection_fatal(), "{err}");
+    assert!(a.send(SendData::Bytes(Bytes::new()), None).await.is_err());
+    let _ = tokio::time::timeout(Duration::from_secs(5), b.closed())
+        .await
+        .unwrap();
+    let mut buf = grant.revoke().await.expect("buffer comes back");
+    buf.set_len(32);
+    assert!(
+        buf.as_slice().iter().all(|&x| x == 0),
+        "no byte was written"
+    );
+}
+
+#[tokio::test]
+async fn rights_are_enforced_by_the_device_even_for_lying_descriptors() {
+    let (a, b) = pair().await;
+    let grant = b
+        .grant(
+            RegisteredBuf::new(8, Access::ALL).unwrap(),
+            0,
+            8,
+            Access::REMOTE_READ,
+        )
+        .unwrap();
+    // Honest descriptor: refused before posting.
+    let err = expect_violation(a.write(
+        SendData::Bytes(Bytes::from_static(b"x")),
+        grant.descriptor(),
+        None,
+    ))
+    .await;
+    assert!(matches!(
+        err,
+        Error::RemoteAccess {
+            violation: AccessViolation::NotPermitted,
+            ..
+        }
+    ));
+    // A descriptor that claims write access: the read-only mmap refuses it.
+    let (a, b) = pair().await;
+    let grant = b
+        .grant(
+            RegisteredBuf::new(8, Access::ALL).unwrap(),
+            0,
+            8,
+            Access::REMOTE_READ,
+        )
+        .unwrap();
+    let mut d = grant.descriptor().clone();
+    d.access = Access::REMOTE_WRITE | Access::REMOTE_READ;
+    expect_violation(a.write(SendData::Bytes(Bytes::from_static(b"x")), &d, None)).await;
+    let mut buf = grant.revoke().await.unwrap();
+    buf.set_len(8);
+    assert_eq!(buf.as_slice(), &[0; 8]);
+}
+
+#[tokio::test]
+async fn misaligned_atomics_and_reads_of_write_only_windows_are_refused() {
+    let (a, b) = pair().await;
+    let grant = b
+        .grant(
+            RegisteredBuf::new(16, Access::ALL).unwrap(),
+            0,
+            16,
+            Access::REMOTE_ATOMIC,
+        )
+        .unwrap();
+    let d = grant.descriptor().slice(4, 8).unwrap();
+    let err = expect_violation(a.fetch_and_add(&d, 1)).await;
+    assert!(matches!(
+        err,
+        Error::RemoteAccess {
+            violation: AccessViolation::Misaligned,
+            ..
+        }
+    ));
+    let (a, b) = pair().await;
+    let grant = b
+        .grant(
+            RegisteredBuf::new(16, Access::ALL).unwrap(),
+            0,
+            16,
+            Access::REMOTE_WRITE,
+        )
+        .unwrap();
+    let mut d = grant.descriptor().clone();
+    d.access = Access::REMOTE_READ;
+    expect_violation(a.read(&d, recv_buf(16))).await;
+}
+
+#[tokio::test]
+async fn disconnect_completes_every_outstanding_operation() {
+    let (a, b) = pair().await;
+    let grant = b
+        .grant(
+            RegisteredBuf::new(1 << 20, Access::ALL).unwrap(),
+            0,
+            1 << 20,
+            Access::REMOTE_READ | Access::REMOTE_WRITE,
+        )
+        .unwrap();
+    let d = grant.descriptor().clone();
+    let mut ops = Vec::new();
+    for i in 0..64u8 {
+        ops.push(a.write(SendData::Bytes(Bytes::from(vec![i; 4096])), &d, None));
+    }
+    let reads: Vec<_> = (0..16).map(|_| a.read(&d, recv_buf(1 << 20))).collect();
+    drop(b);
+    // Each completes exactly once, with success or a connection-fatal error.
+    for op in ops {
+        if let Err(e) = tokio::time::timeout(Duration::from_secs(5), op)
+            .await
+            .unwrap()
+        {
+            assert!(e.is_connection_fatal(), "{e}");
+        }
+    }
+    for r in reads {
+        if let Err(e) = tokio::time::timeout(Duration::from_secs(5), r)
+            .await
+            .unwrap()
+        {
+            assert!(e.is_connection_fatal(), "{e}");
+        }
+    }
+    let err = tokio::time::timeout(Duration::from_secs(5), a.closed())
+        .await
+        .unwrap();
+    assert!(err.is_connection_fatal(), "{err}");
+    let late = a
+        .read(&d.slice(0, 8).unwrap(), recv_buf(8))
+        .await
+        .unwrap_err();
+    assert!(late.is_connection_fatal(), "{late}");
+    drop(grant);
+}
+
+#[tokio::test]
+async fn one_connections_error_leaves_the_others_on_the_same_context_working() {
+    let t = transport();
+    let listener = t.listen("doca://127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr();
+    let mut pairs = Vec::new();
+    for _ in 0..3 {
+        let (c, s) = tokio::join!(t.connect(&addr), listener.accept());
+        pairs.push((c.unwrap(), s.unwrap()));
+    }
+    // Connection 0 makes an access error; its server side goes down with it.
+    let grant = pairs[0]
+        .1
+        .grant(
+            RegisteredBuf::new(8, Access::ALL).unwrap(),
+            0,
+            8,
+            Access::REMOTE_READ,
+        )
+        .unwrap();
+    let mut d = grant.descriptor().clone();
+    d.access = Access::REMOTE_WRITE;
+    expect_violation(
+        pairs[0]
+            .0
+            .write(SendData::Bytes(Bytes::from_static(b"x")), &d, None),
+    )
+    .await;
+    let err = tokio::time::timeout(Duration::from_secs(5), pairs[0].1.closed())
+        .await
+        .unwrap();
+    assert!(err.is_connection_fatal(), "{err}");
+    // The others, on the same server context, keep working both ways.
+    for (c, s) in &pairs[1..] {
+        s.post_recv(recv_buf(8)).unwrap();
+        c.send(SendData::Bytes(Bytes::from_static(b"ok")), None)
+            .await
+            .unwrap();
+        assert_eq!(s.recv().await.unwrap().buf.as_slice(), b"ok");
+        let g = s
+            .grant(
+                RegisteredBuf::new(8, Access::ALL).unwrap(),
+                0,
+                8,
+                Access::REMOTE_WRITE,
+            )
+            .unwrap();
+        c.write(
+            SendData::Bytes(Bytes::from_static(b"fine")),
+            g.descriptor(),
+            None,
+        )
+        .await
+        .unwrap();
+    }
+    // And new connections are still accepted.
+    let (c, s) = tokio::join!(t.connect(&addr), listener.accept());
+    let (c, s) = (c.unwrap(), s.unwrap());
+    s.post_recv(recv_buf(8)).unwrap();
+    c.send(SendData::Bytes(Bytes::from_static(b"new")), None)
+        .await
+        .unwrap();
+    assert_eq!(s.recv().await.unwrap().buf.as_slice(), b"new");
+}
+
+#[tokio::test]
+async fn the_context_connection_limit_refuses_extra_clients() {
+    let t = DocaTransport::new(DocaConfig {
+        max_connections: 2,
+        ..DocaConfig::default()
+    })
+    .unwrap();
+    let listener = t.listen("doca://127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr();
+    let (c1, s1) = tokio::join!(t.connect(&addr), listener.accept());
+    let (c2, s2) = tokio::join!(t.connect(&addr), listener.accept());
+    let _keep = (c1.unwrap(), s1.unwrap(), c2.unwrap(), s2.unwrap());
+    let err = t.connect(&addr).await.unwrap_err();
+    assert!(err.is_connection_fatal(), "{err}");
+}
+
+#[tokio::test]
+async fn connecting_to_nobody_fails() {
+    let t = transport();
+    let err = t.connect("doca://127.0.0.1:1").await.unwrap_err();
+    assert!(err.to_string().contains("RDMA CM"), "{err}");
+}
+
+#[tokio::test]
+async fn out_of_band_mode_exchanges_blobs_over_a_side_channel() {
+    let t = transport();
+    let (a, b) = pair_on(&t, "doca+oob://127.0.0.1:0").await;
+    assert!(a.peer().starts_with("doca+oob://"), "{}", a.peer());
+    b.post_recv(recv_buf(64)).unwrap();
+    a.send(SendData::Bytes(Bytes::from_static(b"oob")), Some(3))
+        .await
+        .unwrap();
+    let c = b.recv().await.unwrap();
+    assert_eq!((c.buf.as_slice(), c.imm), (&b"oob"[..], Some(3)));
+    let data = pattern(1 << 20, 9);
+    let grant = b
+        .grant(
+            RegisteredBuf::new(1 << 20, Access::ALL).unwrap(),
+            0,
+            1 << 20,
+            Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )
+        .unwrap();
+    a.write(
+        SendData::Bytes(Bytes::from(data.clone())),
+        grant.descriptor(),
+        None,
+    )
+    .await
+    .unwrap();
+    let back = a.read(grant.descriptor(), recv_buf(1 << 20)).await.unwrap();
+    assert_eq!(back.as_slice(), &data[..]);
+    // Closing one side ends the other through the side channel.
+    b.close();
+    let err = tokio::time::timeout(Duration::from_secs(5), a.closed())
+        .await
+        .unwrap();
+    assert!(err.is_connection_fatal(), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_polling_mode_moves_bytes() {
+    let t = transport_with(ProgressMode::BusyPoll);
+    let (a, b) = pair_on(&t, "doca://127.0.0.1:0").await;
+    b.post_recv(recv_buf(64)).unwrap();
+    a.send(SendData::Bytes(Bytes::from_static(b"poll")), None)
+        .await
+        .unwrap();
+    assert_eq!(b.recv().await.unwrap().buf.as_slice(), b"poll");
+    let grant = b
+        .grant(
+            RegisteredBuf::new(8, Access::ALL).unwrap(),
+            0,
+            8,
+            Access::REMOTE_ATOMIC,
+        )
+        .unwrap();
+    assert_eq!(a.fetch_and_add(grant.descriptor(), 2).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn bad_addresses_are_reported() {
+    let t = transport();
+    let err = t.connect("tcp://1.2.3.4:5").await.unwrap_err();
+    assert!(err.to_string().contains("doca://"), "{err}");
+    let err = t.connect("doca://nohost").await.unwrap_err();
+    assert!(err.to_string().contains("<ip>:<port>"), "{err}");
+}
