@@ -1,1 +1,46 @@
-//! rdma-rpc procedural macros (work in progress).
+//! Procedural macros of rdma-rpc. Use them through `rdma-rpc-core`, which re-exports them
+//! (`rdma_rpc_core::spec!`); generated code needs `rdma-rpc-core` and nothing else.
+//!
+//! # `spec!`
+//!
+//! Generates, in place, the items `rdma-rpc-codegen` would write from a build script: the
+//! messages and enums, the endpoint table, the service trait with its `<Service>Server<T>`
+//! adapter and the `<Service>Client`.
+//!
+//! ```ignore
+//! mod kv {
+//!     rdma_rpc_core::spec!("specs/kv_store.yaml");
+//! }
+//! // Client only:
+//! rdma_rpc_core::spec!("specs/kv_store.yaml", server = false);
+//! ```
+//!
+//! The path is relative to the invoking crate's `CARGO_MANIFEST_DIR`. The expansion includes
+//! the spec with `include_str!`, so Cargo rebuilds the crate when the spec changes. Options,
+//! after the path: `server = bool`, `client = bool` (both `true` by default).
+//!
+//! Errors are compile errors: each problem in the spec becomes one `compile_error!` whose
+//! message starts with `file:line:column` (a span can only point at the macro's string
+//! literal, so the position in the spec is in the text), followed by the spec key and a hint.
+//!
+//! Pipeline: `parse` the arguments → `validate` (read and check the spec) → `expand`.
+
+use proc_macro::TokenStream;
+
+mod expand;
+mod parse;
+mod validate;
+
+/// Generates the server, client, messages and endpoint table of a spec file; see the crate
+/// documentation.
+#[proc_macro]
+pub fn spec(input: TokenStream) -> TokenStream {
+    let args = match syn::parse::<parse::SpecArgs>(input) {
+        Ok(args) => args,
+        Err(err) => return err.to_compile_error().into(),
+    };
+    match validate::load(&args) {
+        Ok(spec) => expand::expand(&spec, &args.options).into(),
+        Err(err) => err.to_compile_error().into(),
+    }
+}
