@@ -5,7 +5,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::service::{TestRequest, TestResponse, ENDPOINTS};
-use super::{bounded, pattern, Harness};
+use super::{bounded, pattern, tcp_backend, Backend, Harness};
 use crate::codegen::{call_inbound, call_outbound};
 use crate::{Client, Code, Request, Status};
 
@@ -134,9 +134,8 @@ async fn tcp_64_connections_mixed_operations() {
     bounded("64 connections", many_connections_mixed(&h)).await;
 }
 
-#[tokio::test]
-async fn many_calls_in_flight_on_one_connection_complete_out_of_order() {
-    let h = Harness::tcp_default().await;
+pub(crate) async fn many_calls_in_flight_on_one_connection_complete_out_of_order_on(b: &Backend) {
+    let h = Harness::default_on(b).await;
     let client = h.client().await;
     // A slow call first, then fast ones: the fast ones finish while the slow one waits.
     let slow = {
@@ -162,8 +161,12 @@ async fn many_calls_in_flight_on_one_connection_complete_out_of_order() {
 }
 
 #[tokio::test]
-async fn deadlines_end_calls_with_deadline_exceeded() {
-    let h = Harness::tcp_default().await;
+async fn many_calls_in_flight_on_one_connection_complete_out_of_order() {
+    many_calls_in_flight_on_one_connection_complete_out_of_order_on(&tcp_backend()).await;
+}
+
+pub(crate) async fn deadlines_end_calls_with_deadline_exceeded_on(b: &Backend) {
+    let h = Harness::default_on(b).await;
     let client = h.client().await;
     let mut r = req(10, 1);
     r.delay_ms = 2_000;
@@ -181,8 +184,12 @@ async fn deadlines_end_calls_with_deadline_exceeded() {
 }
 
 #[tokio::test]
-async fn graceful_shutdown_drains_calls_in_flight() {
-    let mut h = Harness::tcp_default().await;
+async fn deadlines_end_calls_with_deadline_exceeded() {
+    deadlines_end_calls_with_deadline_exceeded_on(&tcp_backend()).await;
+}
+
+pub(crate) async fn graceful_shutdown_drains_calls_in_flight_on(b: &Backend) {
+    let mut h = Harness::default_on(b).await;
     let client = h.client().await;
     let mut r = req(50_000, 3);
     r.delay_ms = 300;
@@ -206,4 +213,9 @@ async fn graceful_shutdown_drains_calls_in_flight() {
     // New calls are refused once the server is gone.
     let err = inbound(&client, MSG_SEND, 1, 1).await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable, "{err}");
+}
+
+#[tokio::test]
+async fn graceful_shutdown_drains_calls_in_flight() {
+    graceful_shutdown_drains_calls_in_flight_on(&tcp_backend()).await;
 }

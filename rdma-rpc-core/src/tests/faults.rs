@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::e2e::{inbound, outbound, req, BLOB_WRITE, MSG_SEND};
 use super::service::{TestResponse, ENDPOINTS};
-use super::{bounded, pattern, tcp, Harness};
+use super::{bounded, pattern, tcp_backend, Backend, Harness};
 use crate::codegen::call_inbound;
 use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{CallId, Hello, Kind, RequestFrame};
@@ -96,9 +96,8 @@ async fn still_serving(h: &Harness) {
     );
 }
 
-#[tokio::test]
-async fn malformed_frames_close_that_connection_only() {
-    let h = Harness::tcp_default().await;
+pub(crate) async fn malformed_frames_close_that_connection_only_on(b: &Backend) {
+    let h = Harness::default_on(b).await;
     let good = h.client().await;
     for garbage in [
         &[0xff, 0xff, 0xff][..],
@@ -119,8 +118,12 @@ async fn malformed_frames_close_that_connection_only() {
 }
 
 #[tokio::test]
-async fn frames_a_client_must_not_send_close_the_connection() {
-    let h = Harness::tcp_default().await;
+async fn malformed_frames_close_that_connection_only() {
+    malformed_frames_close_that_connection_only_on(&tcp_backend()).await;
+}
+
+pub(crate) async fn frames_a_client_must_not_send_close_the_connection_on(b: &Backend) {
+    let h = Harness::default_on(b).await;
     let raw = RawClient::connect(&h).await;
     raw.channel
         .send(Kind::HelloAck(Hello::default()))
@@ -134,8 +137,14 @@ async fn frames_a_client_must_not_send_close_the_connection() {
 }
 
 #[tokio::test]
-async fn unknown_endpoints_wrong_operations_and_oversized_requests_get_statuses() {
-    let h = Harness::tcp_default().await;
+async fn frames_a_client_must_not_send_close_the_connection() {
+    frames_a_client_must_not_send_close_the_connection_on(&tcp_backend()).await;
+}
+
+pub(crate) async fn unknown_endpoints_wrong_operations_and_oversized_requests_get_statuses_on(
+    b: &Backend,
+) {
+    let h = Harness::default_on(b).await;
     let client = h.client().await;
     let call = |ep: &'static EndpointDef, len: usize| {
         let client = client.clone();
@@ -196,8 +205,12 @@ async fn unknown_endpoints_wrong_operations_and_oversized_requests_get_statuses(
 }
 
 #[tokio::test]
-async fn handler_panic_is_an_internal_error_and_the_server_goes_on() {
-    let h = Harness::tcp_default().await;
+async fn unknown_endpoints_wrong_operations_and_oversized_requests_get_statuses() {
+    unknown_endpoints_wrong_operations_and_oversized_requests_get_statuses_on(&tcp_backend()).await;
+}
+
+pub(crate) async fn handler_panic_is_an_internal_error_and_the_server_goes_on_on(b: &Backend) {
+    let h = Harness::default_on(b).await;
     let client = h.client().await;
     let err = call_inbound::<_, TestResponse>(
         &client,
@@ -212,14 +225,20 @@ async fn handler_panic_is_an_internal_error_and_the_server_goes_on() {
 }
 
 #[tokio::test]
-async fn client_dying_mid_write_never_reaches_the_handler_and_frees_the_buffer() {
+async fn handler_panic_is_an_internal_error_and_the_server_goes_on() {
+    handler_panic_is_an_internal_error_and_the_server_goes_on_on(&tcp_backend()).await;
+}
+
+pub(crate) async fn client_dying_mid_write_never_reaches_the_handler_and_frees_the_buffer_on(
+    b: &Backend,
+) {
     // One buffer per path: a leaked buffer would make the next write wait forever.
     let config = ServerConfig {
         min_buffers: 1,
         max_buffers: 1,
         ..ServerConfig::default()
     };
-    let h = Harness::start(tcp(), config).await;
+    let h = Harness::start_on(b, config).await;
     let raw = RawClient::connect(&h).await;
     let len = 1 << 20;
     raw.request(1, "/blob", OpKind::Write, len).await;
@@ -255,8 +274,12 @@ async fn client_dying_mid_write_never_reaches_the_handler_and_frees_the_buffer()
 }
 
 #[tokio::test]
-async fn server_death_ends_pending_calls_promptly() {
-    let h = Harness::tcp_default().await;
+async fn client_dying_mid_write_never_reaches_the_handler_and_frees_the_buffer() {
+    client_dying_mid_write_never_reaches_the_handler_and_frees_the_buffer_on(&tcp_backend()).await;
+}
+
+pub(crate) async fn server_death_ends_pending_calls_promptly_on(b: &Backend) {
+    let h = Harness::default_on(b).await;
     let client = h.client().await;
     let mut calls = Vec::new();
     for i in 0..8 {
@@ -283,6 +306,13 @@ async fn server_death_ends_pending_calls_promptly() {
     assert_eq!(err.code(), Code::Unavailable, "{err}");
 }
 
+#[tokio::test]
+async fn server_death_ends_pending_calls_promptly() {
+    server_death_ends_pending_calls_promptly_on(&tcp_backend()).await;
+}
+
+// TCP-only (DOCA cannot revoke an exported mmap per request: a descriptor keeps working after
+// the ack while the region lives; see docs/doca.md).
 #[tokio::test]
 async fn descriptors_grant_one_buffer_one_direction_until_the_ack() {
     let h = Harness::tcp_default().await;
@@ -318,6 +348,8 @@ async fn descriptors_grant_one_buffer_one_direction_until_the_ack() {
     still_serving(&h).await;
 }
 
+// TCP-only (a DOCA export is not bound to one connection: any connection on the device that
+// learns the blob can use it; see docs/doca.md).
 #[tokio::test]
 async fn a_client_cannot_reach_another_connections_buffers() {
     let h = Harness::tcp_default().await;
@@ -357,13 +389,12 @@ async fn a_client_cannot_reach_another_connections_buffers() {
     }
 }
 
-#[tokio::test]
-async fn in_flight_limit_is_enforced_and_named() {
+pub(crate) async fn in_flight_limit_is_enforced_and_named_on(b: &Backend) {
     let config = ServerConfig {
         max_in_flight: 2,
         ..ServerConfig::default()
     };
-    let h = Harness::start(tcp(), config).await;
+    let h = Harness::start_on(b, config).await;
     let raw = RawClient::connect(&h).await;
     // Two writes wait for their transfers; the third is over the limit.
     for id in 1..=3 {
@@ -387,12 +418,18 @@ async fn in_flight_limit_is_enforced_and_named() {
 }
 
 #[tokio::test]
-async fn well_behaved_clients_wait_instead_of_exceeding_the_in_flight_limit() {
+async fn in_flight_limit_is_enforced_and_named() {
+    in_flight_limit_is_enforced_and_named_on(&tcp_backend()).await;
+}
+
+pub(crate) async fn well_behaved_clients_wait_instead_of_exceeding_the_in_flight_limit_on(
+    b: &Backend,
+) {
     let config = ServerConfig {
         max_in_flight: 2,
         ..ServerConfig::default()
     };
-    let h = Harness::start(tcp(), config).await;
+    let h = Harness::start_on(b, config).await;
     let client = h.client().await;
     let calls: Vec<_> = (0..10)
         .map(|i| {
@@ -406,12 +443,16 @@ async fn well_behaved_clients_wait_instead_of_exceeding_the_in_flight_limit() {
 }
 
 #[tokio::test]
-async fn connection_limit_is_enforced_and_named() {
+async fn well_behaved_clients_wait_instead_of_exceeding_the_in_flight_limit() {
+    well_behaved_clients_wait_instead_of_exceeding_the_in_flight_limit_on(&tcp_backend()).await;
+}
+
+pub(crate) async fn connection_limit_is_enforced_and_named_on(b: &Backend) {
     let config = ServerConfig {
         max_connections: 2,
         ..ServerConfig::default()
     };
-    let h = Harness::start(tcp(), config).await;
+    let h = Harness::start_on(b, config).await;
     let _a = h.client().await;
     let _b = h.client().await;
     let err = crate::Client::builder()
@@ -423,8 +464,12 @@ async fn connection_limit_is_enforced_and_named() {
 }
 
 #[tokio::test]
-async fn oversized_metadata_is_refused_with_the_limit_named() {
-    let h = Harness::tcp_default().await;
+async fn connection_limit_is_enforced_and_named() {
+    connection_limit_is_enforced_and_named_on(&tcp_backend()).await;
+}
+
+pub(crate) async fn oversized_metadata_is_refused_with_the_limit_named_on(b: &Backend) {
+    let h = Harness::default_on(b).await;
     let client = h.client_with(ClientConfig::default()).await;
     let err = client
         .call_raw(
@@ -441,8 +486,12 @@ async fn oversized_metadata_is_refused_with_the_limit_named() {
 }
 
 #[tokio::test]
-async fn protocol_version_mismatch_is_reported() {
-    let h = Harness::tcp_default().await;
+async fn oversized_metadata_is_refused_with_the_limit_named() {
+    oversized_metadata_is_refused_with_the_limit_named_on(&tcp_backend()).await;
+}
+
+pub(crate) async fn protocol_version_mismatch_is_reported_on(b: &Backend) {
+    let h = Harness::default_on(b).await;
     let conn = h.transport.connect(&h.addr).await.unwrap();
     let channel = FrameChannel::new(conn, 4, 16 * 1024, true).unwrap();
     channel
@@ -465,14 +514,23 @@ async fn protocol_version_mismatch_is_reported() {
 }
 
 #[tokio::test]
-async fn silent_clients_time_out_in_the_handshake() {
+async fn protocol_version_mismatch_is_reported() {
+    protocol_version_mismatch_is_reported_on(&tcp_backend()).await;
+}
+
+pub(crate) async fn silent_clients_time_out_in_the_handshake_on(b: &Backend) {
     let config = ServerConfig {
         handshake_timeout: Duration::from_millis(100),
         ..ServerConfig::default()
     };
-    let h = Harness::start(tcp(), config).await;
+    let h = Harness::start_on(b, config).await;
     let conn = h.transport.connect(&h.addr).await.unwrap();
     let err = bounded("handshake timeout", conn.closed()).await;
     assert!(err.is_connection_fatal(), "{err}");
     still_serving(&h).await;
+}
+
+#[tokio::test]
+async fn silent_clients_time_out_in_the_handshake() {
+    silent_clients_time_out_in_the_handshake_on(&tcp_backend()).await;
 }

@@ -1,6 +1,8 @@
 //! End-to-end tests of client, server and protocol, written against `dyn Transport` so the
 //! same suite runs over every transport.
 
+#[cfg(feature = "doca")]
+mod doca;
 mod e2e;
 mod faults;
 mod service;
@@ -33,14 +35,42 @@ pub(crate) fn tcp() -> Arc<dyn Transport> {
     }))
 }
 
+/// A transport and the address a test server binds with it.
+#[derive(Clone)]
+pub(crate) struct Backend {
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) bind: String,
+}
+
+/// The software transport on loopback.
+pub(crate) fn tcp_backend() -> Backend {
+    Backend {
+        transport: tcp(),
+        bind: "tcp://127.0.0.1:0".into(),
+    }
+}
+
 impl Harness {
     pub(crate) async fn start(transport: Arc<dyn Transport>, config: ServerConfig) -> Harness {
+        Harness::start_on(
+            &Backend {
+                transport,
+                bind: "tcp://127.0.0.1:0".into(),
+            },
+            config,
+        )
+        .await
+    }
+
+    /// A server on `backend` (any transport).
+    pub(crate) async fn start_on(backend: &Backend, config: ServerConfig) -> Harness {
+        let transport = backend.transport.clone();
         let service = TestService::default();
         let server = Server::builder()
             .config(config)
             .transport(transport.clone())
             .add_service(service.clone())
-            .bind("tcp://127.0.0.1:0")
+            .bind(&backend.bind)
             .await
             .expect("bind");
         let addr = server.local_addr();
@@ -59,6 +89,11 @@ impl Harness {
 
     pub(crate) async fn tcp_default() -> Harness {
         Harness::start(tcp(), ServerConfig::default()).await
+    }
+
+    /// A server with the default configuration on `backend`.
+    pub(crate) async fn default_on(backend: &Backend) -> Harness {
+        Harness::start_on(backend, ServerConfig::default()).await
     }
 
     pub(crate) async fn client(&self) -> Client {
