@@ -634,6 +634,7 @@ struct Inflight {
 }
 
 struct RecvSlot {
+    /// 0 once freed (after its completion during a stop).
     task: usize,
     buf: Buf,
     offset: usize,
@@ -662,6 +663,8 @@ pub(super) struct Owner {
     /// Boxed: its address is the context's user data.
     sink: Box<Sink>,
     max_message: u64,
+    /// `shutdown` ran.
+    stopped: bool,
 }
 
 // SAFETY: the owner is used by one thread at a time (its tokio task or its polling thread);
@@ -871,6 +874,7 @@ impl Owner {
             pe,
             sink,
             max_message: u64::from(dev.info().max_message_size),
+            stopped: false,
         };
         if let Err(e) = owner
             .wait_running()
@@ -917,15 +921,17 @@ impl Owner {
                     &mut task,
                 )
             })?;
+            // SAFETY: a new idle task.
+            let code = unsafe { sys::doca_task_submit(as_task(Kind::Receive, task as usize)) };
+            if code != sys::DOCA_SUCCESS {
+                free_task(Kind::Receive, task as usize);
+                return Err(doca_error("doca_task_submit", code));
+            }
             self.recvs.push(RecvSlot {
                 task: task as usize,
                 buf,
                 offset,
             });
-            // SAFETY: a new idle task.
-            check("doca_task_submit", unsafe {
-                sys::doca_task_submit(as_task(Kind::Receive, task as usize))
-            })?;
         }
         Ok(())
     }
@@ -1357,6 +1363,12 @@ impl Owner {
             );
         }
         if self.rdma.state() != sys::DOCA_CTX_STATE_RUNNING {
+            // Flushed by the stop: the task is idle now and is freed (never reposted).
+            let slot = &mut self.recvs[index];
+            if slot.task != 0 {
+                free_task(Kind::Receive, slot.task);
+                slot.task = 0;
+            }
             return;
         }
         let slot = &self.recvs[index];
@@ -1883,6 +1895,9 @@ impl Owner {
     /// Stops the context: disconnects everything, waits (bounded) for every task to
     /// complete, frees the tasks and destroys the objects.
     fn shutdown(&mut self) {
+        if std::mem::replace(&mut self.stopped, true) {
+            return;
+        }
         self.sink.accepting.set(false);
         let ids: Vec<ConnId> = self.conns.keys().copied().collect();
         for id in ids {
@@ -1906,16 +1921,7 @@ impl Owner {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             self.progress_all();
-            // Receives complete (flushed) during the stop: free them once idle.
-            let recvs: Vec<RecvSlot> = self.recvs.drain(..).collect();
-            let mut keep = Vec::new();
-            for slot in recvs {
-                // The stop flushed every posted receive; their completions were delivered by
-                // the progress above, so they are idle now.
-                free_task(Kind::Receive, slot.task);
-                keep.push(slot.buf);
-            }
-            drop(keep);
+            // Receives are freed in `on_receive` as their flushed completions arrive.
             if self.ops.is_empty() && self.rdma.state() == sys::DOCA_CTX_STATE_IDLE {
                 self.rdma.destroyable = true;
                 break;
@@ -1933,8 +1939,10 @@ impl Owner {
 
 impl Drop for Owner {
     fn drop(&mut self) {
-        if !self.rdma.destroyable && self.rdma.state() == sys::DOCA_CTX_STATE_IDLE {
-            self.rdma.destroyable = true;
+        // The owner's task was dropped without finishing (its runtime shut down): stop the
+        // context here so it is still destroyed rather than leaked.
+        if !self.stopped {
+            self.shutdown();
         }
     }
 }
