@@ -11,12 +11,20 @@ pub mod service;
 pub mod status;
 pub mod transport;
 
+pub use bytes::Bytes;
 pub use client::{Client, ClientBuilder, ClientConfig, ClientStats};
 pub use error::{Error, Result};
 pub use memory::{Access, BufferPool, RegisteredBuf};
 pub use server::{BoundServer, Server, ServerBuilder, ServerConfig};
 pub use service::{EndpointDef, IntoRequest, OpKind, RawRequest, Request, ServerCall, Service};
 pub use status::{Code, Status};
+
+/// Generates a service's code from a spec file at compile time, without a build script:
+/// `rdma_rpc_core::spec!("specs/kv_store.yaml");` (the path is relative to the crate's
+/// `Cargo.toml`). Expands to the same items as the build-script generator; the crate
+/// rebuilds when the spec changes.
+#[cfg(feature = "macros")]
+pub use rdma_rpc_macros::spec;
 
 /// Includes the Rust code `rdma-rpc-codegen` generated in a build script for the spec file
 /// with this stem (`include_spec!("kv_store")` for `specs/kv_store.yaml`).

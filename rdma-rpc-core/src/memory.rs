@@ -184,6 +184,8 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
+        // The registration (a DOCA mmap over these bytes) must go before the bytes do.
+        drop(self.registration.take());
         // SAFETY: allocated in `Region::new` with this same layout; dropped exactly once.
         unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.capacity)) }
     }

@@ -14,7 +14,8 @@
 //! Every call ends with exactly one response frame (also when the client cancelled), so both
 //! sides agree on what is in flight.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -38,9 +39,46 @@ pub(super) enum ClientEvent {
     Cancel,
 }
 
+/// The calls in flight on one connection, shared by the connection loop (which routes the
+/// client's acks and cancels) and the call tasks (which leave it just before answering, so a
+/// client that sends its next request on seeing a response is never over the limit).
+#[derive(Clone, Default)]
+pub(super) struct InFlight(Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<ClientEvent>>>>);
+
+impl InFlight {
+    fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<u64, mpsc::UnboundedSender<ClientEvent>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.calls().len()
+    }
+
+    pub(super) fn contains(&self, id: u64) -> bool {
+        self.calls().contains_key(&id)
+    }
+
+    pub(super) fn insert(&self, id: u64, events: mpsc::UnboundedSender<ClientEvent>) {
+        self.calls().insert(id, events);
+    }
+
+    /// Removes a call; whether it was still there.
+    pub(super) fn remove(&self, id: u64) -> bool {
+        self.calls().remove(&id).is_some()
+    }
+
+    /// Routes a client event to its call, if the call is still in flight.
+    pub(super) fn route(&self, id: u64, event: ClientEvent) {
+        if let Some(events) = self.calls().get(&id) {
+            let _ = events.send(event);
+        }
+    }
+}
+
 /// Everything one call needs.
 pub(super) struct Call {
     pub(super) id: u64,
+    pub(super) in_flight: InFlight,
     pub(super) channel: Arc<FrameChannel>,
     pub(super) service: Arc<dyn Service>,
     pub(super) index: usize,
@@ -74,6 +112,7 @@ pub(super) async fn run(mut call: Call) {
             inline_payload: None,
         },
     };
+    call.in_flight.remove(call.id);
     if let Err(e) = call.channel.send(Kind::Response(response)).await {
         tracing::debug!(call = call.id, error = %e, "response not sent: connection gone");
     }

@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::call::{self, ClientEvent};
+use super::call::{self, ClientEvent, InFlight};
 use super::Shared;
 use crate::error::Error;
 use crate::protocol::channel::FrameChannel;
@@ -118,12 +118,12 @@ async fn run(
         }))
         .await?;
 
-    let mut calls: HashMap<u64, mpsc::UnboundedSender<ClientEvent>> = HashMap::new();
+    let calls = InFlight::default();
     let mut task_ids = HashMap::new();
     let mut tasks = JoinSet::new();
     let mut stopping = *stop.borrow_and_update();
     loop {
-        if stopping && calls.is_empty() {
+        if stopping && tasks.is_empty() {
             goaway(
                 &channel,
                 &Status::unavailable("the server is shutting down"),
@@ -140,7 +140,7 @@ async fn run(
                 };
                 match kind {
                     Kind::Request(req) => {
-                        if calls.contains_key(&req.id) {
+                        if calls.contains(req.id) {
                             let e = channel.malformed(format!("call id {} reused while in flight", req.id));
                             goaway(&channel, &Status::invalid_argument(e.to_string())).await;
                             return Err(e);
@@ -156,7 +156,7 @@ async fn run(
                         };
                         let id = req.id;
                         let started = refusal.map_or_else(
-                            || start_call(&shared, &channel, req, inline_threshold),
+                            || start_call(&shared, &channel, &calls, req, inline_threshold),
                             Err,
                         );
                         match started {
@@ -176,16 +176,8 @@ async fn run(
                             }
                         }
                     }
-                    Kind::Ack(call) => {
-                        if let Some(events) = calls.get(&call.id) {
-                            let _ = events.send(ClientEvent::Ack);
-                        }
-                    }
-                    Kind::Cancel(call) => {
-                        if let Some(events) = calls.get(&call.id) {
-                            let _ = events.send(ClientEvent::Cancel);
-                        }
-                    }
+                    Kind::Ack(call) => calls.route(call.id, ClientEvent::Ack),
+                    Kind::Cancel(call) => calls.route(call.id, ClientEvent::Cancel),
                     Kind::Goaway(status) => {
                         tracing::debug!(message = %status.message, "client said goodbye");
                         return Ok(());
@@ -203,8 +195,8 @@ async fn run(
                     Err(e) => (e.id(), e.is_panic()),
                 };
                 if let Some(id) = task_ids.remove(&task) {
-                    calls.remove(&id);
-                    if panicked {
+                    // A call that panicked never answered: answer for it.
+                    if calls.remove(id) && panicked {
                         tracing::error!(call = id, "handler panicked");
                         let frame = ResponseFrame {
                             id,
@@ -241,6 +233,7 @@ fn frame_name(kind: &Kind) -> &'static str {
 fn start_call(
     shared: &Shared,
     channel: &Arc<FrameChannel>,
+    in_flight: &InFlight,
     req: RequestFrame,
     inline_threshold: u32,
 ) -> Result<(call::Call, mpsc::UnboundedSender<ClientEvent>), Status> {
@@ -271,6 +264,7 @@ fn start_call(
     let (tx, events) = mpsc::unbounded_channel();
     let call = call::Call {
         id: req.id,
+        in_flight: in_flight.clone(),
         channel: channel.clone(),
         service: route.service.clone(),
         index: route.index,

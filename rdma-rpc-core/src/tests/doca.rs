@@ -89,12 +89,9 @@ mod e2e {
 mod faults {
     use super::*;
 
-    // Not a DOCA limitation: the server removes a call from its in-flight set only when the
-    // call's task is joined, after the task sent the response, so a client that sends its
-    // next request as soon as it sees the response can be refused (server/conn.rs). The
-    // faster DOCA path hits this window often (about 1 run in 6 on the software provider).
+    // The DOCA path is fast enough to catch a call still counted in flight after its
+    // response; the server now leaves the in-flight set before answering (server/call.rs).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "flaky until server/conn.rs stops counting answered calls as in flight"]
     async fn well_behaved_clients_wait_instead_of_exceeding_the_in_flight_limit_on() {
         bounded(
             "in-flight limit",
