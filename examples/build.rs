@@ -1,7 +1,17 @@
-//! Generates the gRPC baseline service of the benchmark with tonic-build's manual builder
-//! (no protoc needed: the messages are prost structs in `src/bench/grpc.rs`).
+//! Generates the examples' services from `specs/` with rdma-rpc-codegen, and the gRPC
+//! baseline of the benchmark with tonic-build's manual builder (no protoc needed: its
+//! messages are prost structs in `src/bench/grpc.rs`).
 
-fn main() {
+use std::path::PathBuf;
+
+fn main() -> Result<(), rdma_rpc_codegen::Error> {
+    let specs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../specs");
+    rdma_rpc_codegen::configure().compile(&[
+        specs.join("doca_cpp_endpoints.yaml"),
+        specs.join("kv_store.yaml"),
+        specs.join("bench.yaml"),
+    ])?;
+
     let method = |name: &str, route: &str, input: &str, output: &str| {
         tonic_build::manual::Method::builder()
             .name(name)
@@ -30,4 +40,5 @@ fn main() {
         .build();
     tonic_build::manual::Builder::new().compile(&[blob]);
     println!("cargo:rerun-if-changed=build.rs");
+    Ok(())
 }

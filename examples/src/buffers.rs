@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use bytes::Bytes;
 use rdma_rpc_core::{RegisteredBuf, Request, Status};
 
-use crate::hand_written::DocaCppEndpoints;
+use crate::generated::doca_cpp::DocaCppEndpoints;
 
 /// The buffers of the doca-cpp endpoints, in memory.
 #[derive(Debug, Default)]

@@ -1,10 +1,14 @@
 //! The doca-cpp example spec (`specs/doca_cpp_endpoints.yaml`) as a service, written by hand
-//! exactly the way `rdma-rpc-codegen` writes it: this is what generated code looks like and
-//! what it asks of the runtime. It refers to the runtime only through
-//! `::rdma_rpc_core::codegen`, so it works from any module.
+//! the way `rdma-rpc-codegen` writes it: a readable reference of what generated code looks
+//! like and what it asks of the runtime (the examples themselves use the generated
+//! [`crate::generated::doca_cpp`]). It refers to the runtime only through
+//! `::rdma_rpc_core::codegen`, so it works from any module. A [`Service`] can always be
+//! written by hand like this, without a spec.
+//!
+//! [`Service`]: rdma_rpc_core::Service
 
 /// The endpoints of `DocaCppEndpoints`: path, operation, buffer size.
-pub const DOCA_CPP_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = &[
+pub const DOCA_CPP_ENDPOINTS_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = &[
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/rdma/ep0",
         op: ::rdma_rpc_core::codegen::OpKind::Receive,
@@ -100,7 +104,7 @@ impl<T: DocaCppEndpoints> ::rdma_rpc_core::codegen::Service for DocaCppEndpoints
     }
 
     fn endpoints(&self) -> &'static [::rdma_rpc_core::codegen::EndpointDef] {
-        DOCA_CPP_ENDPOINTS
+        DOCA_CPP_ENDPOINTS_ENDPOINTS
     }
 
     fn call<'a>(
@@ -187,7 +191,7 @@ impl DocaCppEndpointsClient {
     > {
         ::rdma_rpc_core::codegen::call_outbound(
             &self.inner,
-            &DOCA_CPP_ENDPOINTS[0usize],
+            &DOCA_CPP_ENDPOINTS_ENDPOINTS[0usize],
             ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
         )
         .await
@@ -201,7 +205,7 @@ impl DocaCppEndpointsClient {
     ) -> ::core::result::Result<(), ::rdma_rpc_core::codegen::Status> {
         ::rdma_rpc_core::codegen::call_inbound(
             &self.inner,
-            &DOCA_CPP_ENDPOINTS[1usize],
+            &DOCA_CPP_ENDPOINTS_ENDPOINTS[1usize],
             ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
             data.into(),
         )
@@ -216,7 +220,7 @@ impl DocaCppEndpointsClient {
     ) -> ::core::result::Result<(), ::rdma_rpc_core::codegen::Status> {
         ::rdma_rpc_core::codegen::call_inbound(
             &self.inner,
-            &DOCA_CPP_ENDPOINTS[2usize],
+            &DOCA_CPP_ENDPOINTS_ENDPOINTS[2usize],
             ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
             data.into(),
         )
@@ -233,9 +237,20 @@ impl DocaCppEndpointsClient {
     > {
         ::rdma_rpc_core::codegen::call_outbound(
             &self.inner,
-            &DOCA_CPP_ENDPOINTS[3usize],
+            &DOCA_CPP_ENDPOINTS_ENDPOINTS[3usize],
             ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_hand_written_table_is_the_generated_one() {
+        assert_eq!(
+            super::DOCA_CPP_ENDPOINTS_ENDPOINTS,
+            crate::generated::doca_cpp::DOCA_CPP_ENDPOINTS_ENDPOINTS
+        );
     }
 }

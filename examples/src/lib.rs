@@ -3,5 +3,7 @@
 
 pub mod bench;
 pub mod buffers;
+pub mod generated;
 pub mod hand_written;
+pub mod kv;
 pub mod report;

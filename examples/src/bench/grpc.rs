@@ -92,10 +92,16 @@ pub async fn start() -> std::io::Result<GrpcServer> {
     Ok(GrpcServer { addr, task })
 }
 
+/// Accepted connections with `TCP_NODELAY`, as tonic's own listener sets by default.
 fn tokio_stream_from(
     listener: tokio::net::TcpListener,
 ) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    tokio_stream::wrappers::TcpListenerStream::new(listener)
+    use tokio_stream::StreamExt;
+    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|stream| {
+        let stream = stream?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    })
 }
 
 /// Connects a client with the same message size limit.

@@ -4,4 +4,5 @@
 pub mod grpc;
 pub mod measure;
 pub mod report;
+pub mod service;
 pub mod tcp_baseline;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use bytes::Bytes;
-use examples::hand_written::DocaCppEndpointsClient;
+use examples::generated::doca_cpp::DocaCppEndpointsClient;
 use examples::report::size;
 
 async fn run(addr: &str, len: usize) -> Result<(), Box<dyn std::error::Error>> {

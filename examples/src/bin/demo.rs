@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use bytes::Bytes;
 use examples::buffers::PathBuffers;
-use examples::hand_written::{DocaCppEndpointsClient, DocaCppEndpointsServer};
+use examples::generated::doca_cpp::{DocaCppEndpointsClient, DocaCppEndpointsServer};
 use examples::report::{print_table, size, Row, Samples};
 use rdma_rpc_core::{Client, Server, Status};
 

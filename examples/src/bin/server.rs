@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 
 use examples::buffers::PathBuffers;
-use examples::hand_written::{DocaCppEndpointsServer, DOCA_CPP_ENDPOINTS};
+use examples::generated::doca_cpp::{DocaCppEndpointsServer, DOCA_CPP_ENDPOINTS_ENDPOINTS};
 use rdma_rpc_core::Server;
 
 #[tokio::main]
@@ -26,7 +26,7 @@ async fn main() -> ExitCode {
         }
     };
     println!("serving on {}", server.local_addr());
-    for ep in DOCA_CPP_ENDPOINTS {
+    for ep in DOCA_CPP_ENDPOINTS_ENDPOINTS {
         println!(
             "  {:<8} {:<10} buffer {} bytes",
             ep.op, ep.path, ep.buffer_size

@@ -1,0 +1,380 @@
+//! The benchmark: rdma-rpc's four operations at payload sizes from 64 B to 16 MiB, next to raw
+//! TCP and gRPC (tonic) measured in the same run. Prints a table of ratios and writes JSON and
+//! an SVG chart.
+//!
+//! `cargo run --release -p examples --bin bench -- [--quick] [--transport ADDR] [--out DIR]
+//! [--depth N] [--connections N]`
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use examples::bench::grpc;
+use examples::bench::measure::{latency, peak_rss_mib, throughput, BenchError, Progress};
+use examples::bench::report::{GrpcRow, OpRow, Results, Target};
+use examples::bench::service::{BenchClient, BenchServer, Len, Sink};
+use examples::bench::tcp_baseline;
+use rdma_rpc_core::{Client, Server};
+
+const SIZES: [usize; 6] = [64, 4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20];
+const OPS: [&str; 4] = ["send", "receive", "write", "read"];
+
+#[derive(Debug)]
+struct Options {
+    quick: bool,
+    transport: String,
+    out: PathBuf,
+    depth: usize,
+    connections: usize,
+}
+
+fn usage() -> &'static str {
+    "usage: bench [--quick] [--transport ADDR] [--out DIR] [--depth N] [--connections N]\n\
+     ADDR: where the rdma-rpc server listens (default tcp://127.0.0.1:0; doca://IP:PORT for DOCA)"
+}
+
+fn parse_args() -> Result<Options, String> {
+    let mut o = Options {
+        quick: false,
+        transport: "tcp://127.0.0.1:0".into(),
+        out: PathBuf::from("bench-results"),
+        depth: 8,
+        connections: 64,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
+        match arg.as_str() {
+            "--quick" => o.quick = true,
+            "--transport" => o.transport = value("--transport")?,
+            "--out" => o.out = value("--out")?.into(),
+            "--depth" => {
+                o.depth = value("--depth")?
+                    .parse()
+                    .map_err(|e| format!("--depth: {e}"))?
+            }
+            "--connections" => {
+                o.connections = value("--connections")?
+                    .parse()
+                    .map_err(|e| format!("--connections: {e}"))?
+            }
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    if o.depth == 0 || o.connections == 0 {
+        return Err("--depth and --connections must be at least 1".into());
+    }
+    Ok(o)
+}
+
+/// Calls per measurement: (latency, throughput).
+fn calls(size: usize, quick: bool) -> (usize, usize) {
+    let (lat, tput) = match size {
+        0..=4096 => (3000, 20_000),
+        4097..=65_536 => (1000, 4000),
+        65_537..=1_048_576 => (200, 400),
+        1_048_577..=4_194_304 => (60, 120),
+        _ => (20, 40),
+    };
+    if quick {
+        ((lat / 20).max(4), (tput / 20).max(8))
+    } else {
+        (lat, tput)
+    }
+}
+
+/// One call of `op` with `size` bytes.
+async fn call(client: &BenchClient, op: &str, data: &Bytes) -> Result<(), BenchError> {
+    let len = Len {
+        len: data.len() as u64,
+    };
+    let got = match op {
+        "send" => client.send_bytes(len, data.clone()).await?.len,
+        "write" => client.write_bytes(len, data.clone()).await?.len,
+        "receive" => client.receive_bytes(len).await?.1.len() as u64,
+        _ => client.read_bytes(len).await?.1.len() as u64,
+    };
+    if got != data.len() as u64 {
+        return Err(format!("{op}: {got} bytes instead of {}", data.len()).into());
+    }
+    Ok(())
+}
+
+async fn run(o: &Options) -> Result<Results, BenchError> {
+    let steps = 2 + SIZES.len() * (OPS.len() * 3 + 4);
+    let mut progress = Progress::new(steps);
+
+    progress.step("raw TCP: 64 B ping-pong");
+    let rounds = if o.quick { 500 } else { 5000 };
+    let tcp_round_trip =
+        examples::bench::measure::Latency::of(tcp_baseline::ping_pong(64, rounds).await?);
+    progress.step("raw TCP: bulk stream of 4 MiB writes");
+    let tcp_bulk = tcp_baseline::bulk_stream(4 << 20, if o.quick { 25 } else { 250 }).await? / 1e9;
+
+    let server = Server::builder()
+        .pool_budget(512 << 20)
+        .max_in_flight(256)
+        .add_service(BenchServer::new(Sink))
+        .bind(&o.transport)
+        .await?;
+    let addr = server.local_addr();
+    let serving = tokio::spawn(server.serve());
+    let client = BenchClient::new(Client::connect(&addr).await?);
+    let mut others = Vec::with_capacity(o.connections);
+    for _ in 0..o.connections {
+        others.push(BenchClient::new(Client::connect(&addr).await?));
+    }
+    let others = Arc::new(others);
+
+    let mut rows = Vec::new();
+    for &size in &SIZES {
+        let data = Bytes::from(vec![0x5a; size]);
+        let (lat_calls, tput_calls) = calls(size, o.quick);
+        for op in OPS {
+            progress.step(&format!("rdma-rpc {op} {size} B: latency"));
+            let before = client.inner().stats();
+            let lat = latency(lat_calls, || call(&client, op, &data)).await?;
+            let round_trips = client.inner().stats().round_trips_since(&before);
+            progress.step(&format!("rdma-rpc {op} {size} B: {} in flight", o.depth));
+            let one = throughput(tput_calls, size, o.depth, |_| {
+                let (client, data) = (client.clone(), data.clone());
+                move || {
+                    let (client, data) = (client.clone(), data.clone());
+                    async move { call(&client, op, &data).await }
+                }
+            })
+            .await?;
+            progress.step(&format!(
+                "rdma-rpc {op} {size} B: {} connections",
+                o.connections
+            ));
+            let many = throughput(tput_calls, size, o.connections, |w| {
+                let (others, data) = (others.clone(), data.clone());
+                move || {
+                    let (client, data) = (others[w].clone(), data.clone());
+                    async move { call(&client, op, &data).await }
+                }
+            })
+            .await?;
+            rows.push(OpRow {
+                op,
+                size,
+                latency: lat,
+                round_trips,
+                one_connection: one,
+                many_connections: many,
+            });
+        }
+    }
+    serving.abort();
+
+    let grpc_server = grpc::start().await?;
+    let grpc_client = grpc::connect(grpc_server.addr).await?;
+    let mut grpc_rows = Vec::new();
+    for &size in &SIZES {
+        let data = Bytes::from(vec![0x5a; size]);
+        let (lat_calls, tput_calls) = calls(size, o.quick);
+        let c = grpc_client.clone();
+        progress.step(&format!("gRPC upload {size} B: latency"));
+        let upload = latency(lat_calls, || {
+            let (mut c, data) = (c.clone(), data.clone());
+            async move {
+                grpc::upload(&mut c, data)
+                    .await
+                    .map(drop)
+                    .map_err(BenchError::from)
+            }
+        })
+        .await?;
+        progress.step(&format!("gRPC download {size} B: latency"));
+        let download = latency(lat_calls, || {
+            let mut c = c.clone();
+            async move {
+                grpc::download(&mut c, size)
+                    .await
+                    .map(drop)
+                    .map_err(BenchError::from)
+            }
+        })
+        .await?;
+        progress.step(&format!("gRPC upload {size} B: {} in flight", o.depth));
+        let upload_throughput = throughput(tput_calls, size, o.depth, |_| {
+            let (c, data) = (c.clone(), data.clone());
+            move || {
+                let (mut c, data) = (c.clone(), data.clone());
+                async move {
+                    grpc::upload(&mut c, data)
+                        .await
+                        .map(drop)
+                        .map_err(BenchError::from)
+                }
+            }
+        })
+        .await?;
+        progress.step(&format!("gRPC download {size} B: {} in flight", o.depth));
+        let download_throughput = throughput(tput_calls, size, o.depth, |_| {
+            let c = c.clone();
+            move || {
+                let mut c = c.clone();
+                async move {
+                    grpc::download(&mut c, size)
+                        .await
+                        .map(drop)
+                        .map_err(BenchError::from)
+                }
+            }
+        })
+        .await?;
+        grpc_rows.push(GrpcRow {
+            size,
+            upload,
+            download,
+            upload_throughput,
+            download_throughput,
+        });
+    }
+    progress.finish();
+
+    let mut results = Results {
+        transport: addr,
+        quick: o.quick,
+        depth: o.depth,
+        connections: o.connections,
+        tcp_round_trip,
+        tcp_bulk_gb_per_s: tcp_bulk,
+        grpc: grpc_rows,
+        rows,
+        peak_rss_mib: peak_rss_mib(),
+        targets: Vec::new(),
+    };
+    results.targets = targets(&results);
+    Ok(results)
+}
+
+fn targets(r: &Results) -> Vec<Target> {
+    let row = |op: &str, size: usize| r.rows.iter().find(|x| x.op == op && x.size == size);
+    let grpc = |size: usize| r.grpc.iter().find(|g| g.size == size);
+    let mut out = Vec::new();
+    let mut target = |name: String, ratio: f64, goal: &str, met: bool| {
+        out.push(Target {
+            name,
+            ratio,
+            goal: goal.into(),
+            met,
+        })
+    };
+    for op in ["send", "receive"] {
+        if let (Some(x), Some(g)) = (row(op, 64), grpc(64)) {
+            let tcp = x.latency.p50_us / r.tcp_round_trip.p50_us;
+            target(
+                format!("64 B {op} p50 / raw TCP round trip"),
+                tcp,
+                "<= 1.5",
+                tcp <= 1.5,
+            );
+            let base = if op == "send" { g.upload } else { g.download };
+            let vs = x.latency.p50_us / base.p50_us;
+            target(
+                format!("64 B {op} p50 / tonic p50"),
+                vs,
+                "<= 0.5",
+                vs <= 0.5,
+            );
+        }
+    }
+    for op in ["write", "read"] {
+        if let (Some(x), Some(g)) = (row(op, 4 << 20), grpc(4 << 20)) {
+            let tcp = x.one_connection.gb_per_s / r.tcp_bulk_gb_per_s;
+            target(
+                format!("4 MiB {op} throughput / raw TCP bulk"),
+                tcp,
+                ">= 0.85",
+                tcp >= 0.85,
+            );
+            let base = if op == "write" {
+                g.upload_throughput
+            } else {
+                g.download_throughput
+            };
+            let vs = x.one_connection.gb_per_s / base.gb_per_s;
+            target(
+                format!("4 MiB {op} throughput / tonic"),
+                vs,
+                ">= 2",
+                vs >= 2.0,
+            );
+        }
+    }
+    for op in OPS {
+        let peak = r
+            .rows
+            .iter()
+            .filter(|x| x.op == op)
+            .map(|x| x.one_connection.gb_per_s)
+            .fold(0.0, f64::max);
+        let many = r
+            .rows
+            .iter()
+            .filter(|x| x.op == op)
+            .map(|x| x.many_connections.gb_per_s)
+            .fold(0.0, f64::max);
+        if peak > 0.0 {
+            let ratio = many / peak;
+            target(
+                format!(
+                    "{} connections {op}: aggregate / one-connection peak",
+                    r.connections
+                ),
+                ratio,
+                ">= 0.9",
+                ratio >= 0.9,
+            );
+        }
+    }
+    out
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let options = match parse_args() {
+        Ok(o) => o,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("bench: {e}");
+            }
+            eprintln!("{}", usage());
+            return ExitCode::from(2);
+        }
+    };
+    let results = match run(&options).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("\nbench failed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print!("{}", results.table());
+    let written = std::fs::create_dir_all(&options.out).and_then(|()| {
+        let json = serde_json::to_string_pretty(&results).map_err(std::io::Error::other)?;
+        std::fs::write(options.out.join("bench.json"), json)?;
+        std::fs::write(options.out.join("bench.svg"), results.svg())
+    });
+    match written {
+        Ok(()) => {
+            println!(
+                "wrote {0}/bench.json and {0}/bench.svg",
+                options.out.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!(
+                "bench: cannot write results to {}: {e}",
+                options.out.display()
+            );
+            ExitCode::FAILURE
+        }
+    }
+}

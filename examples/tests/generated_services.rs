@@ -1,0 +1,143 @@
+//! The generated services end to end: generated clients against servers built from the
+//! generated traits, over the software transport.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use examples::buffers::PathBuffers;
+use examples::generated::doca_cpp::{DocaCppEndpointsClient, DocaCppEndpointsServer};
+use examples::generated::kv_store::{
+    Action, ControlCommand, GetBlockRequest, KvStoreClient, KvStoreServer, PutBlockRequest,
+    Status as BlockStatus,
+};
+use examples::kv::MemoryKv;
+use rdma_rpc_core::{BoundServer, Code, Request, Server, Service};
+
+async fn start(service: impl Service) -> String {
+    let server: BoundServer = Server::builder()
+        .add_service(service)
+        .bind("tcp://127.0.0.1:0")
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    tokio::spawn(server.serve());
+    addr
+}
+
+fn bytes(len: usize, seed: u8) -> Bytes {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed))
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+#[tokio::test]
+async fn doca_cpp_spec_every_endpoint_byte_exact() {
+    let addr = start(DocaCppEndpointsServer::new(PathBuffers::default())).await;
+    let client = DocaCppEndpointsClient::connect(&addr).await.unwrap();
+    for len in [0, 1, 4096] {
+        let message = bytes(len, 1);
+        client.rdma_ep0_send((), message.clone()).await.unwrap();
+        let ((), back) = client.rdma_ep0_receive(()).await.unwrap();
+        assert_eq!(back, message);
+    }
+    for len in [0, 100, 64 << 10, 4 << 20] {
+        let block = bytes(len, 2);
+        client.rdma_ep1_write((), block.clone()).await.unwrap();
+        let ((), back) = client.rdma_ep1_read(()).await.unwrap();
+        assert!(back == block, "read back {len} bytes");
+    }
+    // One byte over the spec's 4 MiB buffer: refused with the sizes named.
+    let err = client
+        .rdma_ep1_write((), bytes((4 << 20) + 1, 3))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("4194304 byte buffer"), "{err}");
+}
+
+#[tokio::test]
+async fn kv_store_spec_messages_enums_and_blocks() {
+    let addr = start(KvStoreServer::new(MemoryKv::new(2))).await;
+    let client = KvStoreClient::connect(&addr).await.unwrap();
+
+    let block = bytes(1 << 20, 9);
+    let put = PutBlockRequest {
+        key: b"a".to_vec(),
+        length: block.len() as u32,
+        checksum: None,
+    };
+    let r = client.put_block(put.clone(), block.clone()).await.unwrap();
+    assert_eq!((r.status(), r.version), (BlockStatus::Ok, 1));
+    let r = client.put_block(put, block.clone()).await.unwrap();
+    assert_eq!(r.version, 2);
+
+    let (r, data) = client
+        .get_block(GetBlockRequest {
+            key: b"a".to_vec(),
+            min_version: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status(), r.length, r.version),
+        (BlockStatus::Ok, 1 << 20, 2)
+    );
+    assert!(data == block);
+
+    let (r, _) = client
+        .get_block(GetBlockRequest {
+            key: b"a".to_vec(),
+            min_version: Some(5),
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.status(), BlockStatus::Stale);
+    let (r, _) = client
+        .get_block(GetBlockRequest {
+            key: b"missing".to_vec(),
+            min_version: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.status(), BlockStatus::NotFound);
+
+    let (stats, _) = client.stats(()).await.unwrap();
+    assert_eq!((stats.blocks, stats.bytes_stored), (1, 1 << 20));
+    assert_eq!(stats.per_client.len(), 1);
+    assert_eq!((stats.per_client[0].puts, stats.per_client[0].gets), (2, 3));
+
+    let mut evict = ControlCommand::default();
+    evict.set_action(Action::Evict);
+    client.control(evict, Bytes::new()).await.unwrap();
+    let (stats, _) = client.stats(()).await.unwrap();
+    assert_eq!(stats.blocks, 0);
+}
+
+#[tokio::test]
+async fn spec_timeouts_apply_and_requests_can_override_them() {
+    // Every put takes 400 ms; the spec gives put_block a 250 ms deadline.
+    let kv = MemoryKv::new(2).with_put_delay(Duration::from_millis(400));
+    let addr = start(KvStoreServer::new(kv)).await;
+    let client = KvStoreClient::connect(&addr).await.unwrap();
+    let put = PutBlockRequest {
+        key: b"k".to_vec(),
+        length: 4,
+        checksum: None,
+    };
+    let err = client
+        .put_block(put.clone(), Bytes::from_static(b"abcd"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err}");
+    assert!(err.message().contains("250ms"), "{err}");
+    // A request may ask for more time than the spec's default.
+    let r = client
+        .put_block(
+            Request::new(put).with_timeout(Duration::from_secs(30)),
+            Bytes::from_static(b"abcd"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status(), BlockStatus::Ok);
+}
