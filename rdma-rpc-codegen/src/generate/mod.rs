@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use heck::ToShoutySnakeCase;
 use proc_macro2::{Ident, Literal, Span, TokenStream};
-use quote::quote;
+use quote::{quote, ToTokens};
 
 use crate::ir::{EndpointIr, OpKind, ScalarType, ServiceIr, TypeRef};
 use crate::naming;
@@ -80,12 +80,37 @@ pub fn generate_tokens(ir: &ServiceIr, options: &Options) -> TokenStream {
     let table = endpoint_table(ir);
     let server = options.build_server.then(|| server::generate(ir));
     let client = options.build_client.then(|| client::generate(ir));
-    quote! {
+    allow_unused(quote! {
         #messages
         #table
         #server
         #client
+    })
+}
+
+/// Marks every generated item `#[allow(dead_code)]`: a crate that includes the code in a
+/// private module and uses part of it (only the client, say) gets no warnings for the rest.
+fn allow_unused(tokens: TokenStream) -> TokenStream {
+    let Ok(mut file) = syn::parse2::<syn::File>(tokens.clone()) else {
+        return tokens;
+    };
+    let allow: syn::Attribute = syn::parse_quote!(#[allow(dead_code)]);
+    for item in &mut file.items {
+        let attrs = match item {
+            syn::Item::Const(i) => &mut i.attrs,
+            syn::Item::Enum(i) => &mut i.attrs,
+            syn::Item::Fn(i) => &mut i.attrs,
+            syn::Item::Impl(i) => &mut i.attrs,
+            syn::Item::Mod(i) => &mut i.attrs,
+            syn::Item::Static(i) => &mut i.attrs,
+            syn::Item::Struct(i) => &mut i.attrs,
+            syn::Item::Trait(i) => &mut i.attrs,
+            syn::Item::Type(i) => &mut i.attrs,
+            _ => continue,
+        };
+        attrs.push(allow.clone());
     }
+    file.into_token_stream()
 }
 
 /// The first line of a generated file.

@@ -2,6 +2,7 @@
 
 /// The endpoints of `DocaCppEndpoints`, in spec order: path, operation, buffer size, method and timeout.
 /// Entry `i` is the endpoint that `Service::call` runs for index `i`.
+#[allow(dead_code)]
 pub const DOCA_CPP_ENDPOINTS_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = &[
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/rdma/ep0",
@@ -33,6 +34,7 @@ pub const DOCA_CPP_ENDPOINTS_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef]
     },
 ];
 /// The `DocaCppEndpoints` service: implement this trait (with `async fn`s) and serve it with [`DocaCppEndpointsServer`].
+#[allow(dead_code)]
 pub trait DocaCppEndpoints: ::core::marker::Send + ::core::marker::Sync + 'static {
     /// Endpoint `/rdma/ep0`, operation `receive`, buffer of 4 KiB.
     /// Fill `buf` (its capacity is the buffer size; set its length with `fill_from` or `set_len`): the client receives its contents with the response.
@@ -73,9 +75,11 @@ pub trait DocaCppEndpoints: ::core::marker::Send + ::core::marker::Sync + 'stati
 }
 /// Serves a [`DocaCppEndpoints`] implementation: pass it to `Server::builder().add_service(..)`.
 /// Cloning it shares the implementation.
+#[allow(dead_code)]
 pub struct DocaCppEndpointsServer<T> {
     inner: ::std::sync::Arc<T>,
 }
+#[allow(dead_code)]
 impl<T: DocaCppEndpoints> DocaCppEndpointsServer<T> {
     /// Wraps an implementation.
     pub fn new(inner: T) -> Self {
@@ -88,6 +92,7 @@ impl<T: DocaCppEndpoints> DocaCppEndpointsServer<T> {
         Self { inner }
     }
 }
+#[allow(dead_code)]
 impl<T> ::core::clone::Clone for DocaCppEndpointsServer<T> {
     fn clone(&self) -> Self {
         Self {
@@ -95,11 +100,13 @@ impl<T> ::core::clone::Clone for DocaCppEndpointsServer<T> {
         }
     }
 }
+#[allow(dead_code)]
 impl<T> ::core::fmt::Debug for DocaCppEndpointsServer<T> {
     fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
         f.debug_struct("DocaCppEndpointsServer").finish_non_exhaustive()
     }
 }
+#[allow(dead_code)]
 impl<T: DocaCppEndpoints> ::rdma_rpc_core::codegen::Service
 for DocaCppEndpointsServer<T> {
     fn name(&self) -> &'static str {
@@ -176,9 +183,11 @@ for DocaCppEndpointsServer<T> {
 }
 /// Client of `DocaCppEndpoints`. Cheap to clone.
 #[derive(Debug, Clone)]
+#[allow(dead_code)]
 pub struct DocaCppEndpointsClient {
     inner: ::rdma_rpc_core::codegen::Client,
 }
+#[allow(dead_code)]
 impl DocaCppEndpointsClient {
     /// Connects to `addr` (e.g. `tcp://127.0.0.1:7470`).
     pub async fn connect(

@@ -3,6 +3,7 @@
 /// Names the block that the RDMA write carries.
 #[derive(Clone, PartialEq, ::rdma_rpc_core::codegen::prost::Message)]
 #[prost(prost_path = "::rdma_rpc_core::codegen::prost")]
+#[allow(dead_code)]
 pub struct PutBlockRequest {
     /// The block's key.
     #[prost(bytes = "vec", tag = "1")]
@@ -17,6 +18,7 @@ pub struct PutBlockRequest {
 /// The `PutBlockResponse` message of `KvStore`.
 #[derive(Clone, PartialEq, ::rdma_rpc_core::codegen::prost::Message)]
 #[prost(prost_path = "::rdma_rpc_core::codegen::prost")]
+#[allow(dead_code)]
 pub struct PutBlockResponse {
     /// Field `status`, number 1.
     ///
@@ -30,6 +32,7 @@ pub struct PutBlockResponse {
 /// The `GetBlockRequest` message of `KvStore`.
 #[derive(Clone, PartialEq, ::rdma_rpc_core::codegen::prost::Message)]
 #[prost(prost_path = "::rdma_rpc_core::codegen::prost")]
+#[allow(dead_code)]
 pub struct GetBlockRequest {
     /// Field `key`, number 1.
     #[prost(bytes = "vec", tag = "1")]
@@ -41,6 +44,7 @@ pub struct GetBlockRequest {
 /// The `GetBlockResponse` message of `KvStore`.
 #[derive(Clone, PartialEq, ::rdma_rpc_core::codegen::prost::Message)]
 #[prost(prost_path = "::rdma_rpc_core::codegen::prost")]
+#[allow(dead_code)]
 pub struct GetBlockResponse {
     /// Field `status`, number 1.
     ///
@@ -57,6 +61,7 @@ pub struct GetBlockResponse {
 /// The `ControlCommand` message of `KvStore`.
 #[derive(Clone, PartialEq, ::rdma_rpc_core::codegen::prost::Message)]
 #[prost(prost_path = "::rdma_rpc_core::codegen::prost")]
+#[allow(dead_code)]
 pub struct ControlCommand {
     /// Field `action`, number 1.
     ///
@@ -70,6 +75,7 @@ pub struct ControlCommand {
 /// Server counters since start.
 #[derive(Clone, PartialEq, ::rdma_rpc_core::codegen::prost::Message)]
 #[prost(prost_path = "::rdma_rpc_core::codegen::prost")]
+#[allow(dead_code)]
 pub struct Stats {
     /// Field `blocks`, number 1.
     #[prost(uint64, tag = "1")]
@@ -87,6 +93,7 @@ pub struct Stats {
 /// The `ClientStats` message of `KvStore`.
 #[derive(Clone, PartialEq, ::rdma_rpc_core::codegen::prost::Message)]
 #[prost(prost_path = "::rdma_rpc_core::codegen::prost")]
+#[allow(dead_code)]
 pub struct ClientStats {
     /// Field `client_id`, number 1.
     #[prost(string, tag = "1")]
@@ -112,6 +119,7 @@ pub struct ClientStats {
 )]
 #[prost(prost_path = "::rdma_rpc_core::codegen::prost")]
 #[repr(i32)]
+#[allow(dead_code)]
 pub enum Status {
     /// `OK` = 0.
     Ok = 0,
@@ -124,6 +132,7 @@ pub enum Status {
     /// `NO_SPACE` = 10.
     NoSpace = 10,
 }
+#[allow(dead_code)]
 impl Status {
     /// The value's name as written in the spec.
     pub fn as_str_name(&self) -> &'static str {
@@ -159,6 +168,7 @@ impl Status {
 )]
 #[prost(prost_path = "::rdma_rpc_core::codegen::prost")]
 #[repr(i32)]
+#[allow(dead_code)]
 pub enum Action {
     /// `FLUSH` = 0.
     Flush = 0,
@@ -167,6 +177,7 @@ pub enum Action {
     /// `EVICT` = 2.
     Evict = 2,
 }
+#[allow(dead_code)]
 impl Action {
     /// The value's name as written in the spec.
     pub fn as_str_name(&self) -> &'static str {
@@ -188,6 +199,7 @@ impl Action {
 }
 /// The endpoints of `KvStore`, in spec order: path, operation, buffer size, method and timeout.
 /// Entry `i` is the endpoint that `Service::call` runs for index `i`.
+#[allow(dead_code)]
 pub const KV_STORE_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = &[
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/kv/block",
@@ -223,6 +235,7 @@ pub const KV_STORE_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = &[
 /// small two-sided messages.
 ///
 /// Implement this trait (with `async fn`s) and serve it with [`KvStoreServer`].
+#[allow(dead_code)]
 pub trait KvStore: ::core::marker::Send + ::core::marker::Sync + 'static {
     /// Writes one block into the server's block buffer and commits it under `key`.
     ///
@@ -277,9 +290,11 @@ pub trait KvStore: ::core::marker::Send + ::core::marker::Sync + 'static {
 }
 /// Serves a [`KvStore`] implementation: pass it to `Server::builder().add_service(..)`.
 /// Cloning it shares the implementation.
+#[allow(dead_code)]
 pub struct KvStoreServer<T> {
     inner: ::std::sync::Arc<T>,
 }
+#[allow(dead_code)]
 impl<T: KvStore> KvStoreServer<T> {
     /// Wraps an implementation.
     pub fn new(inner: T) -> Self {
@@ -292,6 +307,7 @@ impl<T: KvStore> KvStoreServer<T> {
         Self { inner }
     }
 }
+#[allow(dead_code)]
 impl<T> ::core::clone::Clone for KvStoreServer<T> {
     fn clone(&self) -> Self {
         Self {
@@ -299,11 +315,13 @@ impl<T> ::core::clone::Clone for KvStoreServer<T> {
         }
     }
 }
+#[allow(dead_code)]
 impl<T> ::core::fmt::Debug for KvStoreServer<T> {
     fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
         f.debug_struct("KvStoreServer").finish_non_exhaustive()
     }
 }
+#[allow(dead_code)]
 impl<T: KvStore> ::rdma_rpc_core::codegen::Service for KvStoreServer<T> {
     fn name(&self) -> &'static str {
         "KvStore"
@@ -375,9 +393,11 @@ impl<T: KvStore> ::rdma_rpc_core::codegen::Service for KvStoreServer<T> {
 }
 /// Client of `KvStore`. Cheap to clone.
 #[derive(Debug, Clone)]
+#[allow(dead_code)]
 pub struct KvStoreClient {
     inner: ::rdma_rpc_core::codegen::Client,
 }
+#[allow(dead_code)]
 impl KvStoreClient {
     /// Connects to `addr` (e.g. `tcp://127.0.0.1:7470`).
     pub async fn connect(
