@@ -29,6 +29,7 @@ use bytes::Bytes;
 use crate::error::{Error, Result};
 use crate::memory::{Access, RegisteredBuf};
 
+mod common;
 #[cfg(feature = "doca")]
 pub mod doca;
 pub mod tcp;

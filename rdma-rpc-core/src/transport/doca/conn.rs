@@ -1,5 +1,6 @@
 //! The application side of DOCA connections and listeners.
 
+use crate::transport::common::QueuedListener;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -123,22 +124,11 @@ impl Connection for DocaConnection {
     }
 
     fn recv(&self) -> BoxFuture<'_, Result<RecvCompletion>> {
-        Box::pin(async move {
-            let mut rx = self.shared.completions.lock().await;
-            let mut closed = self.shared.closed.subscribe();
-            loop {
-                if let Ok(c) = rx.try_recv() {
-                    return Ok(c);
-                }
-                if *closed.borrow_and_update() {
-                    return Err(self.shared.error());
-                }
-                tokio::select! {
-                    c = rx.recv() => if let Some(c) = c { return Ok(c) },
-                    _ = closed.changed() => {}
-                }
-            }
-        })
+        Box::pin(
+            self.shared
+                .completions
+                .next(&self.shared.closed, || self.shared.error()),
+        )
     }
 
     fn send(&self, data: SendData, imm: Option<u32>) -> BoxFuture<'static, Result<()>> {
@@ -420,84 +410,18 @@ pub(super) async fn oob_connect(
 
 /// An out-of-band listener: a TCP side channel on which each accepted socket exchanges
 /// connection blobs for one connection of the listener's context.
-pub(super) struct OobListener {
+pub(super) fn oob_listener(
+    listener: TcpListener,
     local: String,
-    ready: tokio::sync::Mutex<mpsc::Receiver<Result<Arc<dyn Connection>>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl OobListener {
-    pub(super) fn start(
-        listener: TcpListener,
-        local: String,
-        engine: Arc<EngineShared>,
-        limit: Duration,
-    ) -> OobListener {
-        let (tx, rx) = mpsc::channel(64);
-        let task = tokio::spawn(async move {
-            loop {
-                let (stream, from) = match listener.accept().await {
-                    Ok(pair) => pair,
-                    Err(e) => {
-                        if tx
-                            .send(Err(Error::io("accepting a side-channel connection", e)))
-                            .await
-                            .is_err()
-                        {
-                            return;
-                        }
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
-                };
-                let (tx, engine) = (tx.clone(), engine.clone());
-                tokio::spawn(async move {
-                    let peer = format!("doca+oob://{from}");
-                    match oob_connect(&engine, stream, peer.clone(), limit).await {
-                        Ok(conn) => {
-                            let _ = tx.send(Ok(Arc::new(conn) as Arc<dyn Connection>)).await;
-                        }
-                        Err(e) => tracing::warn!(peer, error = %e, "dropping connection"),
-                    }
-                });
-            }
-        });
-        OobListener {
-            local,
-            ready: tokio::sync::Mutex::new(rx),
-            task,
+    engine: Arc<EngineShared>,
+    limit: Duration,
+) -> QueuedListener {
+    QueuedListener::start(listener, local, move |stream, from| {
+        let engine = engine.clone();
+        async move {
+            let peer = format!("doca+oob://{from}");
+            let conn = oob_connect(&engine, stream, peer, limit).await?;
+            Ok(Arc::new(conn) as Arc<dyn Connection>)
         }
-    }
-}
-
-impl Drop for OobListener {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl fmt::Debug for OobListener {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DocaOobListener")
-            .field("local", &self.local)
-            .finish()
-    }
-}
-
-impl Listener for OobListener {
-    fn accept(&self) -> BoxFuture<'_, Result<Arc<dyn Connection>>> {
-        Box::pin(async move {
-            match self.ready.lock().await.recv().await {
-                Some(result) => result,
-                None => Err(Error::ConnectionClosed {
-                    peer: self.local.clone(),
-                    reason: "listener stopped".into(),
-                }),
-            }
-        })
-    }
-
-    fn local_addr(&self) -> String {
-        self.local.clone()
-    }
+    })
 }

@@ -7,6 +7,7 @@
 //! only record [`Event`]s in the context's [`Sink`]; the owner handles them after
 //! `doca_pe_progress` returns, so no DOCA call ever runs re-entrantly.
 
+use crate::transport::common::RecvQueue;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -176,14 +177,12 @@ pub(super) struct ConnShared {
     pub(super) peer: String,
     pub(super) engine: Arc<EngineShared>,
     state: Mutex<ConnState>,
-    completions_tx: mpsc::UnboundedSender<RecvCompletion>,
-    pub(super) completions: tokio::sync::Mutex<mpsc::UnboundedReceiver<RecvCompletion>>,
+    pub(super) completions: RecvQueue,
     pub(super) closed: watch::Sender<bool>,
 }
 
 impl ConnShared {
     fn new(id: ConnId, peer: String, engine: Arc<EngineShared>) -> Arc<ConnShared> {
-        let (completions_tx, rx) = mpsc::unbounded_channel();
         Arc::new(ConnShared {
             id,
             peer,
@@ -194,8 +193,7 @@ impl ConnShared {
                 arrived: VecDeque::new(),
                 next_seq: 0,
             }),
-            completions_tx,
-            completions: tokio::sync::Mutex::new(rx),
+            completions: RecvQueue::new(),
             closed: watch::channel(false).0,
         })
     }
@@ -275,7 +273,7 @@ impl ConnShared {
             });
         }
         buf.fill_from(data)?;
-        let _ = self.completions_tx.send(RecvCompletion {
+        self.completions.push(RecvCompletion {
             buf,
             opcode,
             imm,

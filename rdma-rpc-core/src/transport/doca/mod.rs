@@ -347,7 +347,7 @@ impl Transport for DocaTransport {
                     .local_addr()
                     .map_err(|e| Error::io("reading the listener's address", e))?;
                 let engine = self.engine(self.config.max_connections)?;
-                return Ok(Box::new(conn::OobListener::start(
+                return Ok(Box::new(conn::oob_listener(
                     listener,
                     format!("doca+oob://{local}"),
                     engine,

@@ -19,6 +19,7 @@ use super::wire::{Header, Kind, NakReason, HEADER_LEN};
 use super::TcpConfig;
 use crate::error::{AccessViolation, Error, Result};
 use crate::memory::{Access, RegisteredBuf};
+use crate::transport::common::RecvQueue;
 use crate::transport::{
     check_grant_range, BoxFuture, Connection, Descriptor, Grant, RecvCompletion, RecvOpcode,
     SendData, WindowHandle,
@@ -106,8 +107,7 @@ struct Shared {
     requests: mpsc::UnboundedSender<Packet>,
     /// Packets the reader produces in answer to the peer.
     responses: mpsc::Sender<Packet>,
-    completions_tx: mpsc::UnboundedSender<RecvCompletion>,
-    completions: tokio::sync::Mutex<mpsc::UnboundedReceiver<RecvCompletion>>,
+    completions: RecvQueue,
     closed: watch::Sender<bool>,
     reader: OnceLock<AbortHandle>,
     next_op: AtomicU64,
@@ -244,7 +244,6 @@ impl TcpConnection {
         let (rd, wr) = stream.into_split();
         let (req_tx, req_rx) = mpsc::unbounded_channel();
         let (resp_tx, resp_rx) = mpsc::channel(RESPONSE_QUEUE);
-        let (comp_tx, comp_rx) = mpsc::unbounded_channel();
         let (closed, _) = watch::channel(false);
         let shared = Arc::new(Shared {
             peer,
@@ -258,8 +257,7 @@ impl TcpConnection {
             posted: Notify::new(),
             requests: req_tx,
             responses: resp_tx,
-            completions_tx: comp_tx,
-            completions: tokio::sync::Mutex::new(comp_rx),
+            completions: RecvQueue::new(),
             closed,
             reader: OnceLock::new(),
             next_op: AtomicU64::new(1),
@@ -331,22 +329,11 @@ impl Connection for TcpConnection {
     }
 
     fn recv(&self) -> BoxFuture<'_, Result<RecvCompletion>> {
-        Box::pin(async move {
-            let mut rx = self.shared.completions.lock().await;
-            let mut closed = self.shared.closed.subscribe();
-            loop {
-                if let Ok(c) = rx.try_recv() {
-                    return Ok(c);
-                }
-                if *closed.borrow_and_update() {
-                    return Err(self.shared.error());
-                }
-                tokio::select! {
-                    c = rx.recv() => if let Some(c) = c { return Ok(c) },
-                    _ = closed.changed() => {}
-                }
-            }
-        })
+        Box::pin(
+            self.shared
+                .completions
+                .next(&self.shared.closed, || self.shared.error()),
+        )
     }
 
     fn send(&self, data: SendData, imm: Option<u32>) -> BoxFuture<'static, Result<()>> {
@@ -741,7 +728,7 @@ async fn handle(shared: &Arc<Shared>, rd: &mut Reader, h: Header) -> Result<()> 
             // Ack before the application can see the data (and possibly close): a delivered
             // message is never reported as failed to the sender.
             ack(shared, &h).await?;
-            let _ = shared.completions_tx.send(RecvCompletion {
+            shared.completions.push(RecvCompletion {
                 buf,
                 opcode,
                 imm: h.imm,
@@ -776,7 +763,7 @@ async fn handle(shared: &Arc<Shared>, rd: &mut Reader, h: Header) -> Result<()> 
                 let mut buf = take_posted(shared, &h).await?;
                 buf.set_len(0);
                 ack(shared, &h).await?;
-                let _ = shared.completions_tx.send(RecvCompletion {
+                shared.completions.push(RecvCompletion {
                     buf,
                     opcode: RecvOpcode::WriteWithImm,
                     imm: Some(imm),

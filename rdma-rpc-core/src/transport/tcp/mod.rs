@@ -12,14 +12,13 @@
 mod conn;
 mod wire;
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Mutex};
 
+use super::common::QueuedListener;
 use super::{BoxFuture, Connection, Listener, Transport};
 use crate::error::{Error, Result};
 
@@ -146,101 +145,23 @@ impl Transport for TcpTransport {
             let local = listener
                 .local_addr()
                 .map_err(|e| Error::io("reading the listener's address", e))?;
-            Ok(Box::new(TcpListenerHandle::start(
-                listener,
-                local.to_string(),
-                self.config.clone(),
-            )) as Box<dyn Listener>)
+            let config = self.config.clone();
+            let listener =
+                QueuedListener::start(listener, format!("tcp://{local}"), move |stream, from| {
+                    let config = config.clone();
+                    async move {
+                        let peer = format!("tcp://{from}");
+                        let stream = preamble(stream, &peer, config.handshake_timeout).await?;
+                        Ok(TcpConnection::start(stream, peer, config) as Arc<dyn Connection>)
+                    }
+                });
+            Ok(Box::new(listener) as Box<dyn Listener>)
         })
     }
 
     fn connect(&self, addr: &str) -> BoxFuture<'_, Result<Arc<dyn Connection>>> {
         let addr = addr.to_owned();
         Box::pin(async move { Ok(self.connect_tcp(&addr).await? as Arc<dyn Connection>) })
-    }
-}
-
-/// A listening socket. Preambles run concurrently in the background, so a slow or silent
-/// client never holds up the others.
-struct TcpListenerHandle {
-    local: String,
-    ready: Mutex<mpsc::Receiver<Result<Arc<dyn Connection>>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl TcpListenerHandle {
-    fn start(listener: TcpListener, local: String, config: Arc<TcpConfig>) -> TcpListenerHandle {
-        let (tx, rx) = mpsc::channel(64);
-        let task = tokio::spawn(async move {
-            loop {
-                let (stream, from) = match listener.accept().await {
-                    Ok(pair) => pair,
-                    Err(e) => {
-                        // Out of file descriptors and the like: report, back off, go on.
-                        if tx
-                            .send(Err(Error::io("accepting a connection", e)))
-                            .await
-                            .is_err()
-                        {
-                            return;
-                        }
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
-                };
-                let tx = tx.clone();
-                let config = config.clone();
-                tokio::spawn(async move {
-                    let peer = format!("tcp://{from}");
-                    match preamble(stream, &peer, config.handshake_timeout).await {
-                        Ok(stream) => {
-                            let conn = TcpConnection::start(stream, peer, config);
-                            if tx.send(Ok(conn as Arc<dyn Connection>)).await.is_err() {
-                                tracing::debug!("listener closed before a connection was taken");
-                            }
-                        }
-                        Err(e) => tracing::warn!(peer, error = %e, "dropping connection"),
-                    }
-                });
-            }
-        });
-        TcpListenerHandle {
-            local,
-            ready: Mutex::new(rx),
-            task,
-        }
-    }
-}
-
-impl Drop for TcpListenerHandle {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl fmt::Debug for TcpListenerHandle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TcpListener")
-            .field("local", &self.local)
-            .finish()
-    }
-}
-
-impl Listener for TcpListenerHandle {
-    fn accept(&self) -> BoxFuture<'_, Result<Arc<dyn Connection>>> {
-        Box::pin(async move {
-            match self.ready.lock().await.recv().await {
-                Some(result) => result,
-                None => Err(Error::ConnectionClosed {
-                    peer: self.local.clone(),
-                    reason: "listener stopped".into(),
-                }),
-            }
-        })
-    }
-
-    fn local_addr(&self) -> String {
-        format!("tcp://{}", self.local)
     }
 }
 
