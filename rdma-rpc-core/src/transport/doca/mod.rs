@@ -84,7 +84,8 @@ use super::{BoxFuture, Connection, Listener, Transport};
 use crate::error::{Error, Result};
 use crate::memory::StagingPools;
 
-/// Environment variable naming the device [`transport_for`] opens (IB name or PCI address).
+/// Environment variable naming the device that `doca://` addresses open (IB name or PCI
+/// address); without it, the first device with every RDMA capability is used.
 pub const DEVICE_ENV: &str = "RDMA_RPC_DOCA_DEVICE";
 
 /// How the progress engine of each context is driven.
