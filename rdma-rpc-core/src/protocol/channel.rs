@@ -146,9 +146,14 @@ impl FrameChannel {
             out.put_u8(CREDITS_KEY);
             prost::encoding::encode_varint(u64::from(owed), &mut out);
         }
-        // The send is posted now; its completion is not needed: a failure puts the connection
-        // in error, which every waiter sees through `recv` or `closed`.
-        drop(self.conn.send(SendData::Bytes(out.freeze()), None));
+        // No completion is needed: a failure puts the connection in error, which every
+        // waiter sees through `recv` or `closed`.
+        if let Err(e) = self
+            .conn
+            .send_unsignaled(SendData::Bytes(out.freeze()), None)
+        {
+            tracing::debug!(peer = self.conn.peer(), error = %e, "frame not sent");
+        }
     }
 
     /// Sends a frame, waiting for a credit.

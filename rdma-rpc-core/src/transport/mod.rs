@@ -208,6 +208,15 @@ pub trait Connection: Send + Sync + fmt::Debug + 'static {
     /// Sends `data` into the peer's next posted receive; completes when the peer has it.
     fn send(&self, data: SendData, imm: Option<u32>) -> BoxFuture<'static, Result<()>>;
 
+    /// Sends like [`send`](Self::send) but asks for no completion: nothing reports when the
+    /// peer has the message. A failure (no posted receive, too small) still puts the
+    /// connection in error, which [`recv`](Self::recv) and [`closed`](Self::closed) report.
+    /// Transports that can skip the acknowledgement do (RDMA's unsignaled sends).
+    fn send_unsignaled(&self, data: SendData, imm: Option<u32>) -> Result<()> {
+        drop(self.send(data, imm));
+        Ok(())
+    }
+
     /// Writes `src` into the peer's window at `dst` (which must be at least as long);
     /// completes when the bytes are in the peer's memory. With `imm`, the peer's next posted
     /// receive completes as [`RecvOpcode::WriteWithImm`].

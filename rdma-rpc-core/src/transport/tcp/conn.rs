@@ -184,6 +184,21 @@ impl Shared {
         Ok(())
     }
 
+    /// Queues a packet that expects no answer.
+    fn post_unsignaled(&self, header: Header, payload: Payload) -> Result<()> {
+        if let Some(e) = &lock(&self.state).error {
+            return Err(e.duplicate());
+        }
+        if self.requests.send(Packet { header, payload }).is_err() {
+            self.fail(Error::ConnectionClosed {
+                peer: self.peer.clone(),
+                reason: "writer stopped".into(),
+            });
+            return Err(self.error());
+        }
+        Ok(())
+    }
+
     fn check_len(&self, len: u64) -> Result<()> {
         if len > self.config.max_message {
             return Err(Error::LimitExceeded {
@@ -351,6 +366,15 @@ impl Connection for TcpConnection {
             Ok(()) => wait(&self.shared, rx),
             Err(e) => failed_now(e),
         }
+    }
+
+    fn send_unsignaled(&self, data: SendData, imm: Option<u32>) -> Result<()> {
+        self.shared.check_len(data.len() as u64)?;
+        let mut header = Header::new(Kind::Send, 0);
+        header.imm = imm;
+        header.unsignaled = true;
+        header.len = data.len() as u64;
+        self.shared.post_unsignaled(header, Payload::Data(data))
     }
 
     fn write(
@@ -727,7 +751,9 @@ async fn handle(shared: &Arc<Shared>, rd: &mut Reader, h: Header) -> Result<()> 
             };
             // Ack before the application can see the data (and possibly close): a delivered
             // message is never reported as failed to the sender.
-            ack(shared, &h).await?;
+            if !h.unsignaled {
+                ack(shared, &h).await?;
+            }
             shared.completions.push(RecvCompletion {
                 buf,
                 opcode,

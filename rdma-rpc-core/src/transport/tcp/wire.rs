@@ -92,6 +92,9 @@ impl NakReason {
 pub(super) struct Header {
     pub(super) kind: Kind,
     pub(super) imm: Option<u32>,
+    /// A send whose sender wants no completion: the receiver sends no ACK (errors are still
+    /// NAKed).
+    pub(super) unsignaled: bool,
     pub(super) op_id: u64,
     pub(super) rkey: u32,
     pub(super) status: u32,
@@ -106,6 +109,7 @@ impl Header {
         Header {
             kind,
             imm: None,
+            unsignaled: false,
             op_id,
             rkey: 0,
             status: 0,
@@ -119,7 +123,7 @@ impl Header {
     pub(super) fn encode(&self) -> [u8; HEADER_LEN] {
         let mut out = [0u8; HEADER_LEN];
         out[0] = self.kind as u8;
-        out[1] = u8::from(self.imm.is_some());
+        out[1] = u8::from(self.imm.is_some()) | (u8::from(self.unsignaled) << 1);
         out[4..8].copy_from_slice(&self.imm.unwrap_or(0).to_le_bytes());
         out[8..16].copy_from_slice(&self.op_id.to_le_bytes());
         out[16..20].copy_from_slice(&self.rkey.to_le_bytes());
@@ -136,14 +140,19 @@ impl Header {
         let kind =
             Kind::from_u8(raw[0]).ok_or_else(|| format!("unknown packet kind {}", raw[0]))?;
         let flags = raw[1];
-        if flags > 1 || raw[2] != 0 || raw[3] != 0 {
+        if flags > 0b11 || raw[2] != 0 || raw[3] != 0 {
             return Err(format!("reserved header bits set ({flags:#x})"));
         }
         let u32_at = |i: usize| u32::from_le_bytes(raw[i..i + 4].try_into().expect("4 bytes"));
         let u64_at = |i: usize| u64::from_le_bytes(raw[i..i + 8].try_into().expect("8 bytes"));
+        let unsignaled = flags & 0b10 != 0;
+        if unsignaled && kind != Kind::Send {
+            return Err(format!("{kind:?} packet marked unsignaled"));
+        }
         let header = Header {
             kind,
-            imm: (flags == 1).then(|| u32_at(4)),
+            imm: (flags & 1 == 1).then(|| u32_at(4)),
+            unsignaled,
             op_id: u64_at(8),
             rkey: u32_at(16),
             status: u32_at(20),
@@ -167,6 +176,7 @@ mod tests {
     fn header_round_trips() {
         let mut h = Header::new(Kind::Write, 42);
         h.imm = Some(0xdead_beef);
+        h.unsignaled = false;
         h.rkey = 7;
         h.addr = 0x1000;
         h.len = 99;
@@ -183,6 +193,9 @@ mod tests {
         let mut raw = Header::new(Kind::Ack, 1).encode();
         raw[32] = 1;
         assert!(Header::decode(&raw).unwrap_err().contains("length"));
+        let mut raw = Header::new(Kind::Ack, 1).encode();
+        raw[1] = 0b10;
+        assert!(Header::decode(&raw).unwrap_err().contains("unsignaled"));
         let mut raw = Header::new(Kind::Ack, 1).encode();
         raw[2] = 1;
         assert!(Header::decode(&raw).unwrap_err().contains("reserved"));
