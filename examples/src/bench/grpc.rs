@@ -70,26 +70,37 @@ impl Drop for GrpcServer {
     }
 }
 
-/// Starts the baseline server on a loopback port.
-pub async fn start() -> std::io::Result<GrpcServer> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
+/// Starts the baseline server on a loopback port, on the `server` runtime.
+pub async fn start(server: &tokio::runtime::Handle) -> std::io::Result<GrpcServer> {
+    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+    let task = server.spawn(async move {
+        let listener = match tokio::net::TcpListener::bind("127.0.0.1:0").await {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = addr_tx.send(Err(e));
+                return;
+            }
+        };
+        let _ = addr_tx.send(listener.local_addr());
+        serve(listener).await;
+    });
+    let addr = addr_rx.await.map_err(std::io::Error::other)??;
+    Ok(GrpcServer { addr, task })
+}
+
+async fn serve(listener: tokio::net::TcpListener) {
     let service = BlobServer::new(BlobService {
         source: Bytes::from(vec![3u8; MAX_MESSAGE - 1024]),
     })
     .max_decoding_message_size(MAX_MESSAGE)
     .max_encoding_message_size(MAX_MESSAGE);
-    let incoming = tokio_stream_from(listener);
-    let task = tokio::spawn(async move {
-        let result = tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming(incoming)
-            .await;
-        if let Err(e) = result {
-            eprintln!("gRPC baseline server stopped: {e}");
-        }
-    });
-    Ok(GrpcServer { addr, task })
+    let result = tonic::transport::Server::builder()
+        .add_service(service)
+        .serve_with_incoming(tokio_stream_from(listener))
+        .await;
+    if let Err(e) = result {
+        eprintln!("gRPC baseline server stopped: {e}");
+    }
 }
 
 /// Accepted connections with `TCP_NODELAY`, as tonic's own listener sets by default.

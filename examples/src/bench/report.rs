@@ -61,6 +61,8 @@ pub struct Target {
 pub struct Results {
     /// The rdma-rpc transport used.
     pub transport: String,
+    /// How client and server sides were run.
+    pub runtime: String,
     /// Whether this was a `--quick` run.
     pub quick: bool,
     /// Calls in flight per connection in the one-connection throughput runs.
@@ -106,8 +108,8 @@ impl Results {
         );
         let _ = writeln!(
             out,
-            "rdma-rpc over {}; throughput with {} calls in flight on one connection, and over {} connections\n",
-            self.transport, self.depth, self.connections
+            "rdma-rpc over {}; {}; throughput with {} calls in flight on one connection, and over {} connections\n",
+            self.transport, self.runtime, self.depth, self.connections
         );
         let _ = writeln!(
             out,

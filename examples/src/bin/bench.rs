@@ -3,7 +3,16 @@
 //! an SVG chart.
 //!
 //! `cargo run --release -p examples --bin bench -- [--quick] [--transport ADDR] [--out DIR]
-//! [--depth N] [--connections N]`
+//! [--depth N] [--connections N] [--runtime split|shared|single]`
+//!
+//! `--runtime` says how the serving side (the rdma-rpc server, the TCP echo and sink, the gRPC
+//! server) and the client side run; every figure of a run, baselines included, is measured
+//! the same way:
+//! - `split` (default): each side on its own thread with a single-threaded runtime, as two
+//!   machines would; every message wakes the other thread, so on a VM the wake-up latency
+//!   dominates small-message figures;
+//! - `shared`: both sides on one multi-threaded runtime (tokio's default);
+//! - `single`: both sides on one thread: the CPU cost per call, without wake-ups.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,6 +25,7 @@ use examples::bench::report::{GrpcRow, OpRow, Results, Target};
 use examples::bench::service::{BenchClient, BenchServer, Len, Sink};
 use examples::bench::tcp_baseline;
 use rdma_rpc_core::{Client, Server};
+use tokio::runtime::{Builder, Handle};
 
 const SIZES: [usize; 6] = [64, 4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20];
 const OPS: [&str; 4] = ["send", "receive", "write", "read"];
@@ -27,10 +37,30 @@ struct Options {
     out: PathBuf,
     depth: usize,
     connections: usize,
+    runtime: RuntimeMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RuntimeMode {
+    Split,
+    Shared,
+    Single,
+}
+
+impl RuntimeMode {
+    fn describe(self) -> &'static str {
+        match self {
+            RuntimeMode::Split => {
+                "client and server each on its own thread (single-threaded runtimes)"
+            }
+            RuntimeMode::Shared => "client and server on one multi-threaded runtime",
+            RuntimeMode::Single => "client and server on one thread (CPU cost, no wake-ups)",
+        }
+    }
 }
 
 fn usage() -> &'static str {
-    "usage: bench [--quick] [--transport ADDR] [--out DIR] [--depth N] [--connections N]\n\
+    "usage: bench [--quick] [--transport ADDR] [--out DIR] [--depth N] [--connections N] [--runtime split|shared|single]\n\
      ADDR: where the rdma-rpc server listens (default tcp://127.0.0.1:0; doca://IP:PORT for DOCA)"
 }
 
@@ -41,12 +71,25 @@ fn parse_args() -> Result<Options, String> {
         out: PathBuf::from("bench-results"),
         depth: 8,
         connections: 64,
+        runtime: RuntimeMode::Split,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
         match arg.as_str() {
             "--quick" => o.quick = true,
+            "--runtime" => {
+                o.runtime = match value("--runtime")?.as_str() {
+                    "split" => RuntimeMode::Split,
+                    "shared" => RuntimeMode::Shared,
+                    "single" => RuntimeMode::Single,
+                    other => {
+                        return Err(format!(
+                            "--runtime takes split, shared or single, not `{other}`"
+                        ))
+                    }
+                }
+            }
             "--transport" => o.transport = value("--transport")?,
             "--out" => o.out = value("--out")?.into(),
             "--depth" => {
@@ -102,25 +145,40 @@ async fn call(client: &BenchClient, op: &str, data: &Bytes) -> Result<(), BenchE
     Ok(())
 }
 
-async fn run(o: &Options) -> Result<Results, BenchError> {
+async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
     let steps = 2 + SIZES.len() * (OPS.len() * 3 + 4);
     let mut progress = Progress::new(steps);
 
     progress.step("raw TCP: 64 B ping-pong");
     let rounds = if o.quick { 500 } else { 5000 };
     let tcp_round_trip =
-        examples::bench::measure::Latency::of(tcp_baseline::ping_pong(64, rounds).await?);
+        examples::bench::measure::Latency::of(tcp_baseline::ping_pong(server, 64, rounds).await?);
     progress.step("raw TCP: bulk stream of 4 MiB writes");
-    let tcp_bulk = tcp_baseline::bulk_stream(4 << 20, if o.quick { 25 } else { 250 }).await? / 1e9;
+    let tcp_bulk =
+        tcp_baseline::bulk_stream(server, 4 << 20, if o.quick { 25 } else { 250 }).await? / 1e9;
 
-    let server = Server::builder()
-        .pool_budget(512 << 20)
-        .max_in_flight(256)
-        .add_service(BenchServer::new(Sink))
-        .bind(&o.transport)
-        .await?;
-    let addr = server.local_addr();
-    let serving = tokio::spawn(server.serve());
+    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+    let transport = o.transport.clone();
+    let serving = server.spawn(async move {
+        let bound = Server::builder()
+            .pool_budget(512 << 20)
+            .max_in_flight(256)
+            .add_service(BenchServer::new(Sink))
+            .bind(&transport)
+            .await;
+        match bound {
+            Ok(bound) => {
+                let _ = addr_tx.send(Ok(bound.local_addr()));
+                if let Err(e) = bound.serve().await {
+                    eprintln!("bench server stopped: {e}");
+                }
+            }
+            Err(e) => {
+                let _ = addr_tx.send(Err(e));
+            }
+        }
+    });
+    let addr = addr_rx.await??;
     let client = BenchClient::new(Client::connect(&addr).await?);
     let mut others = Vec::with_capacity(o.connections);
     for _ in 0..o.connections {
@@ -170,7 +228,7 @@ async fn run(o: &Options) -> Result<Results, BenchError> {
     }
     serving.abort();
 
-    let grpc_server = grpc::start().await?;
+    let grpc_server = grpc::start(server).await?;
     let grpc_client = grpc::connect(grpc_server.addr).await?;
     let mut grpc_rows = Vec::new();
     for &size in &SIZES {
@@ -239,6 +297,7 @@ async fn run(o: &Options) -> Result<Results, BenchError> {
 
     let mut results = Results {
         transport: addr,
+        runtime: o.runtime.describe().into(),
         quick: o.quick,
         depth: o.depth,
         connections: o.connections,
@@ -251,6 +310,33 @@ async fn run(o: &Options) -> Result<Results, BenchError> {
     };
     results.targets = targets(&results);
     Ok(results)
+}
+
+/// Runs the benchmark with the serving side on its own runtime (see the module docs).
+fn with_runtimes(o: &Options) -> Result<Results, BenchError> {
+    if o.runtime != RuntimeMode::Split {
+        let rt = match o.runtime {
+            RuntimeMode::Shared => Builder::new_multi_thread().enable_all().build()?,
+            _ => Builder::new_current_thread().enable_all().build()?,
+        };
+        let handle = rt.handle().clone();
+        return rt.block_on(run(o, &handle));
+    }
+    let server_rt = Builder::new_current_thread().enable_all().build()?;
+    let handle = server_rt.handle().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server_thread = std::thread::Builder::new()
+        .name("bench-server".into())
+        .spawn(move || {
+            server_rt.block_on(async {
+                let _ = stopped.await;
+            })
+        })?;
+    let client_rt = Builder::new_current_thread().enable_all().build()?;
+    let results = client_rt.block_on(run(o, &handle));
+    let _ = stop.send(());
+    let _ = server_thread.join();
+    results
 }
 
 fn targets(r: &Results) -> Vec<Target> {
@@ -336,8 +422,7 @@ fn targets(r: &Results) -> Vec<Target> {
     out
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let options = match parse_args() {
         Ok(o) => o,
         Err(e) => {
@@ -348,7 +433,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let results = match run(&options).await {
+    let results = match with_runtimes(&options) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("\nbench failed: {e}");
