@@ -30,6 +30,8 @@ use crate::error::{Error, Result};
 use crate::memory::{Access, RegisteredBuf};
 
 mod common;
+#[cfg(test)]
+mod conformance;
 #[cfg(feature = "doca")]
 pub mod doca;
 pub mod tcp;

@@ -8,7 +8,8 @@ use bytes::Bytes;
 use super::{list_devices, DocaConfig, DocaTransport, ProgressMode};
 use crate::error::{AccessViolation, Error};
 use crate::memory::{Access, RegisteredBuf};
-use crate::transport::{Connection, RecvOpcode, SendData, Transport};
+use crate::transport::conformance::{self, pattern, recv_buf};
+use crate::transport::{Connection, SendData, Transport};
 
 fn transport_with(progress: ProgressMode) -> DocaTransport {
     DocaTransport::new(DocaConfig {
@@ -24,24 +25,11 @@ fn transport() -> DocaTransport {
 }
 
 async fn pair_on(t: &DocaTransport, addr: &str) -> (Arc<dyn Connection>, Arc<dyn Connection>) {
-    let listener = t.listen(addr).await.unwrap();
-    let addr = listener.local_addr();
-    let (client, server) = tokio::join!(t.connect(&addr), listener.accept());
-    (client.unwrap(), server.unwrap())
+    conformance::pair_on(t, addr).await
 }
 
 async fn pair() -> (Arc<dyn Connection>, Arc<dyn Connection>) {
     pair_on(&transport(), "doca://127.0.0.1:0").await
-}
-
-fn recv_buf(cap: usize) -> RegisteredBuf {
-    RegisteredBuf::new(cap, Access::LOCAL_WRITE).unwrap()
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
 }
 
 async fn expect_violation<T>(fut: crate::transport::BoxFuture<'static, crate::Result<T>>) -> Error {
@@ -83,20 +71,7 @@ async fn devices_open_by_name_and_pci_address() {
 #[tokio::test]
 async fn send_lands_in_posted_receive_with_immediate() {
     let (a, b) = pair().await;
-    b.post_recv(recv_buf(1024)).unwrap();
-    b.post_recv(recv_buf(1024)).unwrap();
-    a.send(SendData::Bytes(Bytes::from_static(b"first")), None)
-        .await
-        .unwrap();
-    a.send(SendData::Bytes(Bytes::from_static(b"second")), Some(0xfeed))
-        .await
-        .unwrap();
-    let c1 = b.recv().await.unwrap();
-    assert_eq!(c1.buf.as_slice(), b"first");
-    assert_eq!((c1.opcode, c1.imm), (RecvOpcode::Send, None));
-    let c2 = b.recv().await.unwrap();
-    assert_eq!(c2.buf.as_slice(), b"second");
-    assert_eq!((c2.opcode, c2.imm), (RecvOpcode::SendWithImm, Some(0xfeed)));
+    conformance::send_with_immediate(&a, &b).await;
     // And the other way, from a registered buffer (no copy).
     a.post_recv(recv_buf(16)).unwrap();
     let reg = RegisteredBuf::from_slice(b"reply", Access::LOCAL_READ).unwrap();
@@ -174,53 +149,16 @@ async fn message_larger_than_the_staging_receive_fails_both_sides() {
 #[tokio::test]
 async fn write_and_read_move_bytes_exactly_with_no_peer_code() {
     let (a, b) = pair().await;
-    for len in [0usize, 1, 4095, 4096, 65_537, 16 << 20] {
-        let data = pattern(len, len as u8);
-        let target = RegisteredBuf::new(len, Access::ALL).unwrap();
-        let grant = b
-            .grant(target, 0, len, Access::REMOTE_WRITE | Access::REMOTE_READ)
-            .unwrap();
-        let desc = grant.descriptor().clone();
-        assert!(
-            !desc.blob.is_empty(),
-            "the descriptor carries the mmap export"
-        );
-        a.write(SendData::Bytes(Bytes::from(data.clone())), &desc, None)
-            .await
-            .unwrap();
-        let back = a
-            .read(&desc, RegisteredBuf::new(len, Access::LOCAL_WRITE).unwrap())
-            .await
-            .unwrap();
-        assert_eq!(back.as_slice(), &data[..], "read back {len} bytes");
-        let mut target = grant.revoke().await.unwrap();
-        target.set_len(len);
-        assert_eq!(target.as_slice(), &data[..], "server sees {len} bytes");
-    }
+    conformance::write_and_read_exact(&a, &b, |d| {
+        assert!(!d.blob.is_empty(), "the descriptor carries the mmap export")
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn write_with_immediate_completes_a_receive() {
     let (a, b) = pair().await;
-    let grant = b
-        .grant(
-            RegisteredBuf::new(64, Access::ALL).unwrap(),
-            0,
-            64,
-            Access::REMOTE_WRITE,
-        )
-        .unwrap();
-    b.post_recv(recv_buf(16)).unwrap();
-    a.write(
-        SendData::Bytes(Bytes::from_static(b"hello")),
-        grant.descriptor(),
-        Some(7),
-    )
-    .await
-    .unwrap();
-    let c = b.recv().await.unwrap();
-    assert_eq!((c.opcode, c.imm), (RecvOpcode::WriteWithImm, Some(7)));
-    assert!(c.buf.is_empty());
+    let (_, grant) = conformance::write_with_immediate(&a, &b).await;
     let mut buf = grant.revoke().await.unwrap();
     buf.set_len(5);
     assert_eq!(buf.as_slice(), b"hello");
@@ -229,31 +167,7 @@ async fn write_with_immediate_completes_a_receive() {
 #[tokio::test]
 async fn atomics_compare_and_swap_and_fetch_and_add() {
     let (a, b) = pair().await;
-    let grant = b
-        .grant(
-            RegisteredBuf::new(16, Access::ALL).unwrap(),
-            0,
-            16,
-            Access::REMOTE_ATOMIC,
-        )
-        .unwrap();
-    let d = grant.descriptor().clone();
-    assert_eq!(a.fetch_and_add(&d, 5).await.unwrap(), 0);
-    assert_eq!(a.fetch_and_add(&d, 3).await.unwrap(), 5);
-    assert_eq!(a.compare_and_swap(&d, 1, 100).await.unwrap(), 8, "no swap");
-    assert_eq!(a.compare_and_swap(&d, 8, 100).await.unwrap(), 8, "swap");
-    let second = d.slice(8, 8).unwrap();
-    assert_eq!(a.fetch_and_add(&second, u64::MAX).await.unwrap(), 0);
-    let mut buf = grant.revoke().await.unwrap();
-    buf.set_len(16);
-    assert_eq!(
-        u64::from_ne_bytes(buf.as_slice()[..8].try_into().unwrap()),
-        100
-    );
-    assert_eq!(
-        u64::from_ne_bytes(buf.as_slice()[8..].try_into().unwrap()),
-        u64::MAX
-    );
+    conformance::atomics(&a, &b).await;
 }
 
 #[tokio::test]

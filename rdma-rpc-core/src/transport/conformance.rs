@@ -1,0 +1,128 @@
+//! Checks every transport must pass, shared by the transports' test suites.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{Connection, Descriptor, Grant, RecvCompletion, RecvOpcode, SendData, Transport};
+use crate::memory::{Access, RegisteredBuf};
+
+/// A connected pair from a listener at `addr`: (client side, server side).
+pub(crate) async fn pair_on(
+    t: &dyn Transport,
+    addr: &str,
+) -> (Arc<dyn Connection>, Arc<dyn Connection>) {
+    let listener = t.listen(addr).await.unwrap();
+    let addr = listener.local_addr();
+    let (client, server) = tokio::join!(t.connect(&addr), listener.accept());
+    (client.unwrap(), server.unwrap())
+}
+
+pub(crate) fn recv_buf(cap: usize) -> RegisteredBuf {
+    RegisteredBuf::new(cap, Access::LOCAL_WRITE).unwrap()
+}
+
+pub(crate) fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Two sends land in order in posted receives, the second with immediate data.
+pub(crate) async fn send_with_immediate(a: &Arc<dyn Connection>, b: &Arc<dyn Connection>) {
+    b.post_recv(recv_buf(1024)).unwrap();
+    b.post_recv(recv_buf(1024)).unwrap();
+    a.send(SendData::Bytes(Bytes::from_static(b"first")), None)
+        .await
+        .unwrap();
+    a.send(SendData::Bytes(Bytes::from_static(b"second")), Some(0xfeed))
+        .await
+        .unwrap();
+    let c1 = b.recv().await.unwrap();
+    assert_eq!(c1.buf.as_slice(), b"first");
+    assert_eq!((c1.opcode, c1.imm), (RecvOpcode::Send, None));
+    let c2 = b.recv().await.unwrap();
+    assert_eq!(c2.buf.as_slice(), b"second");
+    assert_eq!((c2.opcode, c2.imm), (RecvOpcode::SendWithImm, Some(0xfeed)));
+}
+
+/// Writes then reads back every size up to 16 MiB through a window, with no code on the
+/// peer; `check` looks at each descriptor.
+pub(crate) async fn write_and_read_exact(
+    a: &Arc<dyn Connection>,
+    b: &Arc<dyn Connection>,
+    check: impl Fn(&Descriptor),
+) {
+    for len in [0usize, 1, 4095, 4096, 65_537, 16 << 20] {
+        let data = pattern(len, len as u8);
+        let target = RegisteredBuf::new(len, Access::ALL).unwrap();
+        let grant = b
+            .grant(target, 0, len, Access::REMOTE_WRITE | Access::REMOTE_READ)
+            .unwrap();
+        let desc = grant.descriptor().clone();
+        check(&desc);
+        a.write(SendData::Bytes(Bytes::from(data.clone())), &desc, None)
+            .await
+            .unwrap();
+        let back = a
+            .read(&desc, RegisteredBuf::new(len, Access::LOCAL_WRITE).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(back.as_slice(), &data[..], "read back {len} bytes");
+        let mut target = grant.revoke().await.unwrap();
+        target.set_len(len);
+        assert_eq!(target.as_slice(), &data[..], "the peer sees {len} bytes");
+    }
+}
+
+/// A write with immediate data completes a receive on the peer; returns that completion and
+/// the window written.
+pub(crate) async fn write_with_immediate(
+    a: &Arc<dyn Connection>,
+    b: &Arc<dyn Connection>,
+) -> (RecvCompletion, Grant) {
+    let grant = b
+        .grant(
+            RegisteredBuf::new(64, Access::ALL).unwrap(),
+            0,
+            64,
+            Access::REMOTE_WRITE,
+        )
+        .unwrap();
+    b.post_recv(recv_buf(16)).unwrap();
+    a.write(
+        SendData::Bytes(Bytes::from_static(b"hello")),
+        grant.descriptor(),
+        Some(7),
+    )
+    .await
+    .unwrap();
+    let c = b.recv().await.unwrap();
+    assert_eq!((c.opcode, c.imm), (RecvOpcode::WriteWithImm, Some(7)));
+    assert!(c.buf.is_empty());
+    (c, grant)
+}
+
+/// Fetch-and-add and compare-and-swap on two 8-byte words of a window.
+pub(crate) async fn atomics(a: &Arc<dyn Connection>, b: &Arc<dyn Connection>) {
+    let grant = b
+        .grant(
+            RegisteredBuf::new(16, Access::ALL).unwrap(),
+            0,
+            16,
+            Access::REMOTE_ATOMIC,
+        )
+        .unwrap();
+    let d = grant.descriptor().clone();
+    assert_eq!(a.fetch_and_add(&d, 5).await.unwrap(), 0);
+    assert_eq!(a.fetch_and_add(&d, 3).await.unwrap(), 5);
+    assert_eq!(a.compare_and_swap(&d, 1, 100).await.unwrap(), 8, "no swap");
+    assert_eq!(a.compare_and_swap(&d, 8, 100).await.unwrap(), 8, "swap");
+    let second = d.slice(8, 8).unwrap();
+    assert_eq!(a.fetch_and_add(&second, u64::MAX).await.unwrap(), 0);
+    let mut buf = grant.revoke().await.unwrap();
+    buf.set_len(16);
+    let word = |i: usize| u64::from_ne_bytes(buf.as_slice()[i..i + 8].try_into().unwrap());
+    assert_eq!(word(0), 100);
+    assert_eq!(word(8), u64::MAX);
+}
