@@ -161,7 +161,7 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
     let transport = o.transport.clone();
     let serving = server.spawn(async move {
         let bound = Server::builder()
-            .pool_budget(512 << 20)
+            .pool_budget(128 << 20)
             .max_in_flight(256)
             .add_service(BenchServer::new(Sink))
             .bind(&transport)
