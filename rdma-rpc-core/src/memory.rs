@@ -469,6 +469,11 @@ impl Recycle for StagingClass {
     }
 }
 
+/// Rights of staging buffers: filled locally, and exposed to the peer of one call (the server
+/// pulls a payload from one, or pushes a result into one).
+const STAGING_ACCESS: Access =
+    Access(Access::LOCAL_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_WRITE.0);
+
 /// Smallest staging class.
 const MIN_STAGING: usize = 4096;
 
@@ -487,7 +492,7 @@ impl StagingPools {
             .checked_next_power_of_two()
             .unwrap_or(len);
         if size > MAX_BUFFER {
-            return RegisteredBuf::new(len, Access::LOCAL_WRITE);
+            return RegisteredBuf::new(len, STAGING_ACCESS);
         }
         let class = {
             let mut classes = self.classes.lock().unwrap_or_else(|e| e.into_inner());
@@ -511,10 +516,10 @@ impl StagingPools {
             None => {
                 let mut created = class.created.lock().unwrap_or_else(|e| e.into_inner());
                 if *created >= class.max {
-                    return RegisteredBuf::new(size, Access::LOCAL_WRITE);
+                    return RegisteredBuf::new(size, STAGING_ACCESS);
                 }
                 *created += 1;
-                Region::new(size, Access::LOCAL_WRITE)?
+                Region::new(size, STAGING_ACCESS)?
             }
         };
         Ok(RegisteredBuf {

@@ -1,12 +1,20 @@
 //! The client side of one call, for every operation (the server side is in
 //! `server/call.rs`).
 //!
-//! - send / write: the request carries small payloads inline. Otherwise the server answers
-//!   with a descriptor of a write-only window of exactly the payload's length; the client
-//!   RDMA-writes the bytes, acks, and waits for the response.
-//! - receive / read: the response carries small results inline. Otherwise the server answers
-//!   with a descriptor of a read-only window over the result; the client RDMA-reads it into a
-//!   registered staging buffer (no copy afterwards), acks, and waits for the response.
+//! - send / write: the request carries small payloads inline. A payload that fits a free
+//!   write slot of the connection is RDMA-written there first, and the request that follows
+//!   names the slot (one round trip). Otherwise, in pull mode, the client copies the payload
+//!   into a registered staging buffer and offers a read-only window of it in the request (one
+//!   round trip); in grant mode the server answers with a write-only window of exactly the
+//!   payload's length, and the client RDMA-writes the bytes and acks (two round trips).
+//! - receive / read: the response carries small results inline. For larger ones the client
+//!   offers a write-only window of a staging buffer in the request, sized by the endpoint's
+//!   last result; the server writes the result there before it responds (one round trip). If
+//!   the result does not fit, the server says how large it is and the client offers a window
+//!   that fits (two round trips). Either way the result is returned without a copy.
+//!
+//! Windows a call offered stay open until the server's response, also when the caller gave
+//! up: the server may still be using them.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -16,11 +24,13 @@ use tokio::sync::mpsc;
 
 use super::{lock, Client, Entry, Inner, ServerEvent};
 use crate::memory::Access;
-use crate::protocol::frames::{CallId, GrantFrame, Kind, RequestFrame, ResponseFrame};
+use crate::protocol::frames::{
+    AckFrame, CallId, DescriptorFrame, GrantFrame, Kind, RequestFrame, ResponseFrame,
+};
 use crate::protocol::FRAME_OVERHEAD;
 use crate::service::EndpointDef;
 use crate::status::Status;
-use crate::transport::{Descriptor, SendData};
+use crate::transport::{Descriptor, Grant, SendData};
 
 /// Removes an abandoned call's routing and tells the server, when the caller stops waiting
 /// (deadline, or the future was dropped) before the response.
@@ -28,6 +38,8 @@ struct CallGuard<'a> {
     inner: &'a Inner,
     id: u64,
     done: bool,
+    /// Windows this call offered the server; kept open until its response.
+    windows: Vec<Grant>,
 }
 
 impl Drop for CallGuard<'_> {
@@ -39,8 +51,10 @@ impl Drop for CallGuard<'_> {
         let Some(entry) = calls.get_mut(&self.id) else {
             return; // the response already came, or the connection is gone
         };
-        // Keep the entry (and its in-flight permit) until the server's response arrives.
+        // Keep the entry (its in-flight permit and the windows the server may still write or
+        // read) until the server's response arrives.
         entry.events = None;
+        entry.hold.append(&mut self.windows);
         drop(calls);
         let channel = self.inner.channel.clone();
         let id = self.id;
@@ -117,6 +131,7 @@ impl Client {
             id,
             Entry {
                 events: Some(tx),
+                hold: Vec::new(),
                 _permit: permit,
             },
         );
@@ -124,36 +139,67 @@ impl Client {
             inner,
             id,
             done: false,
+            windows: Vec::new(),
         };
+        let conn = inner.channel.conn();
 
         let inline = data.len() <= inner.inline_threshold
             && data.len() + metadata.len() + FRAME_OVERHEAD <= inner.channel.peer_max_frame();
-        let request = RequestFrame {
+        let inbound = endpoint.op.is_inbound();
+        let mut request = RequestFrame {
             id,
             path: endpoint.path.to_owned(),
             op: endpoint.op.as_u32(),
             metadata,
             payload_len: data.len() as u64,
-            inline_payload: (endpoint.op.is_inbound() && inline).then(|| data.clone()),
+            inline_payload: (inbound && inline).then(|| data.clone()),
             timeout_us: timeout.map_or(0, |t| t.as_micros().max(1) as u64),
+            ..Default::default()
         };
+        let mut slot_write = None;
+        if inbound && !inline {
+            if let Some((index, window)) = inner.take_slot(data.len()) {
+                // Posted before the request on the same connection: the bytes are in the slot
+                // when the request arrives.
+                slot_write = Some(conn.write(SendData::Bytes(data.clone()), &window, None));
+                request.slot = Some(index);
+            } else if inner.pull_writes {
+                let mut buf = inner.staging.acquire(data.len()).map_err(Status::from)?;
+                buf.fill_from(&data).map_err(Status::from)?;
+                let window = conn
+                    .grant(buf, 0, data.len(), Access::REMOTE_READ)
+                    .map_err(Status::from)?;
+                request.source = Some(DescriptorFrame::from(window.descriptor()));
+                guard.windows.push(window);
+            }
+        } else if !inbound {
+            if let Some(size) = inner.reply_size(endpoint) {
+                let window = reply_window(inner, size)?;
+                request.reply_to = Some(DescriptorFrame::from(window.descriptor()));
+                guard.windows.push(window);
+            }
+        }
         inner
             .channel
             .send(Kind::Request(request))
             .await
             .map_err(Status::from)?;
+        if let Some(write) = slot_write {
+            write
+                .await
+                .map_err(|e| Status::unavailable(format!("RDMA write failed: {e}")))?;
+        }
 
-        let mut received = Bytes::new();
         let response = loop {
             match events.recv().await {
                 None => return Err(self.closed_status()),
                 Some(ServerEvent::Response(r)) => break r,
                 Some(ServerEvent::Grant(g)) => {
                     inner.transfers.fetch_add(1, Ordering::Relaxed);
-                    received = self.transfer(endpoint, &g, &data).await?;
+                    let reply_to = self.transfer(endpoint, g, &data, &mut guard).await?;
                     inner
                         .channel
-                        .send(Kind::Ack(CallId { id }))
+                        .send(Kind::Ack(AckFrame { id, reply_to }))
                         .await
                         .map_err(Status::from)?;
                 }
@@ -165,58 +211,96 @@ impl Client {
             status,
             metadata,
             inline_payload,
+            pushed_len,
             ..
         } = response;
+        // The last window offered for the result holds it; every window closes now.
+        let reply = match guard.windows.pop() {
+            Some(window) if !inbound => window.revoke().await,
+            other => {
+                drop(other);
+                None
+            }
+        };
+        guard.windows.clear();
         if let Some(status) = status {
             return Err(Status::from(status));
         }
-        Ok((metadata, inline_payload.unwrap_or(received)))
+        if !inbound {
+            let len = match &inline_payload {
+                Some(p) => p.len() as u64,
+                None => pushed_len,
+            };
+            inner.learn_reply_size(endpoint, len as usize);
+        }
+        let received = match (inline_payload, reply) {
+            (Some(payload), _) => payload,
+            (None, _) if pushed_len == 0 => Bytes::new(),
+            (None, Some(mut buf)) if pushed_len <= buf.capacity() as u64 => {
+                buf.set_len(pushed_len as usize);
+                buf.freeze()
+            }
+            _ => {
+                return Err(Status::internal(format!(
+                    "protocol violation: the server announced {pushed_len} result bytes \
+                     outside the window offered for {} {}",
+                    endpoint.op, endpoint.path
+                )))
+            }
+        };
+        Ok((metadata, received))
     }
 
-    /// Moves the call's bytes through the window the server granted.
+    /// Answers a grant: writes the payload into the server's window, or offers a window as
+    /// large as the result the server has.
     async fn transfer(
         &self,
         endpoint: &EndpointDef,
-        grant: &GrantFrame,
+        grant: GrantFrame,
         data: &Bytes,
-    ) -> Result<Bytes, Status> {
-        let conn = self.inner.channel.conn();
-        let descriptor = Descriptor {
-            addr: grant.addr,
-            len: grant.len,
-            rkey: grant.rkey,
-            access: Access::from_bits_truncate(grant.access),
-            blob: grant.blob.clone(),
-        };
+        guard: &mut CallGuard<'_>,
+    ) -> Result<Option<DescriptorFrame>, Status> {
         let violation = |what: &str| {
             Status::internal(format!(
-                "protocol violation: the server granted {what} for {} {}",
+                "protocol violation: the server {what} for {} {}",
                 endpoint.op, endpoint.path
             ))
         };
         if endpoint.op.is_inbound() {
-            if grant.len != data.len() as u64 || !descriptor.access.contains(Access::REMOTE_WRITE) {
-                return Err(violation("a window that does not fit the payload"));
+            let Some(window) = grant.window else {
+                return Err(violation("granted no window"));
+            };
+            let window = Descriptor::from(window);
+            if window.len != data.len() as u64 || !window.access.contains(Access::REMOTE_WRITE) {
+                return Err(violation("granted a window that does not fit the payload"));
             }
-            conn.write(SendData::Bytes(data.clone()), &descriptor, None)
+            self.inner
+                .channel
+                .conn()
+                .write(SendData::Bytes(data.clone()), &window, None)
                 .await
                 .map_err(|e| Status::unavailable(format!("RDMA write failed: {e}")))?;
-            Ok(Bytes::new())
+            Ok(None)
         } else {
-            if grant.len > endpoint.buffer_size || !descriptor.access.contains(Access::REMOTE_READ)
-            {
-                return Err(violation("a window larger than the endpoint's buffer"));
+            let len = grant.need_buffer;
+            if len == 0 || len > endpoint.buffer_size {
+                return Err(violation("asked for a buffer larger than the endpoint's"));
             }
-            let buf = self
-                .inner
-                .staging
-                .acquire(grant.len as usize)
-                .map_err(Status::from)?;
-            let buf = conn
-                .read(&descriptor, buf)
-                .await
-                .map_err(|e| Status::unavailable(format!("RDMA read failed: {e}")))?;
-            Ok(buf.freeze())
+            let window = reply_window(&self.inner, len as usize)?;
+            let offered = DescriptorFrame::from(window.descriptor());
+            guard.windows.push(window);
+            Ok(Some(offered))
         }
     }
+}
+
+/// A write-only window over a staging buffer of at least `size` bytes, for a result.
+fn reply_window(inner: &Inner, size: usize) -> Result<Grant, Status> {
+    let buf = inner.staging.acquire(size).map_err(Status::from)?;
+    let capacity = buf.capacity();
+    inner
+        .channel
+        .conn()
+        .grant(buf, 0, capacity, Access::REMOTE_WRITE)
+        .map_err(Status::from)
 }

@@ -23,10 +23,11 @@ use tokio::task::AbortHandle;
 use crate::error::{Error, Result};
 use crate::memory::StagingPools;
 use crate::protocol::channel::FrameChannel;
-use crate::protocol::frames::{GrantFrame, Hello, Kind, ResponseFrame};
+use crate::protocol::frames::{GrantFrame, Hello, Kind, ResponseFrame, SlotFrame};
 use crate::protocol::PROTOCOL_VERSION;
+use crate::service::EndpointDef;
 use crate::status::Status;
-use crate::transport::{transport_for, Transport};
+use crate::transport::{transport_for, Descriptor, Grant, Transport};
 
 /// Settings of a client.
 #[derive(Debug, Clone)]
@@ -123,8 +124,10 @@ impl ClientBuilder {
 pub struct ClientStats {
     /// Calls that got a response (success or error status).
     pub calls: u64,
-    /// Calls whose bytes moved by RDMA through a granted window (each costs one extra round
-    /// trip: request → descriptor, then ack → response). The others travelled inline.
+    /// Grants the server answered a request with before responding: each costs one extra
+    /// round trip (request → grant, then ack → response). Payloads that travelled inline,
+    /// through a write slot, pulled by the server or pushed into the window the request
+    /// offered took none.
     pub transfers: u64,
 }
 
@@ -152,8 +155,14 @@ pub(crate) enum ServerEvent {
 /// abandoned), so client and server always agree on what is in flight.
 struct Entry {
     events: Option<mpsc::UnboundedSender<ServerEvent>>,
+    /// Windows of an abandoned call, open until the server's response.
+    hold: Vec<Grant>,
     _permit: OwnedSemaphorePermit,
 }
+
+/// Results of outbound endpoints up to this size are offered a window of the endpoint's whole
+/// buffer on their first call; larger endpoints learn the size from their first result.
+const FIRST_REPLY_WINDOW: u64 = 64 << 10;
 
 pub(crate) struct Inner {
     channel: Arc<FrameChannel>,
@@ -165,9 +174,56 @@ pub(crate) struct Inner {
     completed: AtomicU64,
     transfers: AtomicU64,
     inline_threshold: usize,
+    /// Write slots of the server not used yet: (index, window).
+    slots: Mutex<Vec<(u32, Descriptor)>>,
+    /// Large payloads are pulled by the server from a window of the request.
+    pull_writes: bool,
+    /// Size of the window offered for results, per outbound endpoint: its last result.
+    reply_sizes: Mutex<HashMap<(&'static str, u32), usize>>,
     staging: StagingPools,
     config: ClientConfig,
     driver: AbortHandle,
+}
+
+impl Inner {
+    /// A free write slot that holds `len` bytes.
+    fn take_slot(&self, len: usize) -> Option<(u32, Descriptor)> {
+        let mut slots = lock(&self.slots);
+        let at = slots.iter().position(|(_, w)| w.len >= len as u64)?;
+        Some(slots.swap_remove(at))
+    }
+
+    fn add_slots(&self, frames: Vec<SlotFrame>) {
+        if frames.is_empty() {
+            return;
+        }
+        let mut slots = lock(&self.slots);
+        for frame in frames {
+            if let Some(window) = frame.window {
+                slots.push((frame.index, window.into()));
+            }
+        }
+    }
+
+    /// The window to offer for a result of `endpoint`, if any.
+    fn reply_size(&self, endpoint: &EndpointDef) -> Option<usize> {
+        let key = (endpoint.path, endpoint.op.as_u32());
+        match lock(&self.reply_sizes).get(&key) {
+            Some(&size) => (size > 0).then_some(size),
+            None => {
+                let size = endpoint.buffer_size;
+                (size > self.inline_threshold as u64 && size <= FIRST_REPLY_WINDOW)
+                    .then_some(size as usize)
+            }
+        }
+    }
+
+    /// Remembers a result's size: the next call offers a window that large (none for results
+    /// that travel inline).
+    fn learn_reply_size(&self, endpoint: &EndpointDef, len: usize) {
+        let size = if len > self.inline_threshold { len } else { 0 };
+        lock(&self.reply_sizes).insert((endpoint.path, endpoint.op.as_u32()), size);
+    }
 }
 
 impl Drop for Inner {
@@ -242,6 +298,7 @@ impl Client {
                 credits: config.recv_credits,
                 max_in_flight: config.max_in_flight,
                 inline_threshold: config.inline_threshold,
+                ..Default::default()
             }))
             .await?;
         let peer = channel.conn().peer().to_owned();
@@ -270,11 +327,19 @@ impl Client {
         // The Hello used the one credit every side starts with.
         channel.set_peer(ack.credits.saturating_sub(1), ack.max_frame);
         let max_in_flight = ack.max_in_flight.max(1);
+        let slots = ack
+            .slots
+            .into_iter()
+            .filter_map(|s| Some((s.index, s.window?.into())))
+            .collect();
         let inner = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
             let driver = tokio::spawn(drive(weak.clone(), channel.clone()));
             Inner {
                 staging: StagingPools::new(config.staging_budget),
                 inline_threshold: ack.inline_threshold.min(config.inline_threshold) as usize,
+                slots: Mutex::new(slots),
+                pull_writes: ack.pull_writes,
+                reply_sizes: Mutex::new(HashMap::new()),
                 channel,
                 calls: Mutex::new(HashMap::new()),
                 closed: Mutex::new(None),
@@ -306,7 +371,10 @@ async fn drive(inner: std::sync::Weak<Inner>, channel: Arc<FrameChannel>) {
         let (id, event) = match frame.kind {
             None => continue,
             Some(Kind::Grant(g)) => (g.id, ServerEvent::Grant(g)),
-            Some(Kind::Response(r)) => (r.id, ServerEvent::Response(r)),
+            Some(Kind::Response(mut r)) => {
+                inner.add_slots(std::mem::take(&mut r.slots));
+                (r.id, ServerEvent::Response(r))
+            }
             Some(Kind::Goaway(status)) => {
                 let status = Status::from(status);
                 tracing::debug!(%status, "server said goodbye");

@@ -26,9 +26,10 @@ pub(crate) enum Kind {
     /// Server → client: where to write or read the call's bytes.
     #[prost(message, tag = "4")]
     Grant(GrantFrame),
-    /// Client → server: the transfer of a call is done.
+    /// Client → server: the transfer of a call is done (or, after a `Grant` that asks for a
+    /// buffer, where to put the result).
     #[prost(message, tag = "5")]
-    Ack(CallId),
+    Ack(AckFrame),
     /// Server → client: the outcome of a call.
     #[prost(message, tag = "6")]
     Response(ResponseFrame),
@@ -57,6 +58,39 @@ pub(crate) struct Hello {
     /// Payloads up to this many bytes travel inside frames (eager).
     #[prost(uint32, tag = "5")]
     pub(crate) inline_threshold: u32,
+    /// Server: write slots of this connection, ready for the client's first writes.
+    #[prost(message, repeated, tag = "6")]
+    pub(crate) slots: Vec<SlotFrame>,
+    /// Server: large send/write payloads are pulled by the server from a window the client
+    /// offers in the request (`RequestFrame::source`), instead of written by the client into
+    /// a window the server grants.
+    #[prost(bool, tag = "7")]
+    pub(crate) pull_writes: bool,
+}
+
+/// Where one side may reach a window of the other.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct DescriptorFrame {
+    #[prost(uint64, tag = "1")]
+    pub(crate) addr: u64,
+    #[prost(uint64, tag = "2")]
+    pub(crate) len: u64,
+    #[prost(uint32, tag = "3")]
+    pub(crate) rkey: u32,
+    #[prost(uint32, tag = "4")]
+    pub(crate) access: u32,
+    #[prost(bytes = "bytes", tag = "5")]
+    pub(crate) blob: Bytes,
+}
+
+/// A per-connection write slot: a server buffer the client may RDMA-write once, then name
+/// in a request. The server arms a new one (same index, new window) when it is used.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct SlotFrame {
+    #[prost(uint32, tag = "1")]
+    pub(crate) index: u32,
+    #[prost(message, optional, tag = "2")]
+    pub(crate) window: Option<DescriptorFrame>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -79,6 +113,24 @@ pub(crate) struct RequestFrame {
     /// Time the client has left, in microseconds (0: no deadline).
     #[prost(uint64, tag = "7")]
     pub(crate) timeout_us: u64,
+    /// The payload is already in this write slot (written before the request was sent).
+    #[prost(uint32, optional, tag = "8")]
+    pub(crate) slot: Option<u32>,
+    /// The payload waits in this client window: the server reads it (pull mode).
+    #[prost(message, optional, tag = "9")]
+    pub(crate) source: Option<DescriptorFrame>,
+    /// The server may write the result (receive, read) into this client window.
+    #[prost(message, optional, tag = "10")]
+    pub(crate) reply_to: Option<DescriptorFrame>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct AckFrame {
+    #[prost(uint64, tag = "1")]
+    pub(crate) id: u64,
+    /// Answer to a `Grant` that asked for a buffer: where to write the result.
+    #[prost(message, optional, tag = "2")]
+    pub(crate) reply_to: Option<DescriptorFrame>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -87,20 +139,18 @@ pub(crate) struct CallId {
     pub(crate) id: u64,
 }
 
+/// Server → client, during a call.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct GrantFrame {
     #[prost(uint64, tag = "1")]
     pub(crate) id: u64,
-    #[prost(uint64, tag = "2")]
-    pub(crate) addr: u64,
+    /// Send/write: the window to RDMA-write the payload into.
+    #[prost(message, optional, tag = "2")]
+    pub(crate) window: Option<DescriptorFrame>,
+    /// Receive/read: the result has this many bytes and did not fit the request's
+    /// `reply_to`; the client answers with an `Ack` naming a window that large.
     #[prost(uint64, tag = "3")]
-    pub(crate) len: u64,
-    #[prost(uint32, tag = "4")]
-    pub(crate) rkey: u32,
-    #[prost(uint32, tag = "5")]
-    pub(crate) access: u32,
-    #[prost(bytes = "bytes", tag = "6")]
-    pub(crate) blob: Bytes,
+    pub(crate) need_buffer: u64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -115,6 +165,13 @@ pub(crate) struct ResponseFrame {
     /// Receive/read bytes small enough to travel in the frame.
     #[prost(bytes = "bytes", optional, tag = "4")]
     pub(crate) inline_payload: Option<Bytes>,
+    /// Receive/read bytes the server wrote into the client's `reply_to` window before this
+    /// frame (connections deliver in order, so they are in place when it arrives).
+    #[prost(uint64, tag = "5")]
+    pub(crate) pushed_len: u64,
+    /// Write slots armed again since the last frame.
+    #[prost(message, repeated, tag = "6")]
+    pub(crate) slots: Vec<SlotFrame>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -123,6 +180,30 @@ pub(crate) struct StatusFrame {
     pub(crate) code: u32,
     #[prost(string, tag = "2")]
     pub(crate) message: String,
+}
+
+impl From<&crate::transport::Descriptor> for DescriptorFrame {
+    fn from(d: &crate::transport::Descriptor) -> Self {
+        DescriptorFrame {
+            addr: d.addr,
+            len: d.len,
+            rkey: d.rkey,
+            access: d.access.bits(),
+            blob: d.blob.clone(),
+        }
+    }
+}
+
+impl From<DescriptorFrame> for crate::transport::Descriptor {
+    fn from(d: DescriptorFrame) -> Self {
+        crate::transport::Descriptor {
+            addr: d.addr,
+            len: d.len,
+            rkey: d.rkey,
+            access: crate::memory::Access::from_bits_truncate(d.access),
+            blob: d.blob,
+        }
+    }
 }
 
 impl From<&crate::Status> for StatusFrame {

@@ -1,15 +1,19 @@
 //! The server side of one call, for every operation. Read this file to see what happens on
 //! a send, receive, write or read request.
 //!
-//! - send / write (inbound): small payloads arrive inside the request frame. Otherwise the
-//!   server takes a buffer of the endpoint's pool, grants the client a write-only window of
-//!   exactly the announced length, sends the descriptor, and waits for the client's ack. Then
-//!   it revokes the window (the descriptor stops working) and runs the handler on the bytes:
-//!   the handler never sees a partial transfer.
+//! - send / write (inbound): small payloads arrive inside the request frame. A payload the
+//!   client wrote into one of this connection's write slots (`slots.rs`) is taken from there:
+//!   the slot's window is revoked first, so the handler sees bytes nobody can change. With
+//!   pull mode the server RDMA-reads the payload from the window the client offered in the
+//!   request. Otherwise the server takes a buffer of the endpoint's pool, grants the client a
+//!   write-only window of exactly the announced length, sends the descriptor, waits for the
+//!   client's ack and revokes the window. The handler never sees a partial transfer.
 //! - receive / read (outbound): the server takes a pool buffer and runs the handler to fill
-//!   it. Small results go back inside the response frame. Otherwise the server grants a
-//!   read-only window over the filled bytes, sends the descriptor, waits for the client's ack,
-//!   revokes the window, and answers; the buffer returns to the pool.
+//!   it. Small results go back inside the response frame. Larger ones are RDMA-written into
+//!   the window the client offered in the request (`reply_to`), and the response follows on
+//!   the same connection, so the bytes are in place when it arrives. A result too large for
+//!   that window makes the server ask for a larger one (a `Grant` with `need_buffer`) first.
+//!   The server never exposes its own memory for a result.
 //!
 //! Every call ends with exactly one response frame (also when the client cancelled), so both
 //! sides agree on what is in flight.
@@ -22,19 +26,20 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::slots::SharedSlots;
 use crate::memory::{Access, BufferPool, RegisteredBuf};
 use crate::protocol::channel::FrameChannel;
-use crate::protocol::frames::{GrantFrame, Kind, ResponseFrame, StatusFrame};
+use crate::protocol::frames::{DescriptorFrame, GrantFrame, Kind, ResponseFrame, StatusFrame};
 use crate::protocol::FRAME_OVERHEAD;
 use crate::service::{EndpointDef, RawRequest, ServerCall, Service};
 use crate::status::Status;
-use crate::transport::Grant;
+use crate::transport::{BoxFuture, Descriptor, Grant, SendData};
 
 /// What the client says about a call after the request.
 #[derive(Debug)]
 pub(super) enum ClientEvent {
-    /// The transfer is done.
-    Ack,
+    /// The transfer is done, or (answer to a request for a buffer) here is the window.
+    Ack(Option<Descriptor>),
     /// The client gave up.
     Cancel,
 }
@@ -87,6 +92,14 @@ pub(super) struct Call {
     pub(super) request: RawRequest,
     pub(super) payload_len: u64,
     pub(super) inline_payload: Option<Bytes>,
+    /// The write slot holding the payload, taken from the connection's slots.
+    pub(super) slot: Option<Grant>,
+    /// The client window to pull the payload from.
+    pub(super) source: Option<Descriptor>,
+    /// The client window to push the result into.
+    pub(super) reply_to: Option<Descriptor>,
+    /// The connection's write slots, re-armed with the response.
+    pub(super) slots: SharedSlots,
     pub(super) events: mpsc::UnboundedReceiver<ClientEvent>,
     /// When the client stops waiting (its deadline), if it set one.
     pub(super) deadline: Option<Instant>,
@@ -96,54 +109,107 @@ pub(super) struct Call {
     pub(super) inline_threshold: usize,
 }
 
+/// A transfer still under way when the response is sent (a pushed result); awaited after.
+type Pending = BoxFuture<'static, crate::error::Result<()>>;
+
 /// Runs the call to its response frame.
 pub(super) async fn run(mut call: Call) {
     let result = if call.endpoint.op.is_inbound() {
-        inbound(&mut call).await
+        inbound(&mut call).await.map(|r| (r, None))
     } else {
         outbound(&mut call).await
     };
-    let response = match result {
+    let (mut response, pending) = match result {
         Ok(done) => done,
-        Err(status) => ResponseFrame {
-            id: call.id,
-            status: Some(StatusFrame::from(&status)),
-            metadata: Bytes::new(),
-            inline_payload: None,
-        },
+        Err(status) => (error_response(call.id, &status), None),
     };
+    // Slots freed by this call (or earlier ones) go back to the client with the response.
+    let room = call
+        .channel
+        .peer_max_frame()
+        .saturating_sub(prost::Message::encoded_len(&response) + 64);
+    response.slots = call.slots.arm(call.channel.conn().as_ref(), room);
     call.in_flight.remove(call.id);
     if let Err(e) = call.channel.send(Kind::Response(response)).await {
         tracing::debug!(call = call.id, error = %e, "response not sent: connection gone");
+    }
+    if let Some(pending) = pending {
+        if let Err(e) = pending.await {
+            tracing::debug!(call = call.id, error = %e, "pushing the result failed");
+        }
+    }
+}
+
+pub(super) fn error_response(id: u64, status: &Status) -> ResponseFrame {
+    ResponseFrame {
+        id,
+        status: Some(StatusFrame::from(status)),
+        ..Default::default()
     }
 }
 
 fn ok(id: u64, metadata: Bytes, inline_payload: Option<Bytes>) -> ResponseFrame {
     ResponseFrame {
         id,
-        status: None,
         metadata,
         inline_payload,
+        ..Default::default()
     }
+}
+
+fn transfer_failed(e: crate::error::Error) -> Status {
+    Status::unavailable(format!("RDMA transfer failed: {e}"))
 }
 
 /// Send and write: get the bytes, then run the handler on them.
 async fn inbound(call: &mut Call) -> Result<ResponseFrame, Status> {
-    let data = match call.inline_payload.take() {
-        Some(data) => data,
-        None if call.payload_len == 0 => Bytes::new(),
-        None => {
-            let len = call.payload_len as usize;
-            let buf = take_buffer(call).await?;
-            let grant = call
-                .channel
-                .conn()
-                .grant(buf, 0, len, Access::REMOTE_WRITE)
-                .map_err(Status::from)?;
-            let mut buf = transfer(call, grant).await?;
-            buf.set_len(len);
-            buf.freeze()
-        }
+    let len = call.payload_len as usize;
+    let data = if let Some(data) = call.inline_payload.take() {
+        data
+    } else if len == 0 {
+        Bytes::new()
+    } else if let Some(slot) = call.slot.take() {
+        // The client wrote the slot before sending the request: the bytes are in place.
+        let mut buf = slot
+            .revoke()
+            .await
+            .ok_or_else(|| Status::unavailable("connection closed"))?;
+        buf.set_len(len);
+        buf.freeze()
+    } else if let Some(source) = call.source.take() {
+        let source = source.slice(0, len as u64).map_err(|_| {
+            Status::invalid_argument(format!(
+                "the offered window of {} bytes is shorter than the {len} byte payload",
+                source.len
+            ))
+        })?;
+        let buf = take_buffer(call).await?;
+        let buf = call
+            .channel
+            .conn()
+            .read(&source, buf)
+            .await
+            .map_err(transfer_failed)?;
+        buf.freeze()
+    } else {
+        let buf = take_buffer(call).await?;
+        let grant = call
+            .channel
+            .conn()
+            .grant(buf, 0, len, Access::REMOTE_WRITE)
+            .map_err(Status::from)?;
+        let frame = GrantFrame {
+            id: call.id,
+            window: Some(DescriptorFrame::from(grant.descriptor())),
+            need_buffer: 0,
+        };
+        let reply = ask(call, frame).await;
+        // Revoke first, whatever happened: from here the descriptor is dead.
+        let buf = grant.revoke().await;
+        reply?;
+        let mut buf = buf.ok_or_else(|| Status::unavailable("connection closed"))?;
+        buf.set_len(len);
+        buf.freeze()
     };
     let request = call.request.clone();
     let metadata = call
@@ -154,7 +220,7 @@ async fn inbound(call: &mut Call) -> Result<ResponseFrame, Status> {
 }
 
 /// Receive and read: run the handler to fill a buffer, then let the client have the bytes.
-async fn outbound(call: &mut Call) -> Result<ResponseFrame, Status> {
+async fn outbound(call: &mut Call) -> Result<(ResponseFrame, Option<Pending>), Status> {
     let mut buf = take_buffer(call).await?;
     buf.set_len(0);
     let request = call.request.clone();
@@ -172,16 +238,36 @@ async fn outbound(call: &mut Call) -> Result<ResponseFrame, Status> {
     let fits_frame = metadata.len() + len + FRAME_OVERHEAD <= call.channel.peer_max_frame();
     if len == 0 || (len <= call.inline_threshold && fits_frame) {
         let payload = Bytes::copy_from_slice(buf.as_slice());
-        return Ok(ok(call.id, metadata, Some(payload)));
+        return Ok((ok(call.id, metadata, Some(payload)), None));
     }
-    let grant = call
+    let dst = match call.reply_to.take().filter(|d| d.len >= len as u64) {
+        Some(dst) => dst,
+        None => {
+            // The client's window is missing or too small: ask for one that fits.
+            let frame = GrantFrame {
+                id: call.id,
+                window: None,
+                need_buffer: len as u64,
+            };
+            match ask(call, frame).await? {
+                Some(dst) if dst.len >= len as u64 => dst,
+                _ => {
+                    return Err(Status::invalid_argument(format!(
+                        "the client offered no window of the {len} bytes the result needs"
+                    )))
+                }
+            }
+        }
+    };
+    // The write is posted now; the response, sent after it on the same connection, arrives
+    // after the bytes. The buffer returns to the pool when the write completes.
+    let pushed = call
         .channel
         .conn()
-        .grant(buf, 0, len, Access::REMOTE_READ)
-        .map_err(Status::from)?;
-    // The buffer returns to the pool when `transfer` hands it back and it is dropped.
-    transfer(call, grant).await?;
-    Ok(ok(call.id, metadata, None))
+        .write(SendData::Registered(buf), &dst, None);
+    let mut response = ok(call.id, metadata, None);
+    response.pushed_len = len as u64;
+    Ok((response, Some(pushed)))
 }
 
 /// A buffer of the endpoint's pool, waiting no longer than the client does.
@@ -203,17 +289,8 @@ async fn take_buffer(call: &mut Call) -> Result<RegisteredBuf, Status> {
     }
 }
 
-/// Sends the descriptor of `grant`, waits for the client's ack, and revokes the window.
-async fn transfer(call: &mut Call, grant: Grant) -> Result<RegisteredBuf, Status> {
-    let d = grant.descriptor();
-    let frame = GrantFrame {
-        id: call.id,
-        addr: d.addr,
-        len: d.len,
-        rkey: d.rkey,
-        access: d.access.bits(),
-        blob: d.blob.clone(),
-    };
+/// Sends `frame` and waits for the client's ack: its window, if it sent one.
+async fn ask(call: &mut Call, frame: GrantFrame) -> Result<Option<Descriptor>, Status> {
     call.channel
         .send(Kind::Grant(frame))
         .await
@@ -222,13 +299,8 @@ async fn transfer(call: &mut Call, grant: Grant) -> Result<RegisteredBuf, Status
     if let Some(deadline) = call.deadline {
         limit = limit.min(deadline);
     }
-    let event = tokio::time::timeout_at(limit, call.events.recv()).await;
-    // Revoke first, whatever happened: from here the descriptor is dead.
-    let buf = grant.revoke().await;
-    match event {
-        Ok(Some(ClientEvent::Ack)) => {
-            buf.ok_or_else(|| Status::unavailable("connection closed during the transfer"))
-        }
+    match tokio::time::timeout_at(limit, call.events.recv()).await {
+        Ok(Some(ClientEvent::Ack(window))) => Ok(window),
         Ok(Some(ClientEvent::Cancel)) => Err(Status::cancelled("cancelled by the client")),
         Ok(None) => Err(Status::unavailable("connection closed during the transfer")),
         Err(_) => Err(Status::deadline_exceeded(format!(

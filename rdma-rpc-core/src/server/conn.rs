@@ -8,11 +8,12 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::call::{self, ClientEvent, InFlight};
+use super::call::{self, error_response, ClientEvent, InFlight};
+use super::slots::{SharedSlots, Slots};
 use super::Shared;
 use crate::error::Error;
 use crate::protocol::channel::FrameChannel;
-use crate::protocol::frames::{Hello, Kind, RequestFrame, ResponseFrame, StatusFrame};
+use crate::protocol::frames::{Hello, Kind, RequestFrame, StatusFrame};
 use crate::protocol::PROTOCOL_VERSION;
 use crate::service::RawRequest;
 use crate::status::Status;
@@ -108,15 +109,25 @@ async fn run(
     let cfg = &shared.config;
     let max_in_flight = hello.max_in_flight.clamp(1, cfg.max_in_flight);
     let inline_threshold = cfg.inline_threshold.min(hello.inline_threshold);
-    channel
-        .send_priority(Kind::HelloAck(Hello {
-            version: PROTOCOL_VERSION,
-            max_frame: cfg.max_frame as u32,
-            credits: cfg.recv_credits,
-            max_in_flight,
-            inline_threshold,
-        }))
-        .await?;
+    // Memory of this connection only: registered now, before any request.
+    let slots: SharedSlots = Arc::new(Slots::new(cfg.write_slots, cfg.slot_size)?);
+    let pull_writes = cfg
+        .pull_writes
+        .unwrap_or(!channel.conn().revocable_windows());
+    let mut ack = Hello {
+        version: PROTOCOL_VERSION,
+        max_frame: cfg.max_frame as u32,
+        credits: cfg.recv_credits,
+        max_in_flight,
+        inline_threshold,
+        slots: Vec::new(),
+        pull_writes,
+    };
+    let room = channel
+        .peer_max_frame()
+        .saturating_sub(prost::Message::encoded_len(&ack) + 64);
+    ack.slots = slots.arm(channel.conn().as_ref(), room);
+    channel.send_priority(Kind::HelloAck(ack)).await?;
 
     let calls = InFlight::default();
     let mut task_ids = HashMap::new();
@@ -156,7 +167,7 @@ async fn run(
                         };
                         let id = req.id;
                         let started = refusal.map_or_else(
-                            || start_call(&shared, &channel, &calls, req, inline_threshold),
+                            || start_call(&shared, &channel, &calls, &slots, req, inline_threshold, pull_writes),
                             Err,
                         );
                         match started {
@@ -166,17 +177,15 @@ async fn run(
                                 task_ids.insert(handle.id(), id);
                             }
                             Err(status) => {
-                                let frame = ResponseFrame {
-                                    id,
-                                    status: Some(StatusFrame::from(&status)),
-                                    metadata: Default::default(),
-                                    inline_payload: None,
-                                };
+                                let mut frame = error_response(id, &status);
+                                // A refused request may still have used a slot.
+                                let room = channel.peer_max_frame().saturating_sub(prost::Message::encoded_len(&frame) + 64);
+                                frame.slots = slots.arm(channel.conn().as_ref(), room);
                                 channel.send(Kind::Response(frame)).await?;
                             }
                         }
                     }
-                    Kind::Ack(call) => calls.route(call.id, ClientEvent::Ack),
+                    Kind::Ack(ack) => calls.route(ack.id, ClientEvent::Ack(ack.reply_to.map(Into::into))),
                     Kind::Cancel(call) => calls.route(call.id, ClientEvent::Cancel),
                     Kind::Goaway(status) => {
                         tracing::debug!(message = %status.message, "client said goodbye");
@@ -198,12 +207,7 @@ async fn run(
                     // A call that panicked never answered: answer for it.
                     if calls.remove(id) && panicked {
                         tracing::error!(call = id, "handler panicked");
-                        let frame = ResponseFrame {
-                            id,
-                            status: Some(StatusFrame::from(&Status::internal("the handler panicked"))),
-                            metadata: Default::default(),
-                            inline_payload: None,
-                        };
+                        let frame = error_response(id, &Status::internal("the handler panicked"));
                         channel.send(Kind::Response(frame)).await?;
                     }
                 }
@@ -234,9 +238,16 @@ fn start_call(
     shared: &Shared,
     channel: &Arc<FrameChannel>,
     in_flight: &InFlight,
+    slots: &SharedSlots,
     req: RequestFrame,
     inline_threshold: u32,
+    pull_writes: bool,
 ) -> Result<(call::Call, mpsc::UnboundedSender<ClientEvent>), Status> {
+    // Take the slot first: whatever happens to the request, the client used it.
+    let slot = req
+        .slot
+        .map(|index| slots.take(index, req.payload_len))
+        .transpose()?;
     let route = shared.routes.find(&req.path, req.op)?;
     let ep = route.endpoint;
     if req.payload_len > ep.buffer_size {
@@ -245,7 +256,25 @@ fn start_call(
             req.payload_len, ep.buffer_size, ep.op, ep.path
         )));
     }
-    if !ep.op.is_inbound() && (req.payload_len != 0 || req.inline_payload.is_some()) {
+    let ways = [
+        req.inline_payload.is_some(),
+        slot.is_some(),
+        req.source.is_some(),
+    ];
+    if ways.iter().filter(|&&w| w).count() > 1 {
+        return Err(Status::invalid_argument(
+            "a request carries its payload one way: inline, in a write slot, or in a window",
+        ));
+    }
+    if pull_writes && ep.op.is_inbound() && req.payload_len > 0 && !ways.contains(&true) {
+        // In pull mode the server never exposes a pool buffer to a client.
+        return Err(Status::invalid_argument(format!(
+            "{} {}: this server pulls payloads larger than the inline threshold; offer a \
+             window in the request or use a write slot",
+            ep.op, ep.path
+        )));
+    }
+    if !ep.op.is_inbound() && (req.payload_len != 0 || ways.contains(&true)) {
         return Err(Status::invalid_argument(format!(
             "{} {} takes no payload from the client",
             ep.op, ep.path
@@ -277,6 +306,10 @@ fn start_call(
         },
         payload_len: req.payload_len,
         inline_payload: req.inline_payload,
+        slot,
+        source: req.source.map(Into::into),
+        reply_to: req.reply_to.map(Into::into),
+        slots: slots.clone(),
         events,
         deadline: timeout.map(|t| Instant::now() + t),
         transfer_timeout: shared.config.transfer_timeout,

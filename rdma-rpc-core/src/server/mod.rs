@@ -13,6 +13,7 @@
 
 mod call;
 mod conn;
+mod slots;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -55,6 +56,20 @@ pub struct ServerConfig {
     pub min_buffers: usize,
     /// Most buffers per path. Default 256.
     pub max_buffers: usize,
+    /// Write slots per connection: buffers the client may RDMA-write without asking, so a
+    /// send or write larger than the inline threshold and at most `slot_size` takes one round
+    /// trip. Registered when the connection is accepted: `write_slots * slot_size` bytes per
+    /// connection (0 turns slots off). Default 4.
+    pub write_slots: u32,
+    /// Size of each write slot. Default 64 KiB.
+    pub slot_size: usize,
+    /// Large send/write payloads that fit no slot: `Some(true)`, the server RDMA-reads them
+    /// from a window the client offers in the request (one round trip; the client copies the
+    /// payload into registered memory first); `Some(false)`, the server grants a window of a
+    /// pool buffer and the client RDMA-writes into it (two round trips, no copy). Default
+    /// `None`: pull over transports that cannot revoke a window (DOCA), so a client never
+    /// holds a descriptor of memory that later serves another connection; grant otherwise.
+    pub pull_writes: Option<bool>,
     /// Longest wait for a client to finish an RDMA transfer and ack it. Default 30 s.
     pub transfer_timeout: Duration,
     /// Longest wait for a new connection's handshake. Default 10 s.
@@ -74,6 +89,9 @@ impl Default for ServerConfig {
             pool_budget: 64 << 20,
             min_buffers: 2,
             max_buffers: 256,
+            write_slots: 4,
+            slot_size: 64 << 10,
+            pull_writes: None,
             transfer_timeout: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(30),
@@ -153,6 +171,12 @@ impl ServerBuilder {
         inline_threshold: u32,
         /// See [`ServerConfig::pool_budget`].
         pool_budget: usize,
+        /// See [`ServerConfig::write_slots`].
+        write_slots: u32,
+        /// See [`ServerConfig::slot_size`].
+        slot_size: usize,
+        /// See [`ServerConfig::pull_writes`].
+        pull_writes: Option<bool>,
         /// See [`ServerConfig::transfer_timeout`].
         transfer_timeout: Duration,
         /// See [`ServerConfig::shutdown_grace`].
@@ -166,6 +190,13 @@ impl ServerBuilder {
             return Err(Error::InvalidArgument(format!(
                 "max_frame must be at least {} bytes and recv_credits at least 2",
                 2 * crate::protocol::FRAME_OVERHEAD
+            )));
+        }
+        if config.slot_size > crate::memory::MAX_BUFFER {
+            return Err(Error::InvalidArgument(format!(
+                "slot_size of {} bytes is over the {} byte limit of one buffer",
+                config.slot_size,
+                crate::memory::MAX_BUFFER
             )));
         }
         let routes = Routes::build(&self.services, &config)?;

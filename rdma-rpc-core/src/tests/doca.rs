@@ -1,12 +1,15 @@
 //! The end-to-end suite over the DOCA transport: on doca-sys's software provider by default,
 //! and on a real device with the `#[ignore]`d hardware tests (see docs/doca.md).
 //!
-//! TCP-only fault tests, not run here because DOCA cannot give their guarantee:
-//! - `descriptors_grant_one_buffer_one_direction_until_the_ack`: DOCA cannot revoke an
-//!   exported mmap per request, so a descriptor keeps working after the ack (while the
-//!   buffer's region lives).
-//! - `a_client_cannot_reach_another_connections_buffers`: a DOCA export is not bound to one
-//!   connection; any connection on the device that learns the blob can use it.
+//! DOCA cannot revoke an exported mmap per request, and an export is not bound to one
+//! connection. So over DOCA the server pulls large payloads (`ServerConfig::pull_writes`) and
+//! pushes results: the only server memory a client ever gets a descriptor of is its own
+//! connection's write slots (`stale_descriptors_never_reach_another_connection_on`). Two
+//! fault tests are about windows the server grants from shared pools and stay TCP-only:
+//! - `descriptors_grant_one_buffer_one_direction_until_the_ack`: the descriptor dies with the
+//!   ack (DOCA: it would keep working while the buffer's region lives).
+//! - `a_client_cannot_reach_another_connections_buffers`: a second connection cannot use the
+//!   first one's window (DOCA: any connection that learns the blob can).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +19,7 @@ use super::e2e::{
     graceful_shutdown_drains_calls_in_flight_on,
     many_calls_in_flight_on_one_connection_complete_out_of_order_on, many_connections_mixed,
 };
+use super::fast_paths::*;
 use super::faults::*;
 use super::{bounded, Backend, Harness};
 use crate::transport::doca::{DocaConfig, DocaTransport};
@@ -86,6 +90,22 @@ mod e2e {
     );
 }
 
+mod fast_paths {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn round_trips_per_path_with_pulled_writes() {
+        bounded("round trips", round_trips_per_path_on(&doca(), true)).await;
+    }
+
+    doca_suite!(
+        calls_without_a_free_slot_take_the_other_path_on,
+        slots_off_and_growing_results_stay_exact_on,
+        abandoned_reads_keep_their_window_until_the_response_on,
+        concurrent_mixed_sizes_on,
+    );
+}
+
 mod faults {
     use super::*;
 
@@ -112,6 +132,8 @@ mod faults {
         oversized_metadata_is_refused_with_the_limit_named_on,
         protocol_version_mismatch_is_reported_on,
         silent_clients_time_out_in_the_handshake_on,
+        misused_write_slots_get_statuses_on,
+        stale_descriptors_never_reach_another_connection_on,
     );
 }
 
@@ -182,6 +204,15 @@ mod hardware {
         },
         hw_connection_limit => |b: Backend| async move {
             connection_limit_is_enforced_and_named_on(&b).await;
+        },
+        hw_stale_descriptors => |b: Backend| async move {
+            stale_descriptors_never_reach_another_connection_on(&b).await;
+        },
+        hw_fast_path_round_trips => |b: Backend| async move {
+            round_trips_per_path_on(&b, true).await;
+        },
+        hw_fast_paths_concurrent => |b: Backend| async move {
+            concurrent_mixed_sizes_on(&b).await;
         },
     );
 }

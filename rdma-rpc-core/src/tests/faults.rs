@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::e2e::{inbound, outbound, req, BLOB_WRITE, MSG_SEND};
+use super::e2e::{inbound, outbound, req, BLOB_READ, BLOB_WRITE, MSG_SEND};
 use super::service::{TestResponse, ENDPOINTS};
 use super::{bounded, pattern, tcp_backend, Backend, Harness};
 use crate::codegen::call_inbound;
 use crate::protocol::channel::FrameChannel;
-use crate::protocol::frames::{CallId, Hello, Kind, RequestFrame};
+use crate::protocol::frames::{AckFrame, Hello, Kind, RequestFrame};
 use crate::protocol::PROTOCOL_VERSION;
 use crate::service::{EndpointDef, OpKind};
 use crate::transport::{Connection, Descriptor, SendData};
@@ -20,6 +20,7 @@ use crate::{Access, ClientConfig, Code, Error, Request, ServerConfig};
 /// A client that speaks frames by hand, to misbehave on purpose.
 struct RawClient {
     channel: FrameChannel,
+    ack: Hello,
 }
 
 impl RawClient {
@@ -33,14 +34,26 @@ impl RawClient {
                 credits: 16,
                 max_in_flight: 1000,
                 inline_threshold: 0,
+                ..Default::default()
             }))
             .await
             .unwrap();
-        match channel.recv().await.unwrap().kind {
-            Some(Kind::HelloAck(ack)) => channel.set_peer(ack.credits - 1, ack.max_frame),
+        let ack = match channel.recv().await.unwrap().kind {
+            Some(Kind::HelloAck(ack)) => ack,
             other => panic!("no HelloAck: {other:?}"),
-        }
-        RawClient { channel }
+        };
+        channel.set_peer(ack.credits - 1, ack.max_frame);
+        RawClient { channel, ack }
+    }
+
+    /// The window of write slot `index`, as announced in the handshake.
+    fn slot(&self, index: u32) -> Descriptor {
+        let slot = self.ack.slots.iter().find(|s| s.index == index).unwrap();
+        slot.window.clone().unwrap().into()
+    }
+
+    async fn send_request(&self, request: RequestFrame) {
+        self.channel.send(Kind::Request(request)).await.unwrap();
     }
 
     fn conn(&self) -> &Arc<dyn Connection> {
@@ -54,8 +67,7 @@ impl RawClient {
             op: op.as_u32(),
             metadata: Bytes::from(prost::Message::encode_to_vec(&req(payload_len as usize, 7))),
             payload_len,
-            inline_payload: None,
-            timeout_us: 0,
+            ..Default::default()
         };
         self.channel.send(Kind::Request(request)).await.unwrap();
     }
@@ -70,19 +82,16 @@ impl RawClient {
 
     async fn grant(&self) -> Descriptor {
         match self.next().await {
-            Kind::Grant(g) => Descriptor {
-                addr: g.addr,
-                len: g.len,
-                rkey: g.rkey,
-                access: Access::from_bits_truncate(g.access),
-                blob: g.blob,
-            },
+            Kind::Grant(g) => g.window.expect("a window").into(),
             other => panic!("expected a grant, got {other:?}"),
         }
     }
 
     async fn ack(&self, id: u64) {
-        self.channel.send(Kind::Ack(CallId { id })).await.unwrap();
+        self.channel
+            .send(Kind::Ack(AckFrame { id, reply_to: None }))
+            .await
+            .unwrap();
     }
 }
 
@@ -241,20 +250,45 @@ pub(crate) async fn client_dying_mid_write_never_reaches_the_handler_and_frees_t
     let h = Harness::start_on(b, config).await;
     let raw = RawClient::connect(&h).await;
     let len = 1 << 20;
-    raw.request(1, "/blob", OpKind::Write, len).await;
-    let window = raw.grant().await;
-    // Half the bytes, then the client vanishes without acking.
-    let half = window.slice(0, len / 2).unwrap();
-    raw.conn()
-        .write(
-            SendData::Bytes(Bytes::from(vec![1u8; (len / 2) as usize])),
-            &half,
-            None,
-        )
-        .await
-        .unwrap();
-    raw.conn().close();
-    drop(raw);
+    if raw.ack.pull_writes {
+        // The server pulls: offer a window the read cannot complete (it ends half way into
+        // the buffer), then vanish.
+        let buf = crate::RegisteredBuf::new(len as usize / 2, Access::ALL).unwrap();
+        let window = raw
+            .conn()
+            .grant(buf, 0, len as usize / 2, Access::REMOTE_READ)
+            .unwrap();
+        let mut source = window.descriptor().clone();
+        source.len = len;
+        raw.send_request(RequestFrame {
+            id: 1,
+            path: "/blob".into(),
+            op: OpKind::Write.as_u32(),
+            metadata: Bytes::from(prost::Message::encode_to_vec(&req(len as usize, 7))),
+            payload_len: len,
+            source: Some((&source).into()),
+            ..Default::default()
+        })
+        .await;
+        raw.conn().close();
+        drop(window);
+        drop(raw);
+    } else {
+        raw.request(1, "/blob", OpKind::Write, len).await;
+        let window = raw.grant().await;
+        // Half the bytes, then the client vanishes without acking.
+        let half = window.slice(0, len / 2).unwrap();
+        raw.conn()
+            .write(
+                SendData::Bytes(Bytes::from(vec![1u8; (len / 2) as usize])),
+                &half,
+                None,
+            )
+            .await
+            .unwrap();
+        raw.conn().close();
+        drop(raw);
+    }
 
     let client = h.client().await;
     let resp = call_inbound::<_, TestResponse>(
@@ -311,8 +345,150 @@ async fn server_death_ends_pending_calls_promptly() {
     server_death_ends_pending_calls_promptly_on(&tcp_backend()).await;
 }
 
+/// Write slots are used once per announcement, and only as far as they reach.
+pub(crate) async fn misused_write_slots_get_statuses_on(b: &Backend) {
+    let h = Harness::default_on(b).await;
+    let raw = RawClient::connect(&h).await;
+    assert_eq!(
+        raw.ack.slots.len(),
+        4,
+        "the default slots come with the handshake"
+    );
+    let slot = raw.slot(0);
+    assert_eq!(slot.len, 64 * 1024);
+    assert!(
+        slot.access.contains(Access::REMOTE_WRITE) && !slot.access.contains(Access::REMOTE_READ)
+    );
+    let request = |id: u64, slot: u32, len: u64| RequestFrame {
+        id,
+        path: "/blob".into(),
+        op: OpKind::Write.as_u32(),
+        metadata: Bytes::from(prost::Message::encode_to_vec(&req(len as usize, 3))),
+        payload_len: len,
+        slot: Some(slot),
+        ..Default::default()
+    };
+    let status = |kind: Kind| match kind {
+        Kind::Response(r) => r.status.map(crate::Status::from),
+        other => panic!("expected a response, got {other:?}"),
+    };
+    // A slot never announced.
+    raw.send_request(request(1, 77, 10_000)).await;
+    let s = status(raw.next().await).expect("an error");
+    assert_eq!(s.code(), Code::InvalidArgument);
+    assert!(s.message().contains("slot 77"), "{s}");
+    // More bytes than the slot holds.
+    raw.send_request(request(2, 1, 65 * 1024)).await;
+    let s = status(raw.next().await).expect("an error");
+    assert_eq!(s.code(), Code::InvalidArgument);
+    assert!(s.message().contains("write slot 1"), "{s}");
+    // Used properly, slot 0 delivers exactly what was written into it.
+    raw.conn()
+        .write(
+            SendData::Bytes(Bytes::from(pattern(10_000, 3))),
+            &slot,
+            None,
+        )
+        .await
+        .unwrap();
+    raw.send_request(request(3, 0, 10_000)).await;
+    assert!(status(raw.next().await).is_none());
+    still_serving(&h).await;
+}
+
+#[tokio::test]
+async fn misused_write_slots_get_statuses() {
+    misused_write_slots_get_statuses_on(&tcp_backend()).await;
+}
+
+/// A client that keeps a descriptor after its call (a used write slot, a pulled payload's
+/// window) cannot touch another connection's data with it: slots belong to one connection,
+/// and no other server memory is ever exposed for payloads pulled or results pushed. Over
+/// the software transport the stale descriptor fails outright; over DOCA (no per-request
+/// revocation) it reaches only the misbehaving connection's own slot.
+pub(crate) async fn stale_descriptors_never_reach_another_connection_on(b: &Backend) {
+    let config = ServerConfig {
+        pull_writes: Some(true),
+        ..ServerConfig::default()
+    };
+    let h = Harness::start_on(b, config).await;
+    let thief = RawClient::connect(&h).await;
+    let stale = thief.slot(0);
+    thief
+        .conn()
+        .write(
+            SendData::Bytes(Bytes::from(pattern(20_000, 1))),
+            &stale,
+            None,
+        )
+        .await
+        .unwrap();
+    thief
+        .send_request(RequestFrame {
+            id: 1,
+            path: "/blob".into(),
+            op: OpKind::Write.as_u32(),
+            metadata: Bytes::from(prost::Message::encode_to_vec(&req(20_000, 1))),
+            payload_len: 20_000,
+            slot: Some(0),
+            ..Default::default()
+        })
+        .await;
+    match thief.next().await {
+        Kind::Response(r) => assert!(r.status.is_none(), "{:?}", r.status),
+        other => panic!("expected a response, got {other:?}"),
+    }
+    let victim = h.client().await;
+    let work = async {
+        let calls: Vec<_> = (0..24u32)
+            .map(|seed| {
+                let victim = victim.clone();
+                tokio::spawn(async move {
+                    let len = [30_000, 60_000, 400_000][seed as usize % 3];
+                    if seed % 2 == 0 {
+                        assert!(inbound(&victim, BLOB_WRITE, len, seed).await.unwrap().exact);
+                    } else {
+                        let data = outbound(&victim, BLOB_READ, len, seed).await.unwrap();
+                        assert!(data == pattern(len, seed));
+                    }
+                })
+            })
+            .collect();
+        for call in calls {
+            call.await.unwrap();
+        }
+    };
+    let attack = async {
+        for _ in 0..200 {
+            let garbage = SendData::Bytes(Bytes::from(vec![0xee; 64 * 1024]));
+            match thief.conn().write(garbage, &stale, None).await {
+                Ok(()) => tokio::task::yield_now().await,
+                Err(e) => {
+                    assert!(
+                        thief.conn().revocable_windows(),
+                        "only revocable windows refuse: {e}"
+                    );
+                    assert!(matches!(e, Error::RemoteAccess { .. }), "{e}");
+                    return;
+                }
+            }
+        }
+        assert!(
+            !thief.conn().revocable_windows(),
+            "a used slot's old window must be revoked"
+        );
+    };
+    bounded("victim and thief", async { tokio::join!(work, attack) }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_descriptors_never_reach_another_connection() {
+    stale_descriptors_never_reach_another_connection_on(&tcp_backend()).await;
+}
+
 // TCP-only (DOCA cannot revoke an exported mmap per request: a descriptor keeps working after
-// the ack while the region lives; see docs/doca.md).
+// the ack while the region lives; see docs/doca.md). Over DOCA the server pulls instead and
+// never grants a pool buffer (`stale_descriptors_never_reach_another_connection_on`).
 #[tokio::test]
 async fn descriptors_grant_one_buffer_one_direction_until_the_ack() {
     let h = Harness::tcp_default().await;
@@ -349,7 +525,8 @@ async fn descriptors_grant_one_buffer_one_direction_until_the_ack() {
 }
 
 // TCP-only (a DOCA export is not bound to one connection: any connection on the device that
-// learns the blob can use it; see docs/doca.md).
+// learns the blob can use it; see docs/doca.md). Over DOCA no pool buffer is ever granted to a
+// client (pull mode), so there is no such window to steal.
 #[tokio::test]
 async fn a_client_cannot_reach_another_connections_buffers() {
     let h = Harness::tcp_default().await;
@@ -396,9 +573,18 @@ pub(crate) async fn in_flight_limit_is_enforced_and_named_on(b: &Backend) {
     };
     let h = Harness::start_on(b, config).await;
     let raw = RawClient::connect(&h).await;
-    // Two writes wait for their transfers; the third is over the limit.
+    // Two slow reads stay in their handlers; the third is over the limit.
     for id in 1..=3 {
-        raw.request(id, "/blob", OpKind::Write, 100_000).await;
+        let mut slow = req(10, 7);
+        slow.delay_ms = 300;
+        raw.send_request(RequestFrame {
+            id,
+            path: "/blob".into(),
+            op: OpKind::Read.as_u32(),
+            metadata: Bytes::from(prost::Message::encode_to_vec(&slow)),
+            ..Default::default()
+        })
+        .await;
     }
     let mut refused = None;
     for _ in 0..3 {
@@ -501,6 +687,7 @@ pub(crate) async fn protocol_version_mismatch_is_reported_on(b: &Backend) {
             credits: 4,
             max_in_flight: 1,
             inline_threshold: 0,
+            ..Default::default()
         }))
         .await
         .unwrap();

@@ -4,6 +4,7 @@
 #[cfg(feature = "doca")]
 mod doca;
 mod e2e;
+mod fast_paths;
 mod faults;
 mod service;
 

@@ -126,3 +126,35 @@ pub(crate) async fn atomics(a: &Arc<dyn Connection>, b: &Arc<dyn Connection>) {
     assert_eq!(word(0), 100);
     assert_eq!(word(8), u64::MAX);
 }
+
+/// A send posted after a write reaches the peer after the write's bytes (RC ordering), in
+/// both directions: the protocol's write slots and pushed results rely on it.
+pub(crate) async fn writes_land_before_later_sends(
+    a: &Arc<dyn Connection>,
+    b: &Arc<dyn Connection>,
+) {
+    for (from, to) in [(a, b), (b, a)] {
+        let len = 1 << 20;
+        let data = pattern(len, 9);
+        let target = RegisteredBuf::new(len, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+        let grant = to.grant(target, 0, len, Access::REMOTE_WRITE).unwrap();
+        to.post_recv(recv_buf(64)).unwrap();
+        // Neither is awaited before the other is posted.
+        let write = from.write(
+            SendData::Bytes(Bytes::from(data.clone())),
+            grant.descriptor(),
+            None,
+        );
+        let send = from.send(SendData::Bytes(Bytes::from_static(b"after")), None);
+        let done = to.recv().await.unwrap();
+        assert_eq!(done.buf.as_slice(), b"after");
+        let mut target = grant.revoke().await.unwrap();
+        target.set_len(len);
+        assert!(
+            target.as_slice() == &data[..],
+            "the write was not in place before the send"
+        );
+        write.await.unwrap();
+        send.await.unwrap();
+    }
+}

@@ -195,6 +195,11 @@ impl Grant {
 }
 
 /// One reliable connection with RDMA semantics. See the [module docs](self).
+///
+/// Operations posted on one connection take effect at the peer in the order they were posted,
+/// as on an RDMA reliable connection: a send posted after a write reaches the peer after the
+/// write's bytes are in its memory. The protocol relies on it (a request naming a write slot
+/// follows the write into the slot; a response follows the write of its result).
 pub trait Connection: Send + Sync + fmt::Debug + 'static {
     /// The peer's address, for messages.
     fn peer(&self) -> &str;
@@ -253,6 +258,14 @@ pub trait Connection: Send + Sync + fmt::Debug + 'static {
     /// of the buffer's registration rights).
     fn grant(&self, buf: RegisteredBuf, offset: usize, len: usize, access: Access)
         -> Result<Grant>;
+
+    /// Whether [`Grant::revoke`] really cuts the peer off. The software transport forgets the
+    /// key; DOCA cannot revoke an exported mmap per request, so a peer that kept a descriptor
+    /// can still reach the region. The protocol exposes only per-connection memory over
+    /// transports that cannot revoke.
+    fn revocable_windows(&self) -> bool {
+        true
+    }
 
     /// Closes the connection: outstanding operations complete with errors, the peer sees the
     /// connection end.

@@ -222,6 +222,10 @@ impl Connection for DocaConnection {
         Ok(Grant::new(descriptor, Box::new(handle)))
     }
 
+    fn revocable_windows(&self) -> bool {
+        false
+    }
+
     fn close(&self) {
         self.shared.fail_and_close(Error::ConnectionClosed {
             peer: self.shared.peer.clone(),

@@ -69,6 +69,12 @@ async fn devices_open_by_name_and_pci_address() {
 }
 
 #[tokio::test]
+async fn writes_land_before_later_sends() {
+    let (a, b) = pair().await;
+    conformance::writes_land_before_later_sends(&a, &b).await;
+}
+
+#[tokio::test]
 async fn send_lands_in_posted_receive_with_immediate() {
     let (a, b) = pair().await;
     conformance::send_with_immediate(&a, &b).await;

@@ -1,0 +1,127 @@
+//! Per-connection write slots: server buffers a client may RDMA-write without asking first.
+//!
+//! At the handshake the server arms `write_slots` buffers of `slot_size` bytes, each with a
+//! write-only window, and sends their descriptors in the `HelloAck`. A client with a payload
+//! that fits a free slot writes it there and then sends a request naming the slot: one round
+//! trip instead of two. The server takes the slot (revoking its window, so the handler sees
+//! bytes nobody can change any more) and owes the client a new slot of the same index; it arms
+//! one as soon as a buffer is free again and sends its descriptor in its next response.
+//!
+//! The buffers belong to this connection only: no other client ever gets a descriptor of
+//! them, which is what keeps a peer from reaching another connection's data on transports
+//! that cannot revoke a window (DOCA).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::error::Result;
+use crate::memory::{Access, BufferPool};
+use crate::protocol::frames::{DescriptorFrame, SlotFrame};
+use crate::status::Status;
+use crate::transport::{Connection, Grant};
+
+/// The write slots of one connection.
+pub(super) struct Slots {
+    pool: Option<BufferPool>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Slots whose window the client may write now.
+    armed: HashMap<u32, Grant>,
+    /// Slots the client used; armed again when a buffer is free.
+    owed: Vec<u32>,
+}
+
+impl Slots {
+    /// Registers `count` buffers of `size` bytes (none when either is 0).
+    pub(super) fn new(count: u32, size: usize) -> Result<Slots> {
+        let pool = if count == 0 || size == 0 {
+            None
+        } else {
+            Some(BufferPool::new(
+                size,
+                count as usize,
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            )?)
+        };
+        Ok(Slots {
+            pool,
+            state: Mutex::new(State {
+                armed: HashMap::new(),
+                owed: (0..count).rev().collect(),
+            }),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes the slot a request names, holding `len` bytes.
+    pub(super) fn take(&self, index: u32, len: u64) -> std::result::Result<Grant, Status> {
+        let mut state = self.state();
+        let Some(grant) = state.armed.remove(&index) else {
+            return Err(Status::invalid_argument(format!(
+                "write slot {index} is not armed (never announced, or already used)"
+            )));
+        };
+        state.owed.push(index);
+        if grant.descriptor().len < len {
+            return Err(Status::invalid_argument(format!(
+                "{len} bytes announced in write slot {index} of {} bytes",
+                grant.descriptor().len
+            )));
+        }
+        Ok(grant)
+    }
+
+    /// Arms owed slots for which a buffer is free, as long as their descriptors fit in `room`
+    /// bytes of a frame.
+    pub(super) fn arm(&self, conn: &dyn Connection, mut room: usize) -> Vec<SlotFrame> {
+        let Some(pool) = &self.pool else {
+            return Vec::new();
+        };
+        let mut armed = Vec::new();
+        let mut state = self.state();
+        while let Some(&index) = state.owed.last() {
+            let Some(buf) = pool.try_acquire() else { break };
+            let size = pool.buf_size();
+            let grant = match conn.grant(buf, 0, size, Access::REMOTE_WRITE) {
+                Ok(grant) => grant,
+                Err(e) => {
+                    tracing::debug!(error = %e, "write slot not armed");
+                    break;
+                }
+            };
+            let frame = SlotFrame {
+                index,
+                window: Some(DescriptorFrame::from(grant.descriptor())),
+            };
+            // A repeated field costs its tag and a length prefix besides the message.
+            let cost = prost::Message::encoded_len(&frame) + 4;
+            if cost > room {
+                break; // the grant is dropped, and with it the window
+            }
+            room -= cost;
+            state.owed.pop();
+            state.armed.insert(index, grant);
+            armed.push(frame);
+        }
+        armed
+    }
+}
+
+impl std::fmt::Debug for Slots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state();
+        f.debug_struct("Slots")
+            .field("armed", &state.armed.len())
+            .field("owed", &state.owed.len())
+            .finish()
+    }
+}
+
+/// Shared by the connection loop and its calls.
+pub(super) type SharedSlots = Arc<Slots>;

@@ -1,0 +1,207 @@
+//! The fast paths: write slots, pulled payloads, pushed results. Each is checked for exact
+//! bytes and for the round trips it takes, over every transport.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::e2e::{inbound, outbound, req, BLOB_READ, BLOB_WRITE, MSG_SEND};
+use super::service::{TestResponse, ENDPOINTS};
+use super::{bounded, pattern, tcp_backend, Backend, Harness};
+use crate::codegen::{call_inbound, call_outbound};
+use crate::{Client, ClientStats, Code, Request, ServerConfig};
+
+/// Runs `call` and returns the round trips it took.
+async fn round_trips<F: std::future::Future<Output = ()>>(client: &Client, call: F) -> f64 {
+    let before: ClientStats = client.stats();
+    call.await;
+    client.stats().round_trips_since(&before)
+}
+
+async fn write_exact(client: &Client, ep: usize, len: usize, seed: u32) {
+    let resp = inbound(client, ep, len, seed).await.unwrap();
+    assert!(resp.exact, "{len} bytes arrived altered");
+}
+
+async fn read_exact(client: &Client, len: usize, seed: u32) {
+    let data = outbound(client, BLOB_READ, len, seed).await.unwrap();
+    assert!(data == pattern(len, seed), "{len} bytes arrived altered");
+}
+
+/// Round trips of every path, with large writes pulled (`pull`) or granted.
+pub(crate) async fn round_trips_per_path_on(b: &Backend, pull: bool) {
+    let config = ServerConfig {
+        pull_writes: Some(pull),
+        ..ServerConfig::default()
+    };
+    let h = Harness::start_on(b, config).await;
+    let client = h.client().await;
+
+    // Inline: one round trip.
+    assert_eq!(
+        round_trips(&client, write_exact(&client, BLOB_WRITE, 100, 1)).await,
+        1.0
+    );
+    // Write slots: one round trip, also after more writes than the connection has slots
+    // (each response arms the slot its call used again).
+    for seed in 0..12 {
+        let rts = round_trips(&client, write_exact(&client, BLOB_WRITE, 60_000, seed)).await;
+        assert_eq!(rts, 1.0, "slot write {seed}");
+    }
+    // Larger than a slot: pulled by the server (1) or written into a granted window (2).
+    let rts = round_trips(&client, write_exact(&client, MSG_SEND, 1 << 20, 3)).await;
+    assert_eq!(rts, if pull { 1.0 } else { 2.0 });
+
+    // Results: the first large one teaches the client its size (2), then it is pushed (1).
+    assert_eq!(
+        round_trips(&client, read_exact(&client, 1 << 20, 4)).await,
+        2.0
+    );
+    assert_eq!(
+        round_trips(&client, read_exact(&client, 1 << 20, 5)).await,
+        1.0
+    );
+    // Smaller results fit the window offered; larger ones ask for a new one once.
+    assert_eq!(
+        round_trips(&client, read_exact(&client, 300_000, 6)).await,
+        1.0
+    );
+    assert_eq!(
+        round_trips(&client, read_exact(&client, 3 << 20, 7)).await,
+        2.0
+    );
+    assert_eq!(
+        round_trips(&client, read_exact(&client, 3 << 20, 8)).await,
+        1.0
+    );
+    // A small result goes inline, and the window offered goes unused.
+    assert_eq!(round_trips(&client, read_exact(&client, 10, 9)).await, 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trips_per_path_with_granted_writes() {
+    round_trips_per_path_on(&tcp_backend(), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trips_per_path_with_pulled_writes() {
+    round_trips_per_path_on(&tcp_backend(), true).await;
+}
+
+/// With one slot and many writes at once, the calls that find no slot take the other path,
+/// and the slot is armed again afterwards.
+pub(crate) async fn calls_without_a_free_slot_take_the_other_path_on(b: &Backend) {
+    let config = ServerConfig {
+        write_slots: 1,
+        ..ServerConfig::default()
+    };
+    let h = Harness::start_on(b, config).await;
+    let client = h.client().await;
+    let calls: Vec<_> = (0..16u32)
+        .map(|seed| {
+            let client = client.clone();
+            tokio::spawn(async move { write_exact(&client, BLOB_WRITE, 50_000, seed).await })
+        })
+        .collect();
+    for call in calls {
+        bounded("write", call).await.unwrap();
+    }
+    assert_eq!(
+        round_trips(&client, write_exact(&client, BLOB_WRITE, 50_000, 99)).await,
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_without_a_free_slot_take_the_other_path() {
+    calls_without_a_free_slot_take_the_other_path_on(&tcp_backend()).await;
+}
+
+/// Write slots off, and results too large for the window they were offered: the slow paths
+/// still move exact bytes.
+pub(crate) async fn slots_off_and_growing_results_stay_exact_on(b: &Backend) {
+    let config = ServerConfig {
+        write_slots: 0,
+        ..ServerConfig::default()
+    };
+    let h = Harness::start_on(b, config).await;
+    let client = h.client().await;
+    for (seed, len) in [20_000usize, 200_000, 2_000_000, 9000]
+        .into_iter()
+        .enumerate()
+    {
+        write_exact(&client, BLOB_WRITE, len, seed as u32).await;
+        read_exact(&client, len, seed as u32).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slots_off_and_growing_results_stay_exact() {
+    slots_off_and_growing_results_stay_exact_on(&tcp_backend()).await;
+}
+
+/// A caller that gives up while the server still works on a large result: the window the
+/// call offered stays open until the server's response, so the server's push neither fails
+/// nor breaks the connection, and the next call works.
+pub(crate) async fn abandoned_reads_keep_their_window_until_the_response_on(b: &Backend) {
+    let h = Harness::default_on(b).await;
+    let client = h.client().await;
+    read_exact(&client, 1 << 20, 1).await; // the client learns the size
+    let mut slow = req(1 << 20, 2);
+    slow.delay_ms = 300;
+    let err = call_outbound::<_, TestResponse>(
+        &client,
+        &ENDPOINTS[BLOB_READ],
+        Request::new(slow).with_timeout(Duration::from_millis(50)),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    read_exact(&client, 1 << 20, 3).await;
+    write_exact(&client, BLOB_WRITE, 60_000, 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_reads_keep_their_window_until_the_response() {
+    abandoned_reads_keep_their_window_until_the_response_on(&tcp_backend()).await;
+}
+
+/// Payloads of every size between the inline threshold and past a slot, in both directions,
+/// many at once on one connection.
+pub(crate) async fn concurrent_mixed_sizes_on(b: &Backend) {
+    let h = Harness::default_on(b).await;
+    let client = h.client().await;
+    let calls: Vec<_> = (0..32u32)
+        .map(|seed| {
+            let client = client.clone();
+            let len = [8 * 1024 + 1, 30_000, 65_536, 65_537, 500_000][seed as usize % 5];
+            tokio::spawn(async move {
+                if seed % 2 == 0 {
+                    write_exact(&client, BLOB_WRITE, len, seed).await;
+                } else {
+                    read_exact(&client, len, seed).await;
+                }
+            })
+        })
+        .collect();
+    for call in calls {
+        bounded("call", call).await.unwrap();
+    }
+    // A payload handed in as a slice of a larger buffer arrives as just that slice.
+    let big = Bytes::from(pattern(70_000, 5));
+    let resp: TestResponse = call_inbound(
+        &client,
+        &ENDPOINTS[BLOB_WRITE],
+        Request::new(req(60_000, 5)),
+        big.slice(0..60_000),
+    )
+    .await
+    .unwrap();
+    assert!(resp.exact);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_mixed_sizes() {
+    concurrent_mixed_sizes_on(&tcp_backend()).await;
+}
