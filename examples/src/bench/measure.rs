@@ -67,6 +67,8 @@ where
 
 /// Runs `calls` calls of `payload` bytes spread over `workers` concurrent workers;
 /// `make(worker)` gives each worker its call function (its own connection or a shared one).
+/// Each worker makes one untimed call first (warming its connection's buffers), and the clock
+/// starts when all of them are done.
 pub async fn throughput<F, Fut>(
     calls: usize,
     payload: usize,
@@ -78,12 +80,16 @@ where
     Fut: Future<Output = Result<(), BenchError>> + Send,
 {
     let left = Arc::new(AtomicUsize::new(calls));
-    let start = Instant::now();
+    let warm = Arc::new(tokio::sync::Barrier::new(workers + 1));
     let mut tasks = Vec::with_capacity(workers);
     for w in 0..workers {
         let mut f = make(w);
         let left = left.clone();
+        let warm = warm.clone();
         tasks.push(tokio::spawn(async move {
+            let warmed = f().await;
+            warm.wait().await;
+            warmed?;
             while left
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
                 .is_ok()
@@ -93,6 +99,8 @@ where
             Ok::<_, BenchError>(())
         }));
     }
+    warm.wait().await;
+    let start = Instant::now();
     for t in tasks {
         t.await??;
     }

@@ -179,7 +179,13 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
         }
     });
     let addr = addr_rx.await??;
-    let client = BenchClient::new(Client::connect(&addr).await?);
+    // Staging for results as deep as the server's pools: 8 results of 16 MiB in flight.
+    let client = BenchClient::new(
+        Client::builder()
+            .staging_budget(128 << 20)
+            .connect(&addr)
+            .await?,
+    );
     let mut others = Vec::with_capacity(o.connections);
     for _ in 0..o.connections {
         others.push(BenchClient::new(Client::connect(&addr).await?));
@@ -208,7 +214,9 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
                 "rdma-rpc {op} {size} B: {} connections",
                 o.connections
             ));
-            let many = throughput(tput_calls, size, o.connections, |w| {
+            // Several calls per connection, so that the figure is not one cold call each.
+            let many_calls = tput_calls.max(o.connections * if o.quick { 1 } else { 4 });
+            let many = throughput(many_calls, size, o.connections, |w| {
                 let (others, data) = (others.clone(), data.clone());
                 move || {
                     let (client, data) = (others[w].clone(), data.clone());

@@ -47,7 +47,8 @@ pub struct ClientConfig {
     pub default_timeout: Option<Duration>,
     /// Longest wait for the connection and handshake. Default 10 s.
     pub connect_timeout: Duration,
-    /// Memory kept registered for receiving read results, per power-of-two size class.
+    /// Memory kept registered for results (the windows receive and read calls offer) and
+    /// pulled payloads, per power-of-two size class; buffers beyond it are allocated per call.
     /// Default 64 MiB.
     pub staging_budget: usize,
 }
@@ -95,6 +96,12 @@ impl ClientBuilder {
     /// See [`ClientConfig::max_in_flight`].
     pub fn max_in_flight(mut self, n: u32) -> Self {
         self.config.max_in_flight = n;
+        self
+    }
+
+    /// See [`ClientConfig::staging_budget`].
+    pub fn staging_budget(mut self, bytes: usize) -> Self {
+        self.config.staging_budget = bytes;
         self
     }
 
