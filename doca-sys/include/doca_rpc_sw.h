@@ -367,6 +367,10 @@ doca_error_t doca_rdma_cap_task_atomic_cmp_swp_is_supported(const struct doca_de
 doca_error_t doca_rdma_cap_task_atomic_fetch_add_is_supported(const struct doca_devinfo *devinfo);
 /** Reads the maximum message size. */
 doca_error_t doca_rdma_cap_get_max_message_size(const struct doca_devinfo *devinfo, uint32_t *max_message_size);
+/** Reads the maximum send queue size (DRIVER when the device cannot be queried). */
+doca_error_t doca_rdma_cap_get_max_send_queue_size(const struct doca_devinfo *devinfo, uint32_t *max_send_queue_size);
+/** Reads the maximum receive queue size (DRIVER when the device cannot be queried). */
+doca_error_t doca_rdma_cap_get_max_recv_queue_size(const struct doca_devinfo *devinfo, uint32_t *max_recv_queue_size);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Tasks                                                                                      */
@@ -416,6 +420,9 @@ doca_error_t doca_rdma_task_send_allocate_init(struct doca_rdma *rdma, struct do
 struct doca_task *doca_rdma_task_send_as_task(struct doca_rdma_task_send *task);
 /** Sets the source buffer. */
 void doca_rdma_task_send_set_src_buf(struct doca_rdma_task_send *task, const struct doca_buf *src_buf);
+/** Sets the connection the task runs on (DOCA 3.x). */
+void doca_rdma_task_send_set_rdma_connection(struct doca_rdma_task_send *task,
+					     struct doca_rdma_connection *rdma_connection);
 
 /* Send with immediate */
 /** Completion callback of a send-with-immediate task. */
@@ -437,6 +444,9 @@ struct doca_task *doca_rdma_task_send_imm_as_task(struct doca_rdma_task_send_imm
 void doca_rdma_task_send_imm_set_src_buf(struct doca_rdma_task_send_imm *task, const struct doca_buf *src_buf);
 /** Sets the immediate value. */
 void doca_rdma_task_send_imm_set_immediate_data(struct doca_rdma_task_send_imm *task, doca_be32_t immediate_data);
+/** Sets the connection the task runs on (DOCA 3.x). */
+void doca_rdma_task_send_imm_set_rdma_connection(struct doca_rdma_task_send_imm *task,
+						 struct doca_rdma_connection *rdma_connection);
 
 /* Read */
 /** Completion callback of a read task. */
@@ -456,6 +466,9 @@ struct doca_task *doca_rdma_task_read_as_task(struct doca_rdma_task_read *task);
 void doca_rdma_task_read_set_src_buf(struct doca_rdma_task_read *task, const struct doca_buf *src_buf);
 /** Sets the (local) destination buffer. */
 void doca_rdma_task_read_set_dst_buf(struct doca_rdma_task_read *task, struct doca_buf *dst_buf);
+/** Sets the connection the task runs on (DOCA 3.x). */
+void doca_rdma_task_read_set_rdma_connection(struct doca_rdma_task_read *task,
+					     struct doca_rdma_connection *rdma_connection);
 
 /* Write */
 /** Completion callback of a write task. */
@@ -475,6 +488,9 @@ struct doca_task *doca_rdma_task_write_as_task(struct doca_rdma_task_write *task
 void doca_rdma_task_write_set_src_buf(struct doca_rdma_task_write *task, const struct doca_buf *src_buf);
 /** Sets the (remote) destination buffer. */
 void doca_rdma_task_write_set_dst_buf(struct doca_rdma_task_write *task, struct doca_buf *dst_buf);
+/** Sets the connection the task runs on (DOCA 3.x). */
+void doca_rdma_task_write_set_rdma_connection(struct doca_rdma_task_write *task,
+					      struct doca_rdma_connection *rdma_connection);
 
 /* Write with immediate */
 /** Completion callback of a write-with-immediate task. */
@@ -499,6 +515,9 @@ void doca_rdma_task_write_imm_set_src_buf(struct doca_rdma_task_write_imm *task,
 void doca_rdma_task_write_imm_set_dst_buf(struct doca_rdma_task_write_imm *task, struct doca_buf *dst_buf);
 /** Sets the immediate value. */
 void doca_rdma_task_write_imm_set_immediate_data(struct doca_rdma_task_write_imm *task, doca_be32_t immediate_data);
+/** Sets the connection the task runs on (DOCA 3.x). */
+void doca_rdma_task_write_imm_set_rdma_connection(struct doca_rdma_task_write_imm *task,
+						  struct doca_rdma_connection *rdma_connection);
 
 /* Atomic compare and swap */
 /** Completion callback of an atomic compare-and-swap task. */
@@ -518,6 +537,18 @@ doca_error_t doca_rdma_task_atomic_cmp_swp_allocate_init(struct doca_rdma *rdma,
 							 struct doca_rdma_task_atomic_cmp_swp **task);
 /** Returns the generic task. */
 struct doca_task *doca_rdma_task_atomic_cmp_swp_as_task(struct doca_rdma_task_atomic_cmp_swp *task);
+/** Sets the (remote) destination buffer: its first 8 bytes of data are the target (DOCA 3.x). */
+void doca_rdma_task_atomic_cmp_swp_set_dst_buf(struct doca_rdma_task_atomic_cmp_swp *task, struct doca_buf *dst_buf);
+/** Sets the (local) buffer that receives the previous remote value (DOCA 3.x). */
+void doca_rdma_task_atomic_cmp_swp_set_result_buf(struct doca_rdma_task_atomic_cmp_swp *task,
+						  struct doca_buf *result_buf);
+/** Sets the value compared with the remote value (DOCA 3.x). */
+void doca_rdma_task_atomic_cmp_swp_set_cmp_data(struct doca_rdma_task_atomic_cmp_swp *task, uint64_t cmp_data);
+/** Sets the value stored when the comparison matches (DOCA 3.x). */
+void doca_rdma_task_atomic_cmp_swp_set_swap_data(struct doca_rdma_task_atomic_cmp_swp *task, uint64_t swap_data);
+/** Sets the connection the task runs on (DOCA 3.x). */
+void doca_rdma_task_atomic_cmp_swp_set_rdma_connection(struct doca_rdma_task_atomic_cmp_swp *task,
+						       struct doca_rdma_connection *rdma_connection);
 
 /* Atomic fetch and add */
 /** Completion callback of an atomic fetch-and-add task. */
@@ -537,6 +568,17 @@ doca_error_t doca_rdma_task_atomic_fetch_add_allocate_init(struct doca_rdma *rdm
 							   struct doca_rdma_task_atomic_fetch_add **task);
 /** Returns the generic task. */
 struct doca_task *doca_rdma_task_atomic_fetch_add_as_task(struct doca_rdma_task_atomic_fetch_add *task);
+/** Sets the (remote) destination buffer: its first 8 bytes of data are the target (DOCA 3.x). */
+void doca_rdma_task_atomic_fetch_add_set_dst_buf(struct doca_rdma_task_atomic_fetch_add *task,
+						 struct doca_buf *dst_buf);
+/** Sets the (local) buffer that receives the previous remote value (DOCA 3.x). */
+void doca_rdma_task_atomic_fetch_add_set_result_buf(struct doca_rdma_task_atomic_fetch_add *task,
+						    struct doca_buf *result_buf);
+/** Sets the value added to the remote value (DOCA 3.x). */
+void doca_rdma_task_atomic_fetch_add_set_add_data(struct doca_rdma_task_atomic_fetch_add *task, uint64_t add_data);
+/** Sets the connection the task runs on (DOCA 3.x). */
+void doca_rdma_task_atomic_fetch_add_set_rdma_connection(struct doca_rdma_task_atomic_fetch_add *task,
+							 struct doca_rdma_connection *rdma_connection);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Memory (doca_mmap.h, doca_buf_inventory.h, doca_buf.h)                                     */

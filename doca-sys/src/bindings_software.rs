@@ -587,6 +587,20 @@ unsafe extern "C" {
         max_message_size: *mut u32,
     ) -> doca_error_t;
 }
+unsafe extern "C" {
+    #[doc = " Reads the maximum send queue size (DRIVER when the device cannot be queried)."]
+    pub fn doca_rdma_cap_get_max_send_queue_size(
+        devinfo: *const doca_devinfo,
+        max_send_queue_size: *mut u32,
+    ) -> doca_error_t;
+}
+unsafe extern "C" {
+    #[doc = " Reads the maximum receive queue size (DRIVER when the device cannot be queried)."]
+    pub fn doca_rdma_cap_get_max_recv_queue_size(
+        devinfo: *const doca_devinfo,
+        max_recv_queue_size: *mut u32,
+    ) -> doca_error_t;
+}
 #[doc = " Completion callback of a receive task."]
 pub type doca_rdma_task_receive_completion_cb_t = ::std::option::Option<
     unsafe extern "C" fn(
@@ -689,6 +703,13 @@ unsafe extern "C" {
         src_buf: *const doca_buf,
     );
 }
+unsafe extern "C" {
+    #[doc = " Sets the connection the task runs on (DOCA 3.x)."]
+    pub fn doca_rdma_task_send_set_rdma_connection(
+        task: *mut doca_rdma_task_send,
+        rdma_connection: *mut doca_rdma_connection,
+    );
+}
 #[doc = " Completion callback of a send-with-immediate task."]
 pub type doca_rdma_task_send_imm_completion_cb_t = ::std::option::Option<
     unsafe extern "C" fn(
@@ -735,6 +756,13 @@ unsafe extern "C" {
         immediate_data: doca_be32_t,
     );
 }
+unsafe extern "C" {
+    #[doc = " Sets the connection the task runs on (DOCA 3.x)."]
+    pub fn doca_rdma_task_send_imm_set_rdma_connection(
+        task: *mut doca_rdma_task_send_imm,
+        rdma_connection: *mut doca_rdma_connection,
+    );
+}
 #[doc = " Completion callback of a read task."]
 pub type doca_rdma_task_read_completion_cb_t = ::std::option::Option<
     unsafe extern "C" fn(
@@ -777,6 +805,13 @@ unsafe extern "C" {
 unsafe extern "C" {
     #[doc = " Sets the (local) destination buffer."]
     pub fn doca_rdma_task_read_set_dst_buf(task: *mut doca_rdma_task_read, dst_buf: *mut doca_buf);
+}
+unsafe extern "C" {
+    #[doc = " Sets the connection the task runs on (DOCA 3.x)."]
+    pub fn doca_rdma_task_read_set_rdma_connection(
+        task: *mut doca_rdma_task_read,
+        rdma_connection: *mut doca_rdma_connection,
+    );
 }
 #[doc = " Completion callback of a write task."]
 pub type doca_rdma_task_write_completion_cb_t = ::std::option::Option<
@@ -822,6 +857,13 @@ unsafe extern "C" {
     pub fn doca_rdma_task_write_set_dst_buf(
         task: *mut doca_rdma_task_write,
         dst_buf: *mut doca_buf,
+    );
+}
+unsafe extern "C" {
+    #[doc = " Sets the connection the task runs on (DOCA 3.x)."]
+    pub fn doca_rdma_task_write_set_rdma_connection(
+        task: *mut doca_rdma_task_write,
+        rdma_connection: *mut doca_rdma_connection,
     );
 }
 #[doc = " Completion callback of a write-with-immediate task."]
@@ -878,6 +920,13 @@ unsafe extern "C" {
         immediate_data: doca_be32_t,
     );
 }
+unsafe extern "C" {
+    #[doc = " Sets the connection the task runs on (DOCA 3.x)."]
+    pub fn doca_rdma_task_write_imm_set_rdma_connection(
+        task: *mut doca_rdma_task_write_imm,
+        rdma_connection: *mut doca_rdma_connection,
+    );
+}
 #[doc = " Completion callback of an atomic compare-and-swap task."]
 pub type doca_rdma_task_atomic_cmp_swp_completion_cb_t = ::std::option::Option<
     unsafe extern "C" fn(
@@ -914,6 +963,41 @@ unsafe extern "C" {
         task: *mut doca_rdma_task_atomic_cmp_swp,
     ) -> *mut doca_task;
 }
+unsafe extern "C" {
+    #[doc = " Sets the (remote) destination buffer: its first 8 bytes of data are the target (DOCA 3.x)."]
+    pub fn doca_rdma_task_atomic_cmp_swp_set_dst_buf(
+        task: *mut doca_rdma_task_atomic_cmp_swp,
+        dst_buf: *mut doca_buf,
+    );
+}
+unsafe extern "C" {
+    #[doc = " Sets the (local) buffer that receives the previous remote value (DOCA 3.x)."]
+    pub fn doca_rdma_task_atomic_cmp_swp_set_result_buf(
+        task: *mut doca_rdma_task_atomic_cmp_swp,
+        result_buf: *mut doca_buf,
+    );
+}
+unsafe extern "C" {
+    #[doc = " Sets the value compared with the remote value (DOCA 3.x)."]
+    pub fn doca_rdma_task_atomic_cmp_swp_set_cmp_data(
+        task: *mut doca_rdma_task_atomic_cmp_swp,
+        cmp_data: u64,
+    );
+}
+unsafe extern "C" {
+    #[doc = " Sets the value stored when the comparison matches (DOCA 3.x)."]
+    pub fn doca_rdma_task_atomic_cmp_swp_set_swap_data(
+        task: *mut doca_rdma_task_atomic_cmp_swp,
+        swap_data: u64,
+    );
+}
+unsafe extern "C" {
+    #[doc = " Sets the connection the task runs on (DOCA 3.x)."]
+    pub fn doca_rdma_task_atomic_cmp_swp_set_rdma_connection(
+        task: *mut doca_rdma_task_atomic_cmp_swp,
+        rdma_connection: *mut doca_rdma_connection,
+    );
+}
 #[doc = " Completion callback of an atomic fetch-and-add task."]
 pub type doca_rdma_task_atomic_fetch_add_completion_cb_t = ::std::option::Option<
     unsafe extern "C" fn(
@@ -948,6 +1032,34 @@ unsafe extern "C" {
     pub fn doca_rdma_task_atomic_fetch_add_as_task(
         task: *mut doca_rdma_task_atomic_fetch_add,
     ) -> *mut doca_task;
+}
+unsafe extern "C" {
+    #[doc = " Sets the (remote) destination buffer: its first 8 bytes of data are the target (DOCA 3.x)."]
+    pub fn doca_rdma_task_atomic_fetch_add_set_dst_buf(
+        task: *mut doca_rdma_task_atomic_fetch_add,
+        dst_buf: *mut doca_buf,
+    );
+}
+unsafe extern "C" {
+    #[doc = " Sets the (local) buffer that receives the previous remote value (DOCA 3.x)."]
+    pub fn doca_rdma_task_atomic_fetch_add_set_result_buf(
+        task: *mut doca_rdma_task_atomic_fetch_add,
+        result_buf: *mut doca_buf,
+    );
+}
+unsafe extern "C" {
+    #[doc = " Sets the value added to the remote value (DOCA 3.x)."]
+    pub fn doca_rdma_task_atomic_fetch_add_set_add_data(
+        task: *mut doca_rdma_task_atomic_fetch_add,
+        add_data: u64,
+    );
+}
+unsafe extern "C" {
+    #[doc = " Sets the connection the task runs on (DOCA 3.x)."]
+    pub fn doca_rdma_task_atomic_fetch_add_set_rdma_connection(
+        task: *mut doca_rdma_task_atomic_fetch_add,
+        rdma_connection: *mut doca_rdma_connection,
+    );
 }
 unsafe extern "C" {
     #[doc = " Creates a memory map."]

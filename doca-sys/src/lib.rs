@@ -61,3 +61,18 @@ pub const fn provider() -> Provider {
         Provider::Sdk
     }
 }
+
+/// The software provider's record of DOCA contract violations since the last call (calls whose
+/// result DOCA documents as undefined, or misuse it can only detect), emptied by the call.
+/// Always empty with the SDK, which cannot observe them: tests of code built on this crate
+/// assert it stays empty.
+pub fn take_contract_violations() -> Vec<String> {
+    #[cfg(doca_sys_software)]
+    {
+        software::take_violations()
+    }
+    #[cfg(not(doca_sys_software))]
+    {
+        Vec::new()
+    }
+}

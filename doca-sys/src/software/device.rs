@@ -1,23 +1,34 @@
 //! The fake device list and RDMA capabilities.
 
+use super::{world, H};
 use crate::ffi::*;
 use std::ffi::{c_char, CStr};
 
 struct DevInfo {
     name: &'static CStr,
     pci: &'static CStr,
+    /// Whether the device supports RDMA. Without it every `doca_rdma_cap_task_*_is_supported`
+    /// answers `NOT_SUPPORTED` and the numeric capability queries fail with `DRIVER`.
+    rdma: bool,
 }
 
-const NUM_DEVS: usize = 2;
+const NUM_DEVS: usize = 3;
 
 static DEVINFOS: [DevInfo; NUM_DEVS] = [
     DevInfo {
         name: c"mlx5_0",
         pci: c"0000:03:00.0",
+        rdma: true,
     },
     DevInfo {
         name: c"mlx5_1",
         pci: c"0000:03:00.1",
+        rdma: true,
+    },
+    DevInfo {
+        name: c"mlx5_2",
+        pci: c"0000:03:00.2",
+        rdma: false,
     },
 ];
 
@@ -26,7 +37,30 @@ struct Dev {
     info: &'static DevInfo,
 }
 
+/// Whether two open device handles are the same device (DOCA hands out one device per
+/// devinfo and counts its openings; the provider gives each opening its own handle).
+///
+/// # Safety
+/// Both are open devices of this provider.
+pub(super) unsafe fn same_device(a: H, b: H) -> bool {
+    // SAFETY: the caller passes open devices (live `Dev`s).
+    let info = |d: H| unsafe { (d as *const Dev).as_ref() }.map(|d| d.info as *const DevInfo);
+    a == b || (info(a).is_some() && info(a) == info(b))
+}
+
+/// Whether an open device supports RDMA.
+///
+/// # Safety
+/// `dev` is an open device of this provider.
+pub(super) unsafe fn rdma_supported(dev: H) -> bool {
+    // SAFETY: the caller passes an open device (a live `Dev`).
+    unsafe { (dev as *const Dev).as_ref() }.is_some_and(|d| d.info.rdma)
+}
+
 const MAX_MESSAGE_SIZE: u32 = 1 << 30;
+/// Maximum send and receive queue sizes: the provider's choice, the `max_qp_wr` a ConnectX
+/// adapter reports.
+pub(super) const MAX_QUEUE_SIZE: u32 = 32768;
 
 fn devinfo_ptr(info: &'static DevInfo) -> *mut doca_devinfo {
     (info as *const DevInfo).cast_mut().cast()
@@ -135,6 +169,16 @@ pub(crate) unsafe extern "C" fn doca_dev_close(dev: *mut doca_dev) -> doca_error
     if dev.is_null() {
         return DOCA_ERROR_INVALID_VALUE;
     }
+    {
+        // Stricter choice: the device resources cannot be released while an RDMA context
+        // created on it or a memory map holding it exists (`IN_USE`, the documented code for
+        // "failed to deallocate device resources").
+        let d = dev as H;
+        let w = world();
+        if w.rdmas.values().any(|r| r.dev == d) || w.mmaps.values().any(|m| m.devs.contains(&d)) {
+            return DOCA_ERROR_IN_USE;
+        }
+    }
     // SAFETY: `dev` was created by `doca_dev_open` and is closed once.
     drop(unsafe { Box::from_raw(dev.cast::<Dev>()) });
     DOCA_SUCCESS
@@ -153,7 +197,12 @@ macro_rules! cap_supported {
     ($($name:ident),* $(,)?) => {$(
         #[no_mangle]
         pub(crate) unsafe extern "C" fn $name(devinfo: *const doca_devinfo) -> doca_error_t {
-            if devinfo.is_null() { DOCA_ERROR_INVALID_VALUE } else { DOCA_SUCCESS }
+            // SAFETY: caller passes a device list pointer.
+            match unsafe { devinfo_ref(devinfo) } {
+                None => DOCA_ERROR_INVALID_VALUE,
+                Some(info) if info.rdma => DOCA_SUCCESS,
+                Some(_) => DOCA_ERROR_NOT_SUPPORTED,
+            }
         }
     )*};
 }
@@ -174,10 +223,46 @@ pub(crate) unsafe extern "C" fn doca_rdma_cap_get_max_message_size(
     devinfo: *const doca_devinfo,
     max_message_size: *mut u32,
 ) -> doca_error_t {
-    if devinfo.is_null() || max_message_size.is_null() {
+    // SAFETY: `max_message_size` is null or writable per the contract.
+    unsafe { cap_u32(devinfo, max_message_size, MAX_MESSAGE_SIZE) }
+}
+
+/// Writes a capability value of a device.
+///
+/// # Safety
+/// `out` is null or writable.
+unsafe fn cap_u32(devinfo: *const doca_devinfo, out: *mut u32, value: u32) -> doca_error_t {
+    // SAFETY: caller passes a device list pointer.
+    let Some(info) = (unsafe { devinfo_ref(devinfo) }) else {
+        return DOCA_ERROR_INVALID_VALUE;
+    };
+    if out.is_null() {
         return DOCA_ERROR_INVALID_VALUE;
     }
+    if !info.rdma {
+        // The capability query of a device without RDMA fails ("failed to query device
+        // capabilities"): callers must skip the device.
+        return DOCA_ERROR_DRIVER;
+    }
     // SAFETY: checked non-null; writable per the contract.
-    unsafe { *max_message_size = MAX_MESSAGE_SIZE };
+    unsafe { *out = value };
     DOCA_SUCCESS
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_cap_get_max_send_queue_size(
+    devinfo: *const doca_devinfo,
+    max_send_queue_size: *mut u32,
+) -> doca_error_t {
+    // SAFETY: `max_send_queue_size` is null or writable per the contract.
+    unsafe { cap_u32(devinfo, max_send_queue_size, MAX_QUEUE_SIZE) }
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_cap_get_max_recv_queue_size(
+    devinfo: *const doca_devinfo,
+    max_recv_queue_size: *mut u32,
+) -> doca_error_t {
+    // SAFETY: `max_recv_queue_size` is null or writable per the contract.
+    unsafe { cap_u32(devinfo, max_recv_queue_size, MAX_QUEUE_SIZE) }
 }

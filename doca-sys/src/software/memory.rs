@@ -6,6 +6,23 @@ const MMAP_BLOB_MAGIC: &[u8; 8] = b"DSWMMAP1";
 const MMAP_BLOB_LEN: usize = 8 + 8 + 8 + 8 + 4;
 const RDMA_ACCESS: u32 =
     DOCA_ACCESS_FLAG_RDMA_READ | DOCA_ACCESS_FLAG_RDMA_WRITE | DOCA_ACCESS_FLAG_RDMA_ATOMIC;
+/// Every access flag DOCA defines.
+const DEFINED_ACCESS: u32 = DOCA_ACCESS_FLAG_LOCAL_READ_WRITE
+    | RDMA_ACCESS
+    | DOCA_ACCESS_FLAG_PCI_READ_ONLY
+    | DOCA_ACCESS_FLAG_PCI_READ_WRITE
+    | DOCA_ACCESS_FLAG_PCI_RELAXED_ORDERING;
+
+/// Whether an access mask is valid for `doca_mmap_set_permissions`: only defined flags;
+/// remote write or remote atomic access only with local write access (as `ibv_reg_mr`
+/// requires); not PCI read-only and PCI read-write together (stricter choice).
+pub(super) fn valid_mmap_access(mask: u32) -> bool {
+    let remote_write = DOCA_ACCESS_FLAG_RDMA_WRITE | DOCA_ACCESS_FLAG_RDMA_ATOMIC;
+    let both_pci = DOCA_ACCESS_FLAG_PCI_READ_ONLY | DOCA_ACCESS_FLAG_PCI_READ_WRITE;
+    mask & !DEFINED_ACCESS == 0
+        && (mask & remote_write == 0 || mask & DOCA_ACCESS_FLAG_LOCAL_READ_WRITE != 0)
+        && mask & both_pci != both_pci
+}
 
 fn new_mmap(w: &mut World) -> H {
     let h = new_handle();
@@ -42,7 +59,8 @@ pub(crate) unsafe extern "C" fn doca_mmap_destroy(mmap: *mut doca_mmap) -> doca_
     let mut w = world();
     let m = match w.mmaps.get(&(mmap as H)) {
         None => return DOCA_ERROR_INVALID_VALUE,
-        Some(m) if m.bufs > 0 => return DOCA_ERROR_IN_USE,
+        // Buffers still point into it.
+        Some(m) if m.bufs > 0 => return DOCA_ERROR_NOT_PERMITTED,
         Some(m) => m.id,
     };
     w.mmaps.remove(&(mmap as H));
@@ -51,12 +69,18 @@ pub(crate) unsafe extern "C" fn doca_mmap_destroy(mmap: *mut doca_mmap) -> doca_
     DOCA_SUCCESS
 }
 
-/// Runs `f` on a local mmap that is not started (`BAD_STATE` otherwise).
-fn with_stopped(mmap: *mut doca_mmap, f: impl FnOnce(&mut Mmap) -> doca_error_t) -> doca_error_t {
+/// Runs `f` on a local mmap that is not started: `remote_code` for an mmap created from an
+/// export, `BAD_STATE` for a started one.
+fn with_stopped(
+    mmap: *mut doca_mmap,
+    remote_code: doca_error_t,
+    f: impl FnOnce(&mut Mmap) -> doca_error_t,
+) -> doca_error_t {
     let mut w = world();
     match w.mmaps.get_mut(&(mmap as H)) {
         None => DOCA_ERROR_INVALID_VALUE,
-        Some(m) if m.started || m.remote.is_some() => DOCA_ERROR_BAD_STATE,
+        Some(m) if m.remote.is_some() => remote_code,
+        Some(m) if m.started => DOCA_ERROR_BAD_STATE,
         Some(m) => f(m),
     }
 }
@@ -69,10 +93,11 @@ pub(crate) unsafe extern "C" fn doca_mmap_start(mmap: *mut doca_mmap) -> doca_er
     let Some(m) = w.mmaps.get_mut(&h) else {
         return DOCA_ERROR_INVALID_VALUE;
     };
-    if m.started || m.remote.is_some() {
-        return DOCA_ERROR_BAD_STATE;
+    if m.remote.is_some() || m.exported() {
+        return DOCA_ERROR_NOT_PERMITTED;
     }
-    if m.len == 0 {
+    if m.started || m.len == 0 {
+        // Stricter choice: starting twice, or without a memory range, is refused.
         return DOCA_ERROR_BAD_STATE;
     }
     m.started = true;
@@ -89,8 +114,10 @@ pub(crate) unsafe extern "C" fn doca_mmap_stop(mmap: *mut doca_mmap) -> doca_err
     let mut w = world();
     match w.mmaps.get_mut(&(mmap as H)) {
         None => DOCA_ERROR_INVALID_VALUE,
+        // Exported, created from an export, or buffers still point into it.
+        Some(m) if m.remote.is_some() || m.exported() || m.bufs > 0 => DOCA_ERROR_NOT_PERMITTED,
+        // Stricter choice: stopping a stopped mmap is refused.
         Some(m) if !m.started => DOCA_ERROR_BAD_STATE,
-        Some(m) if m.bufs > 0 => DOCA_ERROR_IN_USE,
         Some(m) => {
             m.started = false;
             DOCA_SUCCESS
@@ -107,7 +134,11 @@ pub(crate) unsafe extern "C" fn doca_mmap_set_memrange(
     if addr.is_null() || len == 0 || (addr as usize).checked_add(len).is_none() {
         return DOCA_ERROR_INVALID_VALUE;
     }
-    with_stopped(mmap, |m| {
+    with_stopped(mmap, DOCA_ERROR_NOT_PERMITTED, |m| {
+        if m.len != 0 {
+            // The memory range can be set only once.
+            return DOCA_ERROR_NOT_PERMITTED;
+        }
         m.addr = addr as usize;
         m.len = len;
         DOCA_SUCCESS
@@ -119,7 +150,10 @@ pub(crate) unsafe extern "C" fn doca_mmap_set_permissions(
     mmap: *mut doca_mmap,
     access_mask: u32,
 ) -> doca_error_t {
-    with_stopped(mmap, |m| {
+    if !valid_mmap_access(access_mask) {
+        return DOCA_ERROR_INVALID_VALUE;
+    }
+    with_stopped(mmap, DOCA_ERROR_BAD_STATE, |m| {
         m.permissions = access_mask;
         DOCA_SUCCESS
     })
@@ -133,12 +167,17 @@ pub(crate) unsafe extern "C" fn doca_mmap_add_dev(
     if dev.is_null() {
         return DOCA_ERROR_INVALID_VALUE;
     }
-    with_stopped(mmap, |m| {
-        if !m.devs.contains(&(dev as usize)) {
+    let mut w = world();
+    match w.mmaps.get_mut(&(mmap as H)) {
+        None => DOCA_ERROR_INVALID_VALUE,
+        // Started, exported, or created from an export.
+        Some(m) if m.started || m.remote.is_some() => DOCA_ERROR_NOT_PERMITTED,
+        Some(m) if m.has_device(dev as H) => DOCA_ERROR_ALREADY_EXIST,
+        Some(m) => {
             m.devs.push(dev as usize);
+            DOCA_SUCCESS
         }
-        DOCA_SUCCESS
-    })
+    }
 }
 
 #[no_mangle]
@@ -155,17 +194,16 @@ pub(crate) unsafe extern "C" fn doca_mmap_export_rdma(
     let Some(m) = w.mmaps.get_mut(&(mmap as H)) else {
         return DOCA_ERROR_INVALID_VALUE;
     };
-    if m.remote.is_some() {
+    // Created from an export, not started, or without an RDMA access permission.
+    if m.remote.is_some() || !m.started || m.permissions & RDMA_ACCESS == 0 {
         return DOCA_ERROR_NOT_PERMITTED;
     }
-    if !m.started {
-        return DOCA_ERROR_BAD_STATE;
+    if !m.has_device(dev as H) {
+        return DOCA_ERROR_NOT_FOUND;
     }
-    if !m.devs.contains(&(dev as usize)) {
-        return DOCA_ERROR_INVALID_VALUE;
-    }
-    if m.permissions & RDMA_ACCESS == 0 {
-        return DOCA_ERROR_NOT_PERMITTED;
+    // SAFETY: an added device is open (`doca_dev_close` refuses while an mmap holds it).
+    if !unsafe { super::device::rdma_supported(dev as H) } {
+        return DOCA_ERROR_NOT_SUPPORTED;
     }
     m.blob.clear();
     m.blob.extend_from_slice(MMAP_BLOB_MAGIC);
@@ -197,6 +235,10 @@ pub(crate) unsafe extern "C" fn doca_mmap_create_from_export(
     let blob = unsafe { std::slice::from_raw_parts(export_desc.cast::<u8>(), MMAP_BLOB_LEN) };
     if &blob[..8] != MMAP_BLOB_MAGIC {
         return DOCA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: `dev` is an open device per the contract.
+    if !unsafe { super::device::rdma_supported(dev as H) } {
+        return DOCA_ERROR_NOT_SUPPORTED;
     }
     let u64_at = |i: usize| u64::from_le_bytes(blob[i..i + 8].try_into().expect("8 bytes"));
     let (id, addr, len) = (u64_at(8), u64_at(16) as usize, u64_at(24) as usize);
@@ -230,6 +272,7 @@ pub(crate) unsafe extern "C" fn doca_buf_inventory_create(
             capacity: num_elements,
             used: 0,
             started: false,
+            free: Vec::new(),
         },
     );
     // SAFETY: checked non-null; writable per the contract.
@@ -247,7 +290,11 @@ pub(crate) unsafe extern "C" fn doca_buf_inventory_destroy(
         Some(i) if i.used > 0 => return DOCA_ERROR_IN_USE,
         Some(_) => {}
     }
-    w.invs.remove(&(inventory as H));
+    let inv = w.invs.remove(&(inventory as H)).expect("checked above");
+    for buf in inv.free {
+        w.bufs.remove(&buf);
+        free_handle(buf);
+    }
     free_handle(inventory as H);
     DOCA_SUCCESS
 }
@@ -272,8 +319,9 @@ pub(crate) unsafe extern "C" fn doca_buf_inventory_stop(
 ) -> doca_error_t {
     match world().invs.get_mut(&(inventory as H)) {
         None => DOCA_ERROR_INVALID_VALUE,
+        // Stricter choice: stopping a stopped inventory is refused. Buffers that are out stay
+        // valid (no failure is documented for them); no new ones can be taken.
         Some(i) if !i.started => DOCA_ERROR_BAD_STATE,
-        Some(i) if i.used > 0 => DOCA_ERROR_IN_USE,
         Some(i) => {
             i.started = false;
             DOCA_SUCCESS
@@ -311,15 +359,24 @@ pub(crate) unsafe extern "C" fn doca_buf_inventory_buf_get_by_args(
     if !i.started || !m.started {
         return DOCA_ERROR_BAD_STATE;
     }
-    if !contains(m.addr, m.len, addr, len) || !contains(addr, len, data, data_len) {
+    if !contains(m.addr, m.len, addr, len) {
+        // No suitable memory range.
+        return DOCA_ERROR_INVALID_VALUE;
+    }
+    if !contains(addr, len, data, data_len) {
+        violation(format!(
+            "doca_buf_inventory_buf_get_by_args(inventory {inv:#x}): the data section \
+             [{data:#x}, +{data_len}) is not inside the buffer [{addr:#x}, +{len}) (undefined)"
+        ));
         return DOCA_ERROR_INVALID_VALUE;
     }
     if i.used >= i.capacity {
         return DOCA_ERROR_NO_MEMORY;
     }
-    w.invs.get_mut(&inv).expect("checked").used += 1;
+    let i = w.invs.get_mut(&inv).expect("checked");
+    i.used += 1;
+    let h = i.free.pop().unwrap_or_else(new_handle);
     w.mmaps.get_mut(&mm).expect("checked").bufs += 1;
-    let h = new_handle();
     w.bufs.insert(
         h,
         Buf {
@@ -347,23 +404,55 @@ pub(crate) unsafe extern "C" fn doca_buf_dec_refcount(
     let Some(b) = w.bufs.get_mut(&h) else {
         return DOCA_ERROR_INVALID_VALUE;
     };
+    if b.refcount == 0 {
+        return DOCA_ERROR_BAD_STATE;
+    }
+    // Reported: the count before this call.
+    let before = b.refcount;
     b.refcount -= 1;
-    let left = b.refcount;
-    if left == 0 {
-        let b = w.bufs.remove(&h).expect("checked");
-        if let Some(i) = w.invs.get_mut(&b.inv) {
+    if b.refcount == 0 {
+        let (inv, mmap) = (b.inv, b.mmap);
+        if let Some(i) = w.invs.get_mut(&inv) {
             i.used -= 1;
+            i.free.push(h);
         }
-        if let Some(m) = w.mmaps.get_mut(&b.mmap) {
+        if let Some(m) = w.mmaps.get_mut(&mmap) {
             m.bufs -= 1;
         }
-        free_handle(h);
     }
     if !refcount.is_null() {
         // SAFETY: checked non-null; writable per the contract.
-        unsafe { *refcount = left };
+        unsafe { *refcount = before };
     }
     DOCA_SUCCESS
+}
+
+/// Runs `f` on a live buffer. DOCA documents the buffer accessors as always succeeding on a
+/// valid buffer with valid arguments; anything else is a recorded violation (`INVALID_VALUE`).
+fn with_buf(
+    function: &str,
+    buf: H,
+    args_ok: bool,
+    f: impl FnOnce(&mut Buf) -> doca_error_t,
+) -> doca_error_t {
+    let mut w = world();
+    match w.bufs.get_mut(&buf) {
+        Some(b) if b.refcount > 0 && args_ok => f(b),
+        Some(b) if b.refcount > 0 => {
+            violation(format!("{function}(buf {buf:#x}): a NULL argument"));
+            DOCA_ERROR_INVALID_VALUE
+        }
+        Some(_) => {
+            violation(format!(
+                "{function}(buf {buf:#x}): the buffer was released (reference count 0)"
+            ));
+            DOCA_ERROR_INVALID_VALUE
+        }
+        None => {
+            violation(format!("{function}(buf {buf:#x}): not a DOCA buffer"));
+            DOCA_ERROR_INVALID_VALUE
+        }
+    }
 }
 
 #[no_mangle]
@@ -371,15 +460,11 @@ pub(crate) unsafe extern "C" fn doca_buf_get_data(
     buf: *const doca_buf,
     data: *mut *mut c_void,
 ) -> doca_error_t {
-    let w = world();
-    match w.bufs.get(&(buf as H)) {
-        Some(b) if !data.is_null() => {
-            // SAFETY: checked non-null; writable per the contract.
-            unsafe { *data = b.data as *mut c_void };
-            DOCA_SUCCESS
-        }
-        _ => DOCA_ERROR_INVALID_VALUE,
-    }
+    with_buf("doca_buf_get_data", buf as H, !data.is_null(), |b| {
+        // SAFETY: checked non-null; writable per the contract.
+        unsafe { *data = b.data as *mut c_void };
+        DOCA_SUCCESS
+    })
 }
 
 #[no_mangle]
@@ -387,15 +472,16 @@ pub(crate) unsafe extern "C" fn doca_buf_get_data_len(
     buf: *const doca_buf,
     data_len: *mut usize,
 ) -> doca_error_t {
-    let w = world();
-    match w.bufs.get(&(buf as H)) {
-        Some(b) if !data_len.is_null() => {
+    with_buf(
+        "doca_buf_get_data_len",
+        buf as H,
+        !data_len.is_null(),
+        |b| {
             // SAFETY: checked non-null; writable per the contract.
             unsafe { *data_len = b.data_len };
             DOCA_SUCCESS
-        }
-        _ => DOCA_ERROR_INVALID_VALUE,
-    }
+        },
+    )
 }
 
 #[no_mangle]
@@ -404,24 +490,26 @@ pub(crate) unsafe extern "C" fn doca_buf_set_data(
     data: *mut c_void,
     data_len: usize,
 ) -> doca_error_t {
-    let mut w = world();
-    match w.bufs.get_mut(&(buf as H)) {
-        Some(b) if contains(b.addr, b.len, data as usize, data_len) => {
-            b.data = data as usize;
-            b.data_len = data_len;
-            DOCA_SUCCESS
+    let h = buf as H;
+    with_buf("doca_buf_set_data", h, !data.is_null(), |b| {
+        if !contains(b.addr, b.len, data as usize, data_len) {
+            violation(format!(
+                "doca_buf_set_data(buf {h:#x}): [{:#x}, +{data_len}) is not inside the buffer \
+                 [{:#x}, +{}) (undefined); the buffer was left unchanged",
+                data as usize, b.addr, b.len
+            ));
+            return DOCA_ERROR_INVALID_VALUE;
         }
-        _ => DOCA_ERROR_INVALID_VALUE,
-    }
+        b.data = data as usize;
+        b.data_len = data_len;
+        DOCA_SUCCESS
+    })
 }
 
 #[no_mangle]
 pub(crate) unsafe extern "C" fn doca_buf_reset_data_len(buf: *mut doca_buf) -> doca_error_t {
-    match world().bufs.get_mut(&(buf as H)) {
-        Some(b) => {
-            b.data_len = 0;
-            DOCA_SUCCESS
-        }
-        None => DOCA_ERROR_INVALID_VALUE,
-    }
+    with_buf("doca_buf_reset_data_len", buf as H, true, |b| {
+        b.data_len = 0;
+        DOCA_SUCCESS
+    })
 }

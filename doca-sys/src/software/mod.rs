@@ -2,20 +2,39 @@
 //! in Rust as `#[no_mangle] extern "C"` symbols, so the crate's `extern "C"` declarations
 //! resolve to it at link time. Built only with `cfg(doca_sys_software)`.
 //!
-//! It is a stand-in for tests, faithful to DOCA's documented semantics, not a mock: data
-//! really moves between registered memories of the same process.
+//! It is a stand-in for tests that follows DOCA's documentation and NVIDIA's samples, not our
+//! transport: data really moves between registered memories of the same process, and where
+//! DOCA is silent the provider takes the stricter choice. `CONTRACT.md` (next to the crate's
+//! README) lists, per function, the documented conditions, what the provider does, and the
+//! test that proves it. The main rules:
+//!
+//! # Contract violations
+//! Calls whose result DOCA documents as undefined, and documented misuses the provider can
+//! detect but not report through a return value, are recorded: [`violations`] /
+//! [`take_violations`] (also printed to stderr). Examples: a receive result getter outside its
+//! validity (answers the poison value `0xDEADBEEF`), `doca_task_free` or a `set_*` accessor
+//! on a submitted task, `doca_pe_progress` from a callback, an invalid task given to
+//! `doca_task_submit` (which DOCA does not validate; the provider refuses it with
+//! `INVALID_VALUE`), a released buffer. A correct caller leaves the list empty.
 //!
 //! # Devices
-//! Two devices, `mlx5_0` (`0000:03:00.0`) and `mlx5_1` (`0000:03:00.1`); every RDMA task type
-//! is supported; the maximum message size is 1 GiB.
+//! `mlx5_0` (`0000:03:00.0`) and `mlx5_1` (`0000:03:00.1`) support every RDMA task type
+//! (maximum message 1 GiB, send and receive queues 32768). `mlx5_2` (`0000:03:00.2`) has no
+//! RDMA: its `doca_rdma_cap_task_*_is_supported` answer `NOT_SUPPORTED`, its numeric
+//! capability queries `DRIVER`, an RDMA context on it does not start (`NOT_SUPPORTED`).
+//! `doca_dev_close` is `IN_USE` while a context or an mmap uses the device.
 //!
 //! # Contexts
 //! - `doca_ctx_start` needs a progress engine (`NOT_CONNECTED`) and an idle context
-//!   (`BAD_STATE`); the context is `STARTING` at once and becomes `RUNNING` during the next
-//!   `doca_pe_progress`. State callbacks (`IDLE -> STARTING -> RUNNING`) run from progress.
+//!   (`BAD_STATE`); it returns `DOCA_ERROR_IN_PROGRESS`: the context is `STARTING` and becomes
+//!   `RUNNING` during the next `doca_pe_progress`. State callbacks run from progress.
 //! - Configuration calls (`doca_rdma_set_*`, `*_set_conf`, `doca_ctx_set_state_changed_cb`,
-//!   `doca_pe_connect_ctx`) need an idle context: `BAD_STATE` otherwise. Task allocation,
-//!   submission, listening, connecting and export need `RUNNING`: `BAD_STATE` otherwise.
+//!   `doca_rdma_set_connection_state_callbacks`) need an idle context: `BAD_STATE`
+//!   otherwise. `doca_rdma_set_recv_queue_size` is always `NOT_SUPPORTED` (CPU data path);
+//!   `doca_rdma_set_send_queue_size` above the device maximum is `NOT_SUPPORTED`. Permissions
+//!   of a context are RDMA flags only (`INVALID_VALUE` otherwise).
+//! - Task allocation, submission, listening and connecting need `RUNNING` (`BAD_STATE`);
+//!   `doca_rdma_export` / `doca_rdma_connect` need a started context (`STARTING` or `RUNNING`).
 //! - `doca_ctx_stop` disconnects every connection (peers get their disconnection callback),
 //!   stops listening, flushes posted receives and outstanding tasks (error completions), and
 //!   returns `IN_PROGRESS` (state `STOPPING`) while tasks are in flight **or still allocated**.
@@ -25,7 +44,7 @@
 //!
 //! # Connections
 //! - RDMA CM is emulated by port number: `doca_rdma_start_listen_to_port(port)` registers the
-//!   context process-wide (`IN_USE` if another context listens there); `doca_rdma_connect_to_addr`
+//!   context process-wide (`CONNECTION_ABORTED` if the port is taken); `doca_rdma_connect_to_addr`
 //!   with any address and that port reaches it. Nobody listening, or the server full: the
 //!   client gets its failure callback. Otherwise the server's request callback runs from the
 //!   server's progress; `accept` queues the established callback on both sides; `reject`
@@ -33,31 +52,40 @@
 //! - `doca_rdma_connection_disconnect` flushes the connection's outstanding tasks, and the peer
 //!   gets its disconnection callback (CM connections only; the side that disconnects gets no
 //!   callback). The peer's outstanding tasks are flushed too, and it must call
-//!   `doca_rdma_connection_disconnect` to finish. Disconnecting twice is `BAD_STATE`.
+//!   `doca_rdma_connection_disconnect` to finish. Disconnecting twice is `INVALID_VALUE`.
 //! - Out of band: `doca_rdma_export` creates a connection and a blob (`FULL` when all slots
-//!   are used); `doca_rdma_connect(blob)` on each side pairs them. No connection callbacks are
-//!   called in this mode; a side is usable once it called `doca_rdma_connect`.
+//!   are used); `doca_rdma_connect(blob)` on each side pairs them (`CONNECTION_ABORTED` for a
+//!   corrupted blob). No connection callbacks are called in this mode. A side may submit once
+//!   it called `doca_rdma_connect`, but a task that reaches a peer which has not called it yet
+//!   fails (its queue pair is not ready): nothing is queued until the peer connects.
 //!
 //! # Tasks
-//! - `*_set_conf` sets the pool size: allocating more than `num_tasks` tasks of that type
-//!   gives `NO_MEMORY`. Completions are delivered only from `doca_pe_progress` of the
-//!   submitting context's progress engine; a task is reusable after its callback.
+//! - `*_set_conf` sets the pool size (and both callbacks, non-NULL): allocating more than
+//!   `num_tasks` tasks of that type gives `NO_MEMORY`. Completions are delivered only from
+//!   `doca_pe_progress` of the submitting context's progress engine; a task is reusable after
+//!   its callback, with the `set_*` accessors (also `*_set_rdma_connection`).
+//! - A receive can be submitted once a connection of its context was established (CM) or
+//!   connected (`doca_rdma_connect`): `NOT_CONNECTED` before.
 //! - A send (also send-with-immediate and write-with-immediate) is matched with the oldest
 //!   receive posted on the peer context (receives match any connection). If none is posted,
 //!   the send waits up to `DOCA_SYS_SW_RNR_TIMEOUT_MS` milliseconds (default 20, checked in
-//!   the sender's progress) for one, then fails with `DOCA_ERROR_IO_FAILED` (receiver not
-//!   ready) and its connection goes to error.
+//!   the sender's progress) for one, then fails (receiver not ready).
+//! - "No data" is a NULL buffer (DOCA documents it for send, send-with-immediate, receive,
+//!   read and write); a non-NULL source with an empty data section is refused at submit
+//!   (`INVALID_VALUE`). Atomics act on the first 8 bytes of the destination's data (fewer:
+//!   `INVALID_VALUE` at submit).
 //! - A receive appends after its buffer's data section and grows the data length. A message
-//!   larger than the free space fails the receive and the send (`IO_FAILED`) and puts both
-//!   connections in error. Write-with-immediate consumes a receive with result length 0 and
-//!   leaves its buffer untouched.
+//!   larger than the free space fails the receive and the send and puts both connections in
+//!   error. Write-with-immediate consumes a receive with result length 0 and leaves its buffer
+//!   untouched.
 //! - Write appends the source's data section after the remote buffer's data section (and grows
 //!   the local descriptor's data length); read copies the remote buffer's data section after
 //!   the local buffer's data section; atomics act on the 8 aligned bytes at the remote buffer's
 //!   data address and append the previous value (native endian) to the result buffer.
 //!   They need no peer task. The remote buffer must come from an mmap created from an export
-//!   (`INVALID_VALUE` at submit otherwise). Access is checked against the exporting mmap (it
-//!   must still exist and be started, cover the range and grant `RDMA_WRITE` / `RDMA_READ` /
+//!   with the context's device, local buffers from an mmap with the context's device (local
+//!   write access where the task writes them). Remote access is checked against the exporting
+//!   mmap (it must still exist, cover the range and grant `RDMA_WRITE` / `RDMA_READ` /
 //!   `RDMA_ATOMIC`) and the peer context's `doca_rdma_set_permissions`.
 //! - A failed task completes with `DOCA_ERROR_IO_FAILED` and puts its connection in error:
 //!   every other outstanding task of that connection completes (once) with
@@ -66,15 +94,21 @@
 //! - Submitting on a connection that is not established gives `NOT_CONNECTED`.
 //!
 //! # Memory
-//! mmaps check ranges and states (`BAD_STATE` after start); `doca_mmap_export_rdma` needs a
-//! started mmap with an RDMA permission (`NOT_PERMITTED`) and the device added
-//! (`INVALID_VALUE`). A buffer inventory gives `NO_MEMORY` when all its buffers are out.
+//! mmaps check ranges and states as `doca_mmap.h` documents: `NOT_PERMITTED` to destroy or
+//! stop one with buffers out, to stop an exported or imported one, to set its range twice;
+//! `doca_mmap_set_permissions` refuses undefined flags and remote write or atomic access
+//! without local write access. `doca_mmap_export_rdma` needs a started mmap with an RDMA
+//! permission (`NOT_PERMITTED`) and the device added (`NOT_FOUND`). A buffer inventory gives
+//! `NO_MEMORY` when all its buffers are out; it can be stopped with buffers out (no more can
+//! be taken). `doca_buf_dec_refcount` reports the count before the call; released descriptors
+//! are reused.
 //!
 //! # Progress engine
 //! `doca_pe_get_notification_handle` returns an eventfd. After `doca_pe_request_notification`
-//! it becomes readable as soon as something is pending (at once if something already is,
-//! including a receiver-not-ready deadline that expires later); `doca_pe_clear_notification`
-//! drains it.
+//! it becomes readable as soon as a **task completion** is pending (at once if one already
+//! is, including a receiver-not-ready deadline that expires later); `doca_pe_clear_notification`
+//! drains it. Connection events and state changes never signal it: `doca_pe_progress`
+//! delivers them when called.
 //!
 //! # Threads
 //! All state is process-global behind one mutex; contexts may be progressed from different
@@ -89,15 +123,68 @@ mod rdma;
 mod tasks;
 
 use crate::ffi::*;
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
+use std::io::Write as _;
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+
+pub use violations::{take_violations, violations};
 
 /// Status of the task that failed (remote access, receiver not ready, length).
 const ERR_TASK: doca_error_t = DOCA_ERROR_IO_FAILED;
 /// Status of the tasks flushed from a connection in error, disconnected, or stopping.
 const ERR_FLUSH: doca_error_t = DOCA_ERROR_CONNECTION_ABORTED;
+
+/// Calls whose result DOCA documents as undefined, and documented misuses the provider can
+/// detect but not report through a return value.
+mod violations {
+    use super::*;
+
+    static VIOLATIONS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    fn list() -> MutexGuard<'static, Vec<String>> {
+        VIOLATIONS.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a contract violation (and prints it to stderr, so a test log shows it).
+    pub(super) fn record(message: String) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "doca-sys software provider: contract violation: {message}"
+        );
+        list().push(message);
+    }
+
+    /// Every contract violation recorded so far in this process, oldest first.
+    ///
+    /// A violation is a call whose result DOCA documents as undefined (for example
+    /// `doca_rdma_task_receive_get_result_immediate_data` on a receive that carried no
+    /// immediate), or a documented misuse the provider detects but cannot report through a
+    /// return value (for example `doca_task_free` on a submitted task, or `doca_pe_progress`
+    /// called from a callback). Each entry names the function and the object handle
+    /// (`0x...`). A correct caller leaves this list empty; see `CONTRACT.md`.
+    ///
+    /// The list is process-wide: tests running in parallel share it.
+    pub fn violations() -> Vec<String> {
+        list().clone()
+    }
+
+    /// Like [`violations`], and empties the list.
+    pub fn take_violations() -> Vec<String> {
+        std::mem::take(&mut *list())
+    }
+}
+
+use violations::record as violation;
+
+thread_local! {
+    /// Set while this thread runs callbacks inside `doca_pe_progress`.
+    static IN_PROGRESS: Cell<bool> = const { Cell::new(false) };
+    /// The receive task whose successful completion callback this thread is running (0: none).
+    static SUCCESS_CB_TASK: Cell<H> = const { Cell::new(0) };
+}
 
 /// A handle: the address of a small heap allocation, used as the C pointer and map key.
 type H = usize;
@@ -170,6 +257,8 @@ enum Event {
 }
 
 struct Rdma {
+    /// The `struct doca_dev *` it was created on.
+    dev: H,
     pe: Option<H>,
     state: doca_ctx_states,
     user_data: UserData,
@@ -188,6 +277,8 @@ struct Rdma {
     conns: Vec<H>,
     listening: Vec<u16>,
     next_conn_id: u32,
+    /// A connection became usable since the last start (receives may be posted).
+    connected_once: bool,
 }
 
 impl Rdma {
@@ -262,6 +353,8 @@ struct Task {
     user_data: UserData,
     status: doca_error_t,
     phase: Phase,
+    /// A completion was delivered since the last submission (result getters are defined).
+    completed: bool,
     deadline: Option<Instant>,
     res_len: u32,
     res_opcode: u32,
@@ -284,14 +377,33 @@ struct Mmap {
     remote: Option<u64>,
     /// Global id (set at start).
     id: u64,
+    /// Export descriptor (non-empty once exported).
     blob: Vec<u8>,
+    /// Buffers (with a non-zero reference count) pointing into it.
     bufs: usize,
+}
+
+impl Mmap {
+    fn exported(&self) -> bool {
+        !self.blob.is_empty()
+    }
+
+    /// Whether the device `dev` (an open device handle) was added, by any of its handles.
+    fn has_device(&self, dev: H) -> bool {
+        self.devs.iter().any(|&d| {
+            // SAFETY: added devices stay open (`doca_dev_close` refuses while an mmap holds
+            // one); callers pass devices the application opened (a context's, or an argument).
+            unsafe { device::same_device(d, dev) }
+        })
+    }
 }
 
 struct Inventory {
     capacity: usize,
     used: usize,
     started: bool,
+    /// Released descriptors (reference count 0), reused by the next `buf_get_by_args`.
+    free: Vec<H>,
 }
 
 struct Buf {
@@ -301,6 +413,7 @@ struct Buf {
     len: usize,
     data: usize,
     data_len: usize,
+    /// 0: released to its inventory (the descriptor stays allocated and is reused).
     refcount: u16,
 }
 
@@ -353,15 +466,23 @@ fn signal_fd(efd: i32) {
 }
 
 impl World {
-    /// Queues a callback on a progress engine and wakes it if armed.
+    /// Queues a callback on a progress engine. Only task completions wake an armed engine:
+    /// nothing documents that connection events or context state changes signal the
+    /// notification handle.
     fn enqueue(&mut self, pe: H, event: Event) {
         if let Some(pe) = self.pes.get_mut(&pe) {
+            let completion = matches!(event, Event::TaskDone(_));
             pe.queue.push_back(event);
-            if pe.armed {
+            if completion && pe.armed {
                 pe.armed = false;
                 signal_fd(pe.efd);
             }
         }
+    }
+
+    /// A live buffer (reference count above 0).
+    fn live_buf(&self, buf: H) -> Option<&Buf> {
+        self.bufs.get(&buf).filter(|b| b.refcount > 0)
     }
 
     fn enqueue_ctx(&mut self, rdma: H, event: Event) {
@@ -453,14 +574,13 @@ impl World {
                 }
             }
             ConnState::Connecting => {
+                // The server's pending request stays: accepting it fails (the client left).
                 self.set_conn_state(conn, ConnState::Disconnected);
                 self.release_addr(addr);
-                if let Some(p) = peer {
-                    self.set_conn_state(p, ConnState::Disconnected);
-                }
             }
             ConnState::Exported => self.set_conn_state(conn, ConnState::Disconnected),
-            ConnState::Disconnected | ConnState::Failed => return DOCA_ERROR_BAD_STATE,
+            // Not a live connection any more: an invalid parameter (the documented code).
+            ConnState::Disconnected | ConnState::Failed => return DOCA_ERROR_INVALID_VALUE,
         }
         DOCA_SUCCESS
     }
@@ -491,18 +611,13 @@ impl World {
         self.enqueue_conn(client, Event::Failure(client));
     }
 
-    /// Whether a progress engine has work for `doca_pe_progress`.
-    fn pe_has_work(&self, pe: H, now: Instant) -> bool {
+    /// Whether a task completion is pending on a progress engine (what arms the handle).
+    fn pe_has_completion(&self, pe: H, now: Instant) -> bool {
         let Some(p) = self.pes.get(&pe) else {
             return false;
         };
-        if !p.queue.is_empty() {
-            return true;
-        }
-        p.ctxs.iter().filter_map(|c| self.rdmas.get(c)).any(|r| {
-            r.state == DOCA_CTX_STATE_STARTING
-                || (r.state == DOCA_CTX_STATE_STOPPING && r.inflight == 0 && r.allocated() == 0)
-        }) || self.earliest_deadline(pe).is_some_and(|d| d <= now)
+        p.queue.iter().any(|e| matches!(e, Event::TaskDone(_)))
+            || self.earliest_deadline(pe).is_some_and(|d| d <= now)
     }
 
     fn earliest_deadline(&self, pe: H) -> Option<Instant> {

@@ -7,13 +7,21 @@ enum Call {
     State(doca_ctx_state_changed_callback_t, UserData, H, u32, u32),
     Request(doca_rdma_connection_request_cb_t, H, UserData),
     Conn(doca_rdma_connection_established_cb_t, H, UserData, UserData),
-    Task(Option<TaskCb>, H, UserData, UserData),
+    /// Callback, task, task user data, context user data, successful receive.
+    Task(Option<TaskCb>, H, UserData, UserData, bool),
 }
 
 impl Call {
     /// # Safety
     /// The callbacks were registered by the application for exactly these arguments.
     unsafe fn invoke(self) {
+        // The successful completion callback of a receive is the only place where
+        // `doca_rdma_task_receive_get_result_rdma_connection` is defined.
+        let success_task = match self {
+            Call::Task(Some(_), task, _, _, true) => task,
+            _ => 0,
+        };
+        SUCCESS_CB_TASK.with(|t| t.set(success_task));
         // SAFETY: (all arms) DOCA calls registered callbacks with the object pointers and user
         // data they were registered for; the handles are live objects of this provider.
         unsafe {
@@ -25,10 +33,11 @@ impl Call {
                 Call::Conn(Some(cb), conn, cud, ud) => {
                     cb(conn as *mut doca_rdma_connection, cud.0, ud.0)
                 }
-                Call::Task(Some(cb), task, tud, ud) => cb(task as *mut doca_task, tud.0, ud.0),
+                Call::Task(Some(cb), task, tud, ud, _) => cb(task as *mut doca_task, tud.0, ud.0),
                 _ => {}
             }
         }
+        SUCCESS_CB_TASK.with(|t| t.set(0));
     }
 }
 
@@ -89,23 +98,33 @@ pub(crate) unsafe extern "C" fn doca_pe_connect_ctx(
     if r.state != DOCA_CTX_STATE_IDLE {
         return DOCA_ERROR_BAD_STATE;
     }
-    match r.pe {
-        Some(old) if old == pe => return DOCA_SUCCESS,
-        Some(_) => return DOCA_ERROR_IN_USE,
-        None => r.pe = Some(pe),
+    if r.pe.is_some() {
+        // Documented: the context is already connected to a progress engine (this one too).
+        return DOCA_ERROR_NOT_PERMITTED;
     }
+    r.pe = Some(pe);
     w.pes.get_mut(&pe).expect("checked above").ctxs.push(ctx);
     DOCA_SUCCESS
 }
 
 #[no_mangle]
 pub(crate) unsafe extern "C" fn doca_pe_progress(pe: *mut doca_pe) -> u8 {
+    if IN_PROGRESS.with(Cell::get) {
+        violation(format!(
+            "doca_pe_progress(pe {:#x}): called from a callback running inside doca_pe_progress \
+             (the callback documentation forbids it); nothing was progressed",
+            pe as H
+        ));
+        return 0;
+    }
     let calls = world().prepare_progress(pe as H);
     let any = !calls.is_empty();
+    IN_PROGRESS.with(|p| p.set(true));
     for call in calls {
         // SAFETY: callbacks registered by the application; called without the lock.
         unsafe { call.invoke() };
     }
+    IN_PROGRESS.with(|p| p.set(false));
     u8::from(any)
 }
 
@@ -210,6 +229,7 @@ impl World {
                     return None;
                 }
                 t.phase = Phase::Idle;
+                t.completed = true;
                 let (rdma, kind, status, tud) = (t.rdma, t.kind, t.status, t.user_data);
                 let r = self.rdmas.get_mut(&rdma)?;
                 r.inflight -= 1;
@@ -219,7 +239,8 @@ impl World {
                 } else {
                     conf.error
                 };
-                Some(Call::Task(cb, task, tud, r.user_data))
+                let receive_ok = kind == Kind::Receive && status == DOCA_SUCCESS;
+                Some(Call::Task(cb, task, tud, r.user_data, receive_ok))
             }
         }
     }
@@ -256,12 +277,12 @@ pub(crate) unsafe extern "C" fn doca_pe_request_notification(pe: *mut doca_pe) -
     let pe = pe as H;
     let mut w = world();
     let now = Instant::now();
-    let has_work = w.pe_has_work(pe, now);
+    let has_completion = w.pe_has_completion(pe, now);
     let deadline = w.earliest_deadline(pe);
     let Some(p) = w.pes.get_mut(&pe) else {
         return DOCA_ERROR_INVALID_VALUE;
     };
-    if has_work {
+    if has_completion {
         p.armed = false;
         signal_fd(p.efd);
         return DOCA_SUCCESS;
@@ -318,7 +339,13 @@ pub(crate) unsafe extern "C" fn doca_ctx_start(ctx: *mut doca_ctx) -> doca_error
     if r.state != DOCA_CTX_STATE_IDLE {
         return DOCA_ERROR_BAD_STATE;
     }
+    // SAFETY: the device outlives the context (`doca_dev_close` refuses while it is in use).
+    if !unsafe { super::device::rdma_supported(r.dev) } {
+        return DOCA_ERROR_NOT_SUPPORTED;
+    }
+    // An RDMA context starts asynchronously: STARTING now, RUNNING from progress.
     r.state = DOCA_CTX_STATE_STARTING;
+    r.connected_once = false;
     w.enqueue_ctx(
         ctx,
         Event::State {
@@ -327,7 +354,7 @@ pub(crate) unsafe extern "C" fn doca_ctx_start(ctx: *mut doca_ctx) -> doca_error
             next: DOCA_CTX_STATE_STARTING,
         },
     );
-    DOCA_SUCCESS
+    DOCA_ERROR_IN_PROGRESS
 }
 
 #[no_mangle]
@@ -337,8 +364,12 @@ pub(crate) unsafe extern "C" fn doca_ctx_stop(ctx: *mut doca_ctx) -> doca_error_
     let Some(r) = w.rdmas.get_mut(&ctx) else {
         return DOCA_ERROR_INVALID_VALUE;
     };
+    if r.pe.is_none() {
+        return DOCA_ERROR_NOT_CONNECTED;
+    }
     let prev = r.state;
     match prev {
+        // Stricter choice: stopping an idle context is refused.
         DOCA_CTX_STATE_IDLE => return DOCA_ERROR_BAD_STATE,
         DOCA_CTX_STATE_STOPPING => return DOCA_ERROR_IN_PROGRESS,
         _ => {}

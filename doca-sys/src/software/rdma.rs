@@ -17,6 +17,7 @@ pub(crate) unsafe extern "C" fn doca_rdma_create(
     world().rdmas.insert(
         h,
         Rdma {
+            dev: dev as H,
             pe: None,
             state: DOCA_CTX_STATE_IDLE,
             user_data: UserData::NULL,
@@ -33,6 +34,7 @@ pub(crate) unsafe extern "C" fn doca_rdma_create(
             conns: Vec::new(),
             listening: Vec::new(),
             next_conn_id: 0,
+            connected_once: false,
         },
     );
     // SAFETY: checked non-null; writable per the contract.
@@ -49,9 +51,6 @@ pub(crate) unsafe extern "C" fn doca_rdma_destroy(rdma: *mut doca_rdma) -> doca_
     };
     if r.state != DOCA_CTX_STATE_IDLE {
         return DOCA_ERROR_BAD_STATE;
-    }
-    if r.allocated() != 0 {
-        return DOCA_ERROR_IN_USE;
     }
     let r = w.rdmas.remove(&h).expect("checked above");
     for conn in r.conns {
@@ -89,11 +88,22 @@ fn with_idle(rdma: *mut doca_rdma, f: impl FnOnce(&mut Rdma) -> doca_error_t) ->
     }
 }
 
+/// The flags `doca_rdma_set_permissions` accepts: the RDMA access flags (NVIDIA's samples also
+/// pass `LOCAL_READ_WRITE`).
+const RDMA_PERMISSIONS: u32 = DOCA_ACCESS_FLAG_LOCAL_READ_WRITE
+    | DOCA_ACCESS_FLAG_RDMA_READ
+    | DOCA_ACCESS_FLAG_RDMA_WRITE
+    | DOCA_ACCESS_FLAG_RDMA_ATOMIC;
+
 #[no_mangle]
 pub(crate) unsafe extern "C" fn doca_rdma_set_permissions(
     rdma: *mut doca_rdma,
     permissions: u32,
 ) -> doca_error_t {
+    if permissions & !RDMA_PERMISSIONS != 0 {
+        // Non-RDMA (PCI) or undefined access flags.
+        return DOCA_ERROR_INVALID_VALUE;
+    }
     with_idle(rdma, |r| {
         r.permissions = permissions;
         DOCA_SUCCESS
@@ -114,7 +124,8 @@ pub(crate) unsafe extern "C" fn doca_rdma_set_max_num_connections(
     max_num_connections: u16,
 ) -> doca_error_t {
     if max_num_connections == 0 {
-        return DOCA_ERROR_INVALID_VALUE;
+        // Below the minimum supported value (1).
+        return DOCA_ERROR_NOT_SUPPORTED;
     }
     with_idle(rdma, |r| {
         r.max_conns = max_num_connections;
@@ -130,18 +141,26 @@ pub(crate) unsafe extern "C" fn doca_rdma_set_send_queue_size(
     if size == 0 {
         return DOCA_ERROR_INVALID_VALUE;
     }
+    // The size is rounded up to a power of two; above the device maximum it is not supported.
+    if size
+        .checked_next_power_of_two()
+        .is_none_or(|s| s > super::device::MAX_QUEUE_SIZE)
+    {
+        return DOCA_ERROR_NOT_SUPPORTED;
+    }
     with_idle(rdma, |_| DOCA_SUCCESS)
 }
 
 #[no_mangle]
 pub(crate) unsafe extern "C" fn doca_rdma_set_recv_queue_size(
     rdma: *mut doca_rdma,
-    size: u32,
+    _size: u32,
 ) -> doca_error_t {
-    if size == 0 {
-        return DOCA_ERROR_INVALID_VALUE;
+    // Only the GPU and DPA data paths use it: the provider is a CPU data path.
+    match world().rdmas.get(&(rdma as H)) {
+        None => DOCA_ERROR_INVALID_VALUE,
+        Some(_) => DOCA_ERROR_NOT_SUPPORTED,
     }
-    with_idle(rdma, |_| DOCA_SUCCESS)
 }
 
 #[no_mangle]
@@ -159,8 +178,12 @@ pub(crate) unsafe extern "C" fn doca_rdma_set_transport_type(
 #[no_mangle]
 pub(crate) unsafe extern "C" fn doca_rdma_set_connection_request_timeout(
     rdma: *mut doca_rdma,
-    _timeout: u16,
+    timeout: u16,
 ) -> doca_error_t {
+    if timeout == 0 {
+        // Stricter choice: a zero timeout cannot resolve anything.
+        return DOCA_ERROR_INVALID_VALUE;
+    }
     with_idle(rdma, |_| DOCA_SUCCESS)
 }
 
@@ -172,6 +195,10 @@ pub(crate) unsafe extern "C" fn doca_rdma_set_connection_state_callbacks(
     failure_cb: doca_rdma_connection_failure_cb_t,
     disconnect_cb: doca_rdma_connection_disconnection_cb_t,
 ) -> doca_error_t {
+    // Only the request callback may be NULL (a client).
+    if established_cb.is_none() || failure_cb.is_none() || disconnect_cb.is_none() {
+        return DOCA_ERROR_INVALID_VALUE;
+    }
     with_idle(rdma, |r| {
         r.request_cb = request_cb;
         r.established_cb = established_cb;
@@ -234,6 +261,17 @@ fn running(w: &World, rdma: H) -> Result<&Rdma, doca_error_t> {
     }
 }
 
+/// Checks that `rdma` exists and was started (`STARTING` or `RUNNING`).
+fn started(w: &World, rdma: H) -> Result<&Rdma, doca_error_t> {
+    match w.rdmas.get(&rdma) {
+        None => Err(DOCA_ERROR_INVALID_VALUE),
+        Some(r) if r.state != DOCA_CTX_STATE_RUNNING && r.state != DOCA_CTX_STATE_STARTING => {
+            Err(DOCA_ERROR_BAD_STATE)
+        }
+        Some(r) => Ok(r),
+    }
+}
+
 #[no_mangle]
 pub(crate) unsafe extern "C" fn doca_rdma_start_listen_to_port(
     rdma: *mut doca_rdma,
@@ -244,10 +282,10 @@ pub(crate) unsafe extern "C" fn doca_rdma_start_listen_to_port(
     if let Err(e) = running(&w, h) {
         return e;
     }
-    match w.listeners.get(&port) {
-        Some(&other) if other == h => return DOCA_ERROR_ALREADY_EXIST,
-        Some(_) => return DOCA_ERROR_IN_USE,
-        None => {}
+    if w.listeners.contains_key(&port) {
+        // The port is taken (by this context or another): binding it fails, reported with the
+        // documented "connection failed" code.
+        return DOCA_ERROR_CONNECTION_ABORTED;
     }
     w.listeners.insert(port, h);
     w.rdmas.get_mut(&h).expect("running").listening.push(port);
@@ -265,7 +303,7 @@ pub(crate) unsafe extern "C" fn doca_rdma_stop_listen_to_port(
         return DOCA_ERROR_INVALID_VALUE;
     };
     if !r.listening.contains(&port) {
-        return DOCA_ERROR_NOT_FOUND;
+        return DOCA_ERROR_INVALID_VALUE;
     }
     r.listening.retain(|&p| p != port);
     w.listeners.remove(&port);
@@ -349,16 +387,21 @@ pub(crate) unsafe extern "C" fn doca_rdma_connect_to_addr(
 #[no_mangle]
 pub(crate) unsafe extern "C" fn doca_rdma_connection_accept(
     rdma_connection: *mut doca_rdma_connection,
-    _private_data: *mut c_void,
-    _private_data_len: u8,
+    private_data: *mut c_void,
+    private_data_len: u8,
 ) -> doca_error_t {
     let conn = rdma_connection as H;
+    if private_data.is_null() != (private_data_len == 0) {
+        // Unused private data is (NULL, 0); used, it is (pointer, length).
+        return DOCA_ERROR_INVALID_VALUE;
+    }
     let mut w = world();
     let Some(c) = w.conns.get(&conn) else {
         return DOCA_ERROR_INVALID_VALUE;
     };
     if c.state != ConnState::Requested {
-        return DOCA_ERROR_BAD_STATE;
+        // Not a pending connection request.
+        return DOCA_ERROR_INVALID_VALUE;
     }
     let peer = c.peer;
     let client = peer.filter(|p| {
@@ -373,6 +416,12 @@ pub(crate) unsafe extern "C" fn doca_rdma_connection_accept(
     };
     w.set_conn_state(conn, ConnState::Established);
     w.set_conn_state(client, ConnState::Established);
+    for side in [conn, client] {
+        let rdma = w.conns.get(&side).map(|c| c.rdma);
+        if let Some(r) = rdma.and_then(|r| w.rdmas.get_mut(&r)) {
+            r.connected_once = true;
+        }
+    }
     let addr = w.conns.get(&client).and_then(|c| c.addr);
     w.release_addr(addr);
     w.enqueue_conn(conn, Event::Established(conn));
@@ -387,9 +436,9 @@ pub(crate) unsafe extern "C" fn doca_rdma_connection_reject(
     let conn = rdma_connection as H;
     let mut w = world();
     match w.conns.get(&conn) {
-        None => return DOCA_ERROR_INVALID_VALUE,
-        Some(c) if c.state != ConnState::Requested => return DOCA_ERROR_BAD_STATE,
-        Some(_) => {}
+        Some(c) if c.state == ConnState::Requested => {}
+        // Unknown, or not a pending connection request.
+        _ => return DOCA_ERROR_INVALID_VALUE,
     }
     w.reject(conn);
     DOCA_SUCCESS
@@ -465,7 +514,7 @@ pub(crate) unsafe extern "C" fn doca_rdma_export(
         return DOCA_ERROR_INVALID_VALUE;
     }
     let mut w = world();
-    if let Err(e) = running(&w, h) {
+    if let Err(e) = started(&w, h) {
         return e;
     }
     if !w.has_free_slot(h) {
@@ -492,33 +541,46 @@ pub(crate) unsafe extern "C" fn doca_rdma_connect(
     rdma_connection: *mut doca_rdma_connection,
 ) -> doca_error_t {
     let (h, conn) = (rdma as H, rdma_connection as H);
-    if remote_rdma_conn_details.is_null() || remote_rdma_conn_details_size != 16 {
+    if remote_rdma_conn_details.is_null() || rdma_connection.is_null() {
         return DOCA_ERROR_INVALID_VALUE;
     }
-    // SAFETY: the caller gives `remote_rdma_conn_details_size` (16) readable bytes.
-    let blob = unsafe { std::slice::from_raw_parts(remote_rdma_conn_details.cast::<u8>(), 16) };
-    if &blob[..8] != CONN_BLOB_MAGIC {
-        return DOCA_ERROR_INVALID_VALUE;
-    }
-    let remote = u64::from_le_bytes(blob[8..].try_into().expect("8 bytes")) as H;
     let mut w = world();
-    if let Err(e) = running(&w, h) {
+    if let Err(e) = started(&w, h) {
         return e;
     }
     match w.conns.get(&conn) {
         Some(c) if c.rdma != h => return DOCA_ERROR_INVALID_VALUE,
+        // Already connected (or disconnected).
         Some(c) if c.state != ConnState::Exported => return DOCA_ERROR_BAD_STATE,
         Some(_) => {}
         None => return DOCA_ERROR_INVALID_VALUE,
     }
+    // Corrupted details, or details of no exported connection: the connection fails.
+    if remote_rdma_conn_details_size != 16 {
+        return DOCA_ERROR_CONNECTION_ABORTED;
+    }
+    // SAFETY: the caller gives `remote_rdma_conn_details_size` (16) readable bytes.
+    let blob = unsafe { std::slice::from_raw_parts(remote_rdma_conn_details.cast::<u8>(), 16) };
+    if &blob[..8] != CONN_BLOB_MAGIC {
+        return DOCA_ERROR_CONNECTION_ABORTED;
+    }
+    let remote = u64::from_le_bytes(blob[8..].try_into().expect("8 bytes")) as H;
     match w.conns.get(&remote) {
-        Some(r) if r.oob && matches!(r.state, ConnState::Exported | ConnState::Established) => {}
-        _ => return DOCA_ERROR_NOT_FOUND,
+        // The peer's own state does not matter to this side's queue pair set-up (a peer in
+        // error just never answers).
+        Some(r)
+            if r.oob
+                && matches!(
+                    r.state,
+                    ConnState::Exported | ConnState::Established | ConnState::Error
+                ) => {}
+        _ => return DOCA_ERROR_CONNECTION_ABORTED,
     }
     let c = w.conns.get_mut(&conn).expect("checked");
     c.peer = Some(remote);
     c.state = ConnState::Established;
-    // Sends queued by the peer while this side was not connected yet can move now.
-    w.try_deliver(remote);
+    w.rdmas.get_mut(&h).expect("started").connected_once = true;
+    // Nothing waits for this side: a task the peer submitted before this call has already
+    // failed (its packets would have reached a queue pair that was not ready).
     DOCA_SUCCESS
 }

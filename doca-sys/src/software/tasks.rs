@@ -24,7 +24,7 @@ fn set_conf(
     error: Option<TaskCb>,
     num: u32,
 ) -> doca_error_t {
-    if num == 0 {
+    if num == 0 || success.is_none() || error.is_none() {
         return DOCA_ERROR_INVALID_VALUE;
     }
     let mut w = world();
@@ -38,6 +38,44 @@ fn set_conf(
             conf.num = num;
             DOCA_SUCCESS
         }
+    }
+}
+
+/// Which buffers a task may leave NULL, as DOCA documents per task type: a receive's
+/// destination and a send's source (empty messages); a read's or write's source (no data),
+/// and then its destination too. Atomic tasks need both buffers.
+fn null_bufs_ok(kind: Kind, src: H, dst: H, result: H) -> bool {
+    match kind {
+        Kind::Receive | Kind::Send | Kind::SendImm => true,
+        Kind::Read | Kind::Write | Kind::WriteImm => dst != 0 || src == 0,
+        Kind::CmpSwp | Kind::FetchAdd => dst != 0 && result != 0,
+    }
+}
+
+/// Checks a task's buffers: the NULL rules, every other buffer live, remote buffers (the
+/// source of a read, the destination of writes and atomics) from an mmap created from an
+/// export, local buffers from a local mmap. `Err` names the problem.
+fn check_bufs(w: &World, kind: Kind, src: H, dst: H, result: H) -> Result<(), &'static str> {
+    if !null_bufs_ok(kind, src, dst, result) {
+        return Err("a buffer DOCA requires is NULL");
+    }
+    let is = |buf: H, remote: bool| {
+        buf == 0
+            || w.live_buf(buf)
+                .and_then(|b| w.mmaps.get(&b.mmap))
+                .is_some_and(|m| m.remote.is_some() == remote)
+    };
+    let ok = match kind {
+        Kind::Receive => is(dst, false),
+        Kind::Send | Kind::SendImm => is(src, false),
+        Kind::Read => is(src, true) && is(dst, false),
+        Kind::Write | Kind::WriteImm => is(src, false) && is(dst, true),
+        Kind::CmpSwp | Kind::FetchAdd => is(dst, true) && is(result, false),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err("a buffer is not a live DOCA buffer of the right side (local or remote mmap)")
     }
 }
 
@@ -58,13 +96,15 @@ unsafe fn allocate(
         None => kind == Kind::Receive,
         Some(c) => w.conns.get(&c).is_some_and(|c| c.rdma == rdma),
     };
+    if !conn_ok || check_bufs(&w, kind, init.src, init.dst, init.result).is_err() {
+        return DOCA_ERROR_INVALID_VALUE;
+    }
     let Some(r) = w.rdmas.get_mut(&rdma) else {
         return DOCA_ERROR_INVALID_VALUE;
     };
-    if !conn_ok {
-        return DOCA_ERROR_INVALID_VALUE;
-    }
     if r.state != DOCA_CTX_STATE_RUNNING {
+        // Only a running context can allocate tasks (doca_ctx_states); the code is the
+        // provider's choice.
         return DOCA_ERROR_BAD_STATE;
     }
     let conf = &mut r.confs[kind.index()];
@@ -89,6 +129,7 @@ unsafe fn allocate(
             user_data: UserData(user_data),
             status: DOCA_SUCCESS,
             phase: Phase::Idle,
+            completed: false,
             deadline: None,
             res_len: 0,
             res_opcode: 0,
@@ -96,17 +137,21 @@ unsafe fn allocate(
             res_conn: 0,
         },
     );
-    // SAFETY: checked non-null; writable per the caller's contract.
+    // SAFETY: checked non-null; writable per the contract.
     unsafe { *out = h };
     DOCA_SUCCESS
 }
 
-/// Updates a field of an idle task (the `set_*` accessors).
-fn update(task: H, f: impl FnOnce(&mut Task)) {
-    if let Some(t) = world().tasks.get_mut(&task) {
-        if t.phase == Phase::Idle {
-            f(t);
-        }
+/// Updates a field of a task the application owns (the `set_*` accessors). A task DOCA owns
+/// (submitted, completion not delivered yet) is left unchanged and the call is recorded.
+fn update(function: &str, task: H, f: impl FnOnce(&mut Task)) {
+    match world().tasks.get_mut(&task) {
+        Some(t) if t.phase == Phase::Idle => f(t),
+        Some(_) => violation(format!(
+            "{function}(task {task:#x}): the task is submitted (DOCA owns it until its \
+             completion callback); left unchanged"
+        )),
+        None => violation(format!("{function}(task {task:#x}): not an allocated task")),
     }
 }
 
@@ -355,7 +400,9 @@ pub(crate) unsafe extern "C" fn doca_rdma_task_receive_set_dst_buf(
     task: *mut doca_rdma_task_receive,
     dst_buf: *mut doca_buf,
 ) {
-    update(task as H, |t| t.dst = dst_buf as H);
+    update("doca_rdma_task_receive_set_dst_buf", task as H, |t| {
+        t.dst = dst_buf as H
+    });
 }
 
 #[no_mangle]
@@ -363,7 +410,9 @@ pub(crate) unsafe extern "C" fn doca_rdma_task_send_set_src_buf(
     task: *mut doca_rdma_task_send,
     src_buf: *const doca_buf,
 ) {
-    update(task as H, |t| t.src = src_buf as H);
+    update("doca_rdma_task_send_set_src_buf", task as H, |t| {
+        t.src = src_buf as H
+    });
 }
 
 #[no_mangle]
@@ -371,7 +420,9 @@ pub(crate) unsafe extern "C" fn doca_rdma_task_send_imm_set_src_buf(
     task: *mut doca_rdma_task_send_imm,
     src_buf: *const doca_buf,
 ) {
-    update(task as H, |t| t.src = src_buf as H);
+    update("doca_rdma_task_send_imm_set_src_buf", task as H, |t| {
+        t.src = src_buf as H
+    });
 }
 
 #[no_mangle]
@@ -379,7 +430,11 @@ pub(crate) unsafe extern "C" fn doca_rdma_task_send_imm_set_immediate_data(
     task: *mut doca_rdma_task_send_imm,
     immediate_data: doca_be32_t,
 ) {
-    update(task as H, |t| t.imm = immediate_data);
+    update(
+        "doca_rdma_task_send_imm_set_immediate_data",
+        task as H,
+        |t| t.imm = immediate_data,
+    );
 }
 
 #[no_mangle]
@@ -387,7 +442,9 @@ pub(crate) unsafe extern "C" fn doca_rdma_task_read_set_src_buf(
     task: *mut doca_rdma_task_read,
     src_buf: *const doca_buf,
 ) {
-    update(task as H, |t| t.src = src_buf as H);
+    update("doca_rdma_task_read_set_src_buf", task as H, |t| {
+        t.src = src_buf as H
+    });
 }
 
 #[no_mangle]
@@ -395,7 +452,9 @@ pub(crate) unsafe extern "C" fn doca_rdma_task_read_set_dst_buf(
     task: *mut doca_rdma_task_read,
     dst_buf: *mut doca_buf,
 ) {
-    update(task as H, |t| t.dst = dst_buf as H);
+    update("doca_rdma_task_read_set_dst_buf", task as H, |t| {
+        t.dst = dst_buf as H
+    });
 }
 
 #[no_mangle]
@@ -403,7 +462,9 @@ pub(crate) unsafe extern "C" fn doca_rdma_task_write_set_src_buf(
     task: *mut doca_rdma_task_write,
     src_buf: *const doca_buf,
 ) {
-    update(task as H, |t| t.src = src_buf as H);
+    update("doca_rdma_task_write_set_src_buf", task as H, |t| {
+        t.src = src_buf as H
+    });
 }
 
 #[no_mangle]
@@ -411,7 +472,9 @@ pub(crate) unsafe extern "C" fn doca_rdma_task_write_set_dst_buf(
     task: *mut doca_rdma_task_write,
     dst_buf: *mut doca_buf,
 ) {
-    update(task as H, |t| t.dst = dst_buf as H);
+    update("doca_rdma_task_write_set_dst_buf", task as H, |t| {
+        t.dst = dst_buf as H
+    });
 }
 
 #[no_mangle]
@@ -419,7 +482,9 @@ pub(crate) unsafe extern "C" fn doca_rdma_task_write_imm_set_src_buf(
     task: *mut doca_rdma_task_write_imm,
     src_buf: *const doca_buf,
 ) {
-    update(task as H, |t| t.src = src_buf as H);
+    update("doca_rdma_task_write_imm_set_src_buf", task as H, |t| {
+        t.src = src_buf as H
+    });
 }
 
 #[no_mangle]
@@ -427,7 +492,9 @@ pub(crate) unsafe extern "C" fn doca_rdma_task_write_imm_set_dst_buf(
     task: *mut doca_rdma_task_write_imm,
     dst_buf: *mut doca_buf,
 ) {
-    update(task as H, |t| t.dst = dst_buf as H);
+    update("doca_rdma_task_write_imm_set_dst_buf", task as H, |t| {
+        t.dst = dst_buf as H
+    });
 }
 
 #[no_mangle]
@@ -435,50 +502,253 @@ pub(crate) unsafe extern "C" fn doca_rdma_task_write_imm_set_immediate_data(
     task: *mut doca_rdma_task_write_imm,
     immediate_data: doca_be32_t,
 ) {
-    update(task as H, |t| t.imm = immediate_data);
+    update(
+        "doca_rdma_task_write_imm_set_immediate_data",
+        task as H,
+        |t| t.imm = immediate_data,
+    );
+}
+
+macro_rules! set_connection {
+    ($($name:ident: $task:ident),* $(,)?) => {$(
+        #[no_mangle]
+        pub(crate) unsafe extern "C" fn $name(
+            task: *mut $task,
+            rdma_connection: *mut doca_rdma_connection,
+        ) {
+            update(stringify!($name), task as H, |t| t.conn = Some(rdma_connection as H));
+        }
+    )*};
+}
+
+set_connection!(
+    doca_rdma_task_send_set_rdma_connection: doca_rdma_task_send,
+    doca_rdma_task_send_imm_set_rdma_connection: doca_rdma_task_send_imm,
+    doca_rdma_task_read_set_rdma_connection: doca_rdma_task_read,
+    doca_rdma_task_write_set_rdma_connection: doca_rdma_task_write,
+    doca_rdma_task_write_imm_set_rdma_connection: doca_rdma_task_write_imm,
+    doca_rdma_task_atomic_cmp_swp_set_rdma_connection: doca_rdma_task_atomic_cmp_swp,
+    doca_rdma_task_atomic_fetch_add_set_rdma_connection: doca_rdma_task_atomic_fetch_add,
+);
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_atomic_cmp_swp_set_dst_buf(
+    task: *mut doca_rdma_task_atomic_cmp_swp,
+    dst_buf: *mut doca_buf,
+) {
+    update(
+        "doca_rdma_task_atomic_cmp_swp_set_dst_buf",
+        task as H,
+        |t| t.dst = dst_buf as H,
+    );
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_atomic_cmp_swp_set_result_buf(
+    task: *mut doca_rdma_task_atomic_cmp_swp,
+    result_buf: *mut doca_buf,
+) {
+    update(
+        "doca_rdma_task_atomic_cmp_swp_set_result_buf",
+        task as H,
+        |t| t.result = result_buf as H,
+    );
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_atomic_cmp_swp_set_cmp_data(
+    task: *mut doca_rdma_task_atomic_cmp_swp,
+    cmp_data: u64,
+) {
+    update(
+        "doca_rdma_task_atomic_cmp_swp_set_cmp_data",
+        task as H,
+        |t| t.cmp = cmp_data,
+    );
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_atomic_cmp_swp_set_swap_data(
+    task: *mut doca_rdma_task_atomic_cmp_swp,
+    swap_data: u64,
+) {
+    update(
+        "doca_rdma_task_atomic_cmp_swp_set_swap_data",
+        task as H,
+        |t| t.swap = swap_data,
+    );
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_atomic_fetch_add_set_dst_buf(
+    task: *mut doca_rdma_task_atomic_fetch_add,
+    dst_buf: *mut doca_buf,
+) {
+    update(
+        "doca_rdma_task_atomic_fetch_add_set_dst_buf",
+        task as H,
+        |t| t.dst = dst_buf as H,
+    );
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_atomic_fetch_add_set_result_buf(
+    task: *mut doca_rdma_task_atomic_fetch_add,
+    result_buf: *mut doca_buf,
+) {
+    update(
+        "doca_rdma_task_atomic_fetch_add_set_result_buf",
+        task as H,
+        |t| t.result = result_buf as H,
+    );
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_task_atomic_fetch_add_set_add_data(
+    task: *mut doca_rdma_task_atomic_fetch_add,
+    add_data: u64,
+) {
+    update(
+        "doca_rdma_task_atomic_fetch_add_set_add_data",
+        task as H,
+        |t| t.add = add_data,
+    );
 }
 
 // ---- receive results ----
 
-fn with_task<T>(task: H, default: T, f: impl FnOnce(&Task) -> T) -> T {
-    world().tasks.get(&task).map_or(default, f)
+/// What a result getter returns where DOCA leaves the result undefined.
+const POISON: u32 = 0xDEAD_BEEF;
+
+/// Reads a field of a task; an unknown task is a recorded violation answering `default`.
+fn with_task<T>(function: &str, task: H, default: T, f: impl FnOnce(&Task) -> T) -> T {
+    match world().tasks.get(&task) {
+        Some(t) => f(t),
+        None => {
+            violation(format!("{function}(task {task:#x}): not an allocated task"));
+            default
+        }
+    }
+}
+
+/// A receive result getter: `valid` says whether DOCA defines the result for this task now;
+/// otherwise the call is recorded and answers `poison`.
+fn receive_result<T>(
+    function: &str,
+    task: H,
+    poison: T,
+    valid: impl FnOnce(&Task) -> Result<(), &'static str>,
+    value: impl FnOnce(&Task) -> T,
+) -> T {
+    let w = world();
+    let Some(t) = w.tasks.get(&task).filter(|t| t.kind == Kind::Receive) else {
+        violation(format!(
+            "{function}(task {task:#x}): not an allocated receive task"
+        ));
+        return poison;
+    };
+    let valid = if t.phase != Phase::Idle || !t.completed {
+        Err("before the completion of the task")
+    } else {
+        valid(t)
+    };
+    match valid {
+        Ok(()) => value(t),
+        Err(why) => {
+            violation(format!(
+                "{function}(task {task:#x}): undefined {why}; answered a poison value"
+            ));
+            poison
+        }
+    }
+}
+
+fn succeeded(t: &Task) -> Result<(), &'static str> {
+    if t.status == DOCA_SUCCESS {
+        Ok(())
+    } else {
+        Err("after a failed completion")
+    }
 }
 
 #[no_mangle]
 pub(crate) unsafe extern "C" fn doca_rdma_task_receive_get_dst_buf(
     task: *const doca_rdma_task_receive,
 ) -> *mut doca_buf {
-    with_task(task as H, std::ptr::null_mut(), |t| t.dst as *mut doca_buf)
+    with_task(
+        "doca_rdma_task_receive_get_dst_buf",
+        task as H,
+        std::ptr::null_mut(),
+        |t| t.dst as *mut doca_buf,
+    )
 }
 
 #[no_mangle]
 pub(crate) unsafe extern "C" fn doca_rdma_task_receive_get_result_len(
     task: *const doca_rdma_task_receive,
 ) -> u32 {
-    with_task(task as H, 0, |t| t.res_len)
+    receive_result(
+        "doca_rdma_task_receive_get_result_len",
+        task as H,
+        POISON,
+        succeeded,
+        |t| t.res_len,
+    )
 }
 
 #[no_mangle]
 pub(crate) unsafe extern "C" fn doca_rdma_task_receive_get_result_opcode(
     task: *const doca_rdma_task_receive,
 ) -> doca_rdma_opcode {
-    with_task(task as H, DOCA_RDMA_OPCODE_RECV_SEND, |t| t.res_opcode)
+    // Defined after any completion (DOCA: "valid only after completion").
+    receive_result(
+        "doca_rdma_task_receive_get_result_opcode",
+        task as H,
+        POISON,
+        |_| Ok(()),
+        |t| t.res_opcode,
+    )
 }
 
 #[no_mangle]
 pub(crate) unsafe extern "C" fn doca_rdma_task_receive_get_result_immediate_data(
     task: *const doca_rdma_task_receive,
 ) -> doca_be32_t {
-    with_task(task as H, 0, |t| t.res_imm)
+    receive_result(
+        "doca_rdma_task_receive_get_result_immediate_data",
+        task as H,
+        POISON,
+        |t| {
+            succeeded(t)?;
+            match t.res_opcode {
+                DOCA_RDMA_OPCODE_RECV_SEND_WITH_IMM | DOCA_RDMA_OPCODE_RECV_WRITE_WITH_IMM => {
+                    Ok(())
+                }
+                _ => Err("for a message without immediate data (opcode RECV_SEND)"),
+            }
+        },
+        |t| t.res_imm,
+    )
 }
 
 #[no_mangle]
 pub(crate) unsafe extern "C" fn doca_rdma_task_receive_get_result_rdma_connection(
     task: *const doca_rdma_task_receive,
 ) -> *const doca_rdma_connection {
-    with_task(task as H, std::ptr::null(), |t| {
-        t.res_conn as *const doca_rdma_connection
-    })
+    let h = task as H;
+    receive_result(
+        "doca_rdma_task_receive_get_result_rdma_connection",
+        h,
+        POISON as usize as *const doca_rdma_connection,
+        |_| {
+            if SUCCESS_CB_TASK.with(Cell::get) == h {
+                Ok(())
+            } else {
+                Err("outside the successful completion callback of the task")
+            }
+        },
+        |t| t.res_conn as *const doca_rdma_connection,
+    )
 }
 
 // ---- generic task calls ----
@@ -488,10 +758,17 @@ pub(crate) unsafe extern "C" fn doca_task_free(task: *mut doca_task) {
     let h = task as H;
     let mut w = world();
     let Some(t) = w.tasks.get(&h) else {
+        violation(format!(
+            "doca_task_free(task {h:#x}): not an allocated task"
+        ));
         return;
     };
     if t.phase != Phase::Idle {
-        // Freeing a task DOCA still owns is a caller bug; keep it alive rather than dangle.
+        // A submitted task belongs to DOCA: keep it alive rather than dangle.
+        violation(format!(
+            "doca_task_free(task {h:#x}): the task is submitted (only a task that is not \
+             submitted may be freed); not freed"
+        ));
         return;
     }
     let t = w.tasks.remove(&h).expect("checked");
@@ -503,12 +780,20 @@ pub(crate) unsafe extern "C" fn doca_task_free(task: *mut doca_task) {
 
 #[no_mangle]
 pub(crate) unsafe extern "C" fn doca_task_get_status(task: *const doca_task) -> doca_error_t {
-    with_task(task as H, DOCA_ERROR_INVALID_VALUE, |t| t.status)
+    with_task(
+        "doca_task_get_status",
+        task as H,
+        DOCA_ERROR_INVALID_VALUE,
+        |t| t.status,
+    )
 }
 
 #[no_mangle]
 pub(crate) unsafe extern "C" fn doca_task_get_user_data(task: *const doca_task) -> doca_data {
-    with_task(task as H, UserData::NULL, |t| t.user_data).0
+    with_task("doca_task_get_user_data", task as H, UserData::NULL, |t| {
+        t.user_data
+    })
+    .0
 }
 
 #[no_mangle]
@@ -516,8 +801,12 @@ pub(crate) unsafe extern "C" fn doca_task_set_user_data(
     task: *mut doca_task,
     user_data: doca_data,
 ) {
-    if let Some(t) = world().tasks.get_mut(&(task as H)) {
-        t.user_data = UserData(user_data);
+    let h = task as H;
+    match world().tasks.get_mut(&h) {
+        Some(t) => t.user_data = UserData(user_data),
+        None => violation(format!(
+            "doca_task_set_user_data(task {h:#x}): not an allocated task"
+        )),
     }
 }
 
@@ -526,36 +815,55 @@ pub(crate) unsafe extern "C" fn doca_task_submit(task: *mut doca_task) -> doca_e
     world().submit(task as H)
 }
 
-/// Which local/remote role a buffer must have.
-fn buf_ok(w: &World, buf: H, remote: bool) -> bool {
-    w.bufs
-        .get(&buf)
-        .and_then(|b| w.mmaps.get(&b.mmap))
-        .is_some_and(|m| m.remote.is_some() == remote)
+/// Bytes of data a (non-NULL) buffer describes.
+fn data_len(w: &World, buf: H) -> usize {
+    w.live_buf(buf).map_or(0, |b| b.data_len)
 }
 
 impl World {
     fn submit(&mut self, task: H) -> doca_error_t {
+        // `doca_task_submit` does not validate the task: an invalid one is undefined on DOCA.
+        // The provider refuses it (INVALID_VALUE) and records the call.
+        let invalid = |why: &str| {
+            violation(format!("doca_task_submit(task {task:#x}): {why}"));
+            DOCA_ERROR_INVALID_VALUE
+        };
         let Some(t) = self.tasks.get(&task) else {
-            return DOCA_ERROR_INVALID_VALUE;
+            return invalid("not an allocated task");
         };
         if t.phase != Phase::Idle {
+            violation(format!(
+                "doca_task_submit(task {task:#x}): the task is already submitted"
+            ));
             return DOCA_ERROR_IN_USE;
         }
         let (kind, rdma, conn) = (t.kind, t.rdma, t.conn);
-        if self.rdmas.get(&rdma).map(|r| r.state) != Some(DOCA_CTX_STATE_RUNNING) {
+        let (src, dst, result) = (t.src, t.dst, t.result);
+        let Some(r) = self.rdmas.get(&rdma) else {
+            return invalid("its context is gone");
+        };
+        if r.state != DOCA_CTX_STATE_RUNNING {
             return DOCA_ERROR_BAD_STATE;
         }
-        let bufs_ok = match kind {
-            Kind::Receive => buf_ok(self, t.dst, false),
-            Kind::Send | Kind::SendImm => buf_ok(self, t.src, false),
-            Kind::Read => buf_ok(self, t.src, true) && buf_ok(self, t.dst, false),
-            Kind::Write | Kind::WriteImm => buf_ok(self, t.src, false) && buf_ok(self, t.dst, true),
-            Kind::CmpSwp | Kind::FetchAdd => {
-                buf_ok(self, t.dst, true) && buf_ok(self, t.result, false)
+        let connected_once = r.connected_once;
+        // A connection set with `*_set_rdma_connection` must be one of the task's context.
+        if conn.is_some_and(|c| self.conns.get(&c).is_none_or(|c| c.rdma != rdma)) {
+            return invalid("its connection is not a connection of the task's context");
+        }
+        if let Err(why) = check_bufs(self, kind, src, dst, result) {
+            return invalid(why);
+        }
+        // Stricter choice: "no data" is spelled with a NULL buffer (documented); a non-NULL
+        // buffer with an empty data section is refused.
+        let empty_source = match kind {
+            Kind::Send | Kind::SendImm | Kind::Write | Kind::WriteImm | Kind::Read => {
+                src != 0 && data_len(self, src) == 0
             }
+            _ => false,
         };
-        if !bufs_ok {
+        // Atomics act on the first 8 bytes of the destination's data.
+        let short_target = matches!(kind, Kind::CmpSwp | Kind::FetchAdd) && data_len(self, dst) < 8;
+        if empty_source || short_target {
             return DOCA_ERROR_INVALID_VALUE;
         }
         let conn_state = self.conn_state(conn);
@@ -567,9 +875,15 @@ impl World {
         {
             return DOCA_ERROR_NOT_CONNECTED;
         }
+        if conn.is_none() && !connected_once {
+            // A receive before any connection of the context is usable.
+            return DOCA_ERROR_NOT_CONNECTED;
+        }
         let t = self.tasks.get_mut(&task).expect("checked");
         t.phase = Phase::Submitted;
+        t.completed = false;
         t.status = DOCA_SUCCESS;
+        (t.res_len, t.res_opcode, t.res_imm, t.res_conn) = (0, 0, 0, 0);
         self.rdmas.get_mut(&rdma).expect("checked").inflight += 1;
 
         let Some(conn) = conn else {
@@ -593,6 +907,15 @@ impl World {
             .push(task);
         if conn_state != Some(ConnState::Established) {
             self.complete(task, ERR_FLUSH);
+            return DOCA_SUCCESS;
+        }
+        // Out of band, the peer may not have called `doca_rdma_connect` yet: its queue pair is
+        // not ready, the packets are dropped and retried until the retry budget runs out, and
+        // the task fails. The provider fails it at once.
+        let c = self.conns.get(&conn).expect("checked");
+        if c.oob && self.conn_state(c.peer) != Some(ConnState::Established) {
+            self.complete(task, ERR_TASK);
+            self.conn_error(conn);
             return DOCA_SUCCESS;
         }
         match kind {
@@ -675,11 +998,26 @@ impl World {
         }
     }
 
+    /// Whether `buf` is local memory the context `rdma` may use: from a local mmap that has the
+    /// context's device added and, when the operation writes it, local write access.
+    fn local_ok(&self, rdma: H, buf: &Buf, write: bool) -> bool {
+        let Some(dev) = self.rdmas.get(&rdma).map(|r| r.dev) else {
+            return false;
+        };
+        self.mmaps.get(&buf.mmap).is_some_and(|m| {
+            m.remote.is_none()
+                && m.started
+                && m.has_device(dev)
+                && (!write || m.permissions & DOCA_ACCESS_FLAG_LOCAL_READ_WRITE != 0)
+        })
+    }
+
     /// Performs one send-like task into one receive.
     fn deliver(&mut self, task: H, conn: H, recv: H, peer: H) -> Result<(), RecvFailure> {
         let t = self.tasks.get(&task).expect("pending task exists");
-        let (kind, imm, src) = (t.kind, t.imm, t.src);
-        let dst = self.tasks.get(&recv).expect("posted receive exists").dst;
+        let (kind, imm, src, rdma) = (t.kind, t.imm, t.src, t.rdma);
+        let r = self.tasks.get(&recv).expect("posted receive exists");
+        let (dst, peer_rdma) = (r.dst, r.rdma);
         let (len, opcode) = match kind {
             Kind::WriteImm => {
                 if self.one_sided(task, conn) != DOCA_SUCCESS {
@@ -688,17 +1026,30 @@ impl World {
                 (0, DOCA_RDMA_OPCODE_RECV_WRITE_WITH_IMM)
             }
             _ => {
-                let (Some(s), Some(d)) = (self.bufs.get(&src), self.bufs.get(&dst)) else {
-                    return Err(RecvFailure::Both);
+                let s = if src == 0 {
+                    None
+                } else {
+                    match self.live_buf(src) {
+                        Some(s) if self.local_ok(rdma, s, false) => Some(s),
+                        _ => return Err(RecvFailure::Both),
+                    }
                 };
-                if s.data_len > d.tail_room() || s.data_len > u32::MAX as usize {
-                    return Err(RecvFailure::Both);
+                let len = s.map_or(0, |s| s.data_len);
+                if len > 0 {
+                    let d = match self.live_buf(dst) {
+                        Some(d) if self.local_ok(peer_rdma, d, true) => d,
+                        _ => return Err(RecvFailure::Both),
+                    };
+                    if len > d.tail_room() || len > u32::MAX as usize {
+                        return Err(RecvFailure::Both);
+                    }
+                    let (from, to) = (s.expect("len > 0").data, d.data + d.data_len);
+                    // SAFETY: both ranges lie inside registered memory (buffer ranges are
+                    // checked against their mmaps); DOCA's contract keeps it valid while
+                    // registered.
+                    unsafe { std::ptr::copy(from as *const u8, to as *mut u8, len) };
+                    self.bufs.get_mut(&dst).expect("checked").data_len += len;
                 }
-                let (from, to, len) = (s.data, d.data + d.data_len, s.data_len);
-                // SAFETY: both ranges lie inside registered memory (buffer ranges are checked
-                // against their mmaps); DOCA's contract keeps it valid while registered.
-                unsafe { std::ptr::copy(from as *const u8, to as *mut u8, len) };
-                self.bufs.get_mut(&dst).expect("checked").data_len += len;
                 let op = if kind == Kind::SendImm {
                     DOCA_RDMA_OPCODE_RECV_SEND_WITH_IMM
                 } else {
@@ -720,20 +1071,28 @@ impl World {
         let Some(imported) = self.mmaps.get(&buf.mmap) else {
             return false;
         };
+        let Some(c) = self.conns.get(&conn) else {
+            return false;
+        };
+        // The imported mmap must be usable by the context's device.
+        let dev_ok = self
+            .rdmas
+            .get(&c.rdma)
+            .is_some_and(|r| imported.has_device(r.dev));
         let exporter = imported
             .remote
             .and_then(|id| self.mmap_ids.get(&id))
             .and_then(|h| self.mmaps.get(h));
-        let peer_perms = self
-            .conns
-            .get(&conn)
-            .and_then(|c| self.conns.get(&c.peer?))
+        let peer_perms = c
+            .peer
+            .and_then(|p| self.conns.get(&p))
             .filter(|p| p.state == ConnState::Established)
             .and_then(|p| self.rdmas.get(&p.rdma))
             .map(|r| r.permissions);
         match (exporter, peer_perms) {
             (Some(m), Some(perms)) => {
-                m.started
+                dev_ok
+                    && m.started
                     && m.permissions & need != 0
                     && perms & need != 0
                     && contains(m.addr, m.len, addr, len)
@@ -746,20 +1105,21 @@ impl World {
     /// Performs a read, write (also the write of a write-with-immediate) or atomic.
     fn one_sided(&mut self, task: H, conn: H) -> doca_error_t {
         let t = self.tasks.get(&task).expect("submitted task exists");
-        let (kind, src, dst, result) = (t.kind, t.src, t.dst, t.result);
+        let (kind, rdma, src, dst, result) = (t.kind, t.rdma, t.src, t.dst, t.result);
         let (cmp, swap, add) = (t.cmp, t.swap, t.add);
-        let bufs = (
-            self.bufs.get(&src),
-            self.bufs.get(&dst),
-            self.bufs.get(&result),
-        );
         match kind {
             Kind::Write | Kind::WriteImm => {
-                let (Some(s), Some(d), _) = bufs else {
+                if src == 0 {
+                    // No data: nothing to write, no remote access.
+                    return DOCA_SUCCESS;
+                }
+                let (Some(s), Some(d)) = (self.live_buf(src), self.live_buf(dst)) else {
                     return ERR_TASK;
                 };
                 let (from, to, len) = (s.data, d.data + d.data_len, s.data_len);
-                if !self.remote_ok(conn, d, to, len, DOCA_ACCESS_FLAG_RDMA_WRITE) {
+                if !self.local_ok(rdma, s, false)
+                    || !self.remote_ok(conn, d, to, len, DOCA_ACCESS_FLAG_RDMA_WRITE)
+                {
                     return ERR_TASK;
                 }
                 // SAFETY: the source is local registered memory and the target lies inside
@@ -768,11 +1128,15 @@ impl World {
                 self.bufs.get_mut(&dst).expect("checked").data_len += len;
             }
             Kind::Read => {
-                let (Some(s), Some(d), _) = bufs else {
+                if src == 0 {
+                    return DOCA_SUCCESS;
+                }
+                let (Some(s), Some(d)) = (self.live_buf(src), self.live_buf(dst)) else {
                     return ERR_TASK;
                 };
                 let (from, to, len) = (s.data, d.data + d.data_len, s.data_len);
                 if len > d.tail_room()
+                    || !self.local_ok(rdma, d, true)
                     || !self.remote_ok(conn, s, from, len, DOCA_ACCESS_FLAG_RDMA_READ)
                 {
                     return ERR_TASK;
@@ -783,12 +1147,13 @@ impl World {
                 self.bufs.get_mut(&dst).expect("checked").data_len += len;
             }
             Kind::CmpSwp | Kind::FetchAdd => {
-                let (_, Some(d), Some(res)) = bufs else {
+                let (Some(d), Some(res)) = (self.live_buf(dst), self.live_buf(result)) else {
                     return ERR_TASK;
                 };
                 let target = d.data;
                 if target % 8 != 0
                     || res.tail_room() < 8
+                    || !self.local_ok(rdma, res, true)
                     || !self.remote_ok(conn, d, target, 8, DOCA_ACCESS_FLAG_RDMA_ATOMIC)
                 {
                     return ERR_TASK;
@@ -817,6 +1182,6 @@ impl World {
 enum RecvFailure {
     /// Only the sender (write-with-immediate remote access error).
     Sender,
-    /// The receive and the send (length error).
+    /// The receive and the send (length or local access error).
     Both,
 }

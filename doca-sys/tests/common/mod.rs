@@ -29,6 +29,9 @@ pub enum Ev {
 #[derive(Default)]
 pub struct Rec {
     pub events: Mutex<Vec<Ev>>,
+    /// (receive task, connection) read in each successful receive callback, where
+    /// `doca_rdma_task_receive_get_result_rdma_connection` is defined.
+    pub recv_conns: Mutex<Vec<(usize, usize)>>,
     /// Accept requests from the request callback (else reject).
     pub accept: bool,
 }
@@ -111,8 +114,37 @@ macro_rules! task_cbs {
     )*};
 }
 
+/// Successful receive: also records the connection the message arrived on.
+pub unsafe extern "C" fn recv_ok(
+    task: *mut doca_rdma_task_receive,
+    _tud: doca_data,
+    ud: doca_data,
+) {
+    // SAFETY: `task` is the completed receive, inside its successful completion callback;
+    // see `rec` for the user data.
+    unsafe {
+        let r = rec(ud);
+        let conn = doca_rdma_task_receive_get_result_rdma_connection(task);
+        let t = doca_rdma_task_receive_as_task(task) as usize;
+        r.recv_conns.lock().unwrap().push((t, conn as usize));
+        r.push(Ev::Ok(t));
+    }
+}
+
+/// Failed receive.
+pub unsafe extern "C" fn recv_err(
+    task: *mut doca_rdma_task_receive,
+    _tud: doca_data,
+    ud: doca_data,
+) {
+    // SAFETY: `task` is the completed task; see `rec` for the user data.
+    unsafe {
+        let t = doca_rdma_task_receive_as_task(task);
+        rec(ud).push(Ev::Err(t as usize, doca_task_get_status(t)));
+    }
+}
+
 task_cbs! {
-    doca_rdma_task_receive, doca_rdma_task_receive_as_task, recv_ok, recv_err;
     doca_rdma_task_send, doca_rdma_task_send_as_task, send_ok, send_err;
     doca_rdma_task_send_imm, doca_rdma_task_send_imm_as_task, send_imm_ok, send_imm_err;
     doca_rdma_task_read, doca_rdma_task_read_as_task, read_ok, read_err;
@@ -294,7 +326,13 @@ impl Side {
 
     pub fn start(&self) {
         // SAFETY: live context with a progress engine.
-        unsafe { ok(doca_ctx_start(self.ctx)) };
+        let status = unsafe { doca_ctx_start(self.ctx) };
+        // DOCA documents both results; an RDMA context starts asynchronously (IN_PROGRESS).
+        assert!(
+            status == DOCA_SUCCESS || status == DOCA_ERROR_IN_PROGRESS,
+            "doca_ctx_start: {}",
+            name(status)
+        );
         let deadline = Instant::now() + Duration::from_secs(2);
         while self.state() != DOCA_CTX_STATE_RUNNING {
             assert!(Instant::now() < deadline, "context did not start");
@@ -554,4 +592,63 @@ pub fn cm_pair(
 /// Count of events equal to `ev`.
 pub fn count(events: &[Ev], ev: &Ev) -> usize {
     events.iter().filter(|e| *e == ev).count()
+}
+
+/// Out of band: `doca_rdma_export` on `side`; returns (status, connection, blob copy).
+pub fn export_conn(side: &Side) -> (doca_error_t, *mut doca_rdma_connection, Vec<u8>) {
+    let (mut p, mut n, mut c) = (std::ptr::null(), 0, std::ptr::null_mut());
+    // SAFETY: live context; out-pointers to locals; the blob is copied at once.
+    unsafe {
+        let status = doca_rdma_export(side.rdma, &mut p, &mut n, &mut c);
+        let blob = if status == DOCA_SUCCESS {
+            std::slice::from_raw_parts(p.cast::<u8>(), n).to_vec()
+        } else {
+            Vec::new()
+        };
+        (status, c, blob)
+    }
+}
+
+/// Out of band: `doca_rdma_connect` of `side`'s `conn` to the peer's `blob`.
+pub fn oob_connect(side: &Side, conn: *mut doca_rdma_connection, blob: &[u8]) -> doca_error_t {
+    // SAFETY: live context and connection; the blob is readable.
+    unsafe { doca_rdma_connect(side.rdma, blob.as_ptr().cast(), blob.len(), conn) }
+}
+
+/// Connects `a` and `b` out of band; returns (a's connection, b's connection).
+pub fn oob_pair(a: &Side, b: &Side) -> (*mut doca_rdma_connection, *mut doca_rdma_connection) {
+    let (st, aconn, ablob) = export_conn(a);
+    ok(st);
+    let (st, bconn, bblob) = export_conn(b);
+    ok(st);
+    ok(oob_connect(a, aconn, &bblob));
+    ok(oob_connect(b, bconn, &ablob));
+    (aconn, bconn)
+}
+
+/// Whether a contract violation naming `function` and the object `handle` was recorded.
+pub fn violated(function: &str, handle: usize) -> bool {
+    let handle = format!("{handle:#x}");
+    doca_sys::software::violations()
+        .iter()
+        .any(|v| v.starts_with(function) && v.contains(&handle))
+}
+
+/// The device list entry `i` (the list itself is leaked: its entries are static).
+pub fn devinfo(i: usize) -> *mut doca_devinfo {
+    let mut list: *mut *mut doca_devinfo = std::ptr::null_mut();
+    let mut n = 0u32;
+    // SAFETY: out-pointers to locals; `i` is checked against the count.
+    unsafe {
+        ok(doca_devinfo_create_list(&mut list, &mut n));
+        assert!(i < n as usize);
+        *list.add(i)
+    }
+}
+
+/// Waits (progressing `sides`) until `side` recorded `n` events; returns them.
+#[track_caller]
+pub fn wait_events(sides: &[&Side], side: &Side, n: usize) -> Vec<Ev> {
+    pump(sides, || side.rec.events.lock().unwrap().len() >= n);
+    side.take()
 }
