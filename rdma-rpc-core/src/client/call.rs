@@ -30,7 +30,7 @@ use crate::protocol::frames::{
 use crate::protocol::FRAME_OVERHEAD;
 use crate::service::EndpointDef;
 use crate::status::Status;
-use crate::transport::{Descriptor, Grant, SendData};
+use crate::transport::{Descriptor, Fencing, Grant, SendData};
 
 /// Removes an abandoned call's routing and tells the server, when the caller stops waiting
 /// (deadline, or the future was dropped) before the response.
@@ -238,7 +238,12 @@ impl Client {
             (None, _) if pushed_len == 0 => Bytes::new(),
             (None, Some(mut buf)) if pushed_len <= buf.capacity() as u64 => {
                 buf.set_len(pushed_len as usize);
-                buf.freeze()
+                match inner.channel.conn().fencing() {
+                    Fencing::Revocable => buf.freeze(),
+                    // The server can still write the window (it outlives `revoke`): the
+                    // caller gets a copy, never memory that may change under it.
+                    _ => Bytes::copy_from_slice(buf.as_slice()),
+                }
             }
             _ => {
                 return Err(Status::internal(format!(

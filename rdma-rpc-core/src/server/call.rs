@@ -3,7 +3,9 @@
 //!
 //! - send / write (inbound): small payloads arrive inside the request frame. A payload the
 //!   client wrote into one of this connection's write slots (`slots.rs`) is taken from there:
-//!   the slot's window is revoked first, so the handler sees bytes nobody can change. With
+//!   the slot's window is revoked first, so the handler sees bytes nobody can change; over a
+//!   transport that cannot revoke windows (`Fencing::Unfenced`, DOCA) the handler gets a copy
+//!   (slots are at most 64 KiB there). With
 //!   pull mode the server RDMA-reads the payload from the window the client offered in the
 //!   request. Otherwise the server takes a buffer of the endpoint's pool, grants the client a
 //!   write-only window of exactly the announced length, sends the descriptor, waits for the
@@ -33,7 +35,7 @@ use crate::protocol::frames::{DescriptorFrame, GrantFrame, Kind, ResponseFrame, 
 use crate::protocol::FRAME_OVERHEAD;
 use crate::service::{EndpointDef, RawRequest, ServerCall, Service};
 use crate::status::Status;
-use crate::transport::{BoxFuture, Descriptor, Grant, SendData};
+use crate::transport::{BoxFuture, Descriptor, Fencing, Grant, SendData};
 
 /// What the client says about a call after the request.
 #[derive(Debug)]
@@ -175,7 +177,12 @@ async fn inbound(call: &mut Call) -> Result<ResponseFrame, Status> {
             .await
             .ok_or_else(|| Status::unavailable("connection closed"))?;
         buf.set_len(len);
-        buf.freeze()
+        match call.channel.conn().fencing() {
+            Fencing::Revocable => buf.freeze(),
+            // The client can still write the slot (the window outlives `revoke`): the handler
+            // gets a copy, and the slot goes back to the connection at once.
+            _ => Bytes::copy_from_slice(buf.as_slice()),
+        }
     } else if let Some(source) = call.source.take() {
         let source = source.slice(0, len as u64).map_err(|_| {
             Status::invalid_argument(format!(

@@ -17,7 +17,7 @@ use crate::protocol::frames::{Hello, Kind, RequestFrame, StatusFrame};
 use crate::protocol::PROTOCOL_VERSION;
 use crate::service::RawRequest;
 use crate::status::Status;
-use crate::transport::Connection;
+use crate::transport::{Connection, Fencing};
 
 /// Tells a client over the connection limit why it is turned away.
 pub(super) async fn reject(shared: Arc<Shared>, conn: Arc<dyn Connection>, max: usize) {
@@ -111,9 +111,10 @@ async fn run(
     let inline_threshold = cfg.inline_threshold.min(hello.inline_threshold);
     // Memory of this connection only: registered now, before any request.
     let slots: SharedSlots = Arc::new(Slots::new(cfg.write_slots, cfg.slot_size)?);
+    // Pull by default where a granted pool buffer could not be fenced off again.
     let pull_writes = cfg
         .pull_writes
-        .unwrap_or(!channel.conn().revocable_windows());
+        .unwrap_or(channel.conn().fencing() == Fencing::Unfenced);
     let mut ack = Hello {
         version: PROTOCOL_VERSION,
         max_frame: cfg.max_frame as u32,

@@ -27,7 +27,7 @@ use tokio::task::JoinSet;
 use crate::error::{Error, Result};
 use crate::memory::{Access, BufferPool};
 use crate::service::{EndpointDef, OpKind, Service};
-use crate::transport::{transport_for, Listener, Transport};
+use crate::transport::{transport_for, Fencing, Listener, Transport};
 
 /// Limits and sizes of a server. Every limit is enforced before memory is allocated for the
 /// thing it limits; errors name the limit.
@@ -61,14 +61,18 @@ pub struct ServerConfig {
     /// trip. Registered when the connection is accepted: `write_slots * slot_size` bytes per
     /// connection (0 turns slots off). Default 4.
     pub write_slots: u32,
-    /// Size of each write slot. Default 64 KiB.
+    /// Size of each write slot. Default 64 KiB, which is also the most a transport that
+    /// cannot revoke windows (DOCA) accepts: there each slot payload is copied before the
+    /// handler sees it.
     pub slot_size: usize,
     /// Large send/write payloads that fit no slot: `Some(true)`, the server RDMA-reads them
     /// from a window the client offers in the request (one round trip; the client copies the
     /// payload into registered memory first); `Some(false)`, the server grants a window of a
     /// pool buffer and the client RDMA-writes into it (two round trips, no copy). Default
-    /// `None`: pull over transports that cannot revoke a window (DOCA), so a client never
-    /// holds a descriptor of memory that later serves another connection; grant otherwise.
+    /// `None`: pull over transports that cannot revoke a window
+    /// ([`Fencing::Unfenced`](crate::transport::Fencing), DOCA), so a client never holds a
+    /// descriptor of memory that later serves another connection; grant otherwise.
+    /// `Some(false)` over such a transport is refused by [`ServerBuilder::bind`].
     pub pull_writes: Option<bool>,
     /// Longest wait for a client to finish an RDMA transfer and ack it. Default 30 s.
     pub transfer_timeout: Duration,
@@ -143,6 +147,34 @@ macro_rules! setters {
     };
 }
 
+/// Largest write slot over a transport that cannot fence windows: its payload is copied
+/// before the handler sees it.
+pub(crate) const MAX_UNFENCED_SLOT: usize = 64 << 10;
+
+/// Refuses configurations whose safety needs windows the transport cannot fence.
+fn check_fencing(config: &ServerConfig, fencing: Fencing) -> Result<()> {
+    if fencing == Fencing::Revocable {
+        return Ok(());
+    }
+    if config.pull_writes == Some(false) {
+        return Err(Error::InvalidArgument(
+            "pull_writes = Some(false) grants clients windows of shared pool buffers, which this \
+             transport cannot revoke (DOCA): a client could keep writing into a buffer that \
+             later serves another connection. Use pull_writes = None or Some(true)"
+                .into(),
+        ));
+    }
+    if config.write_slots > 0 && config.slot_size > MAX_UNFENCED_SLOT {
+        return Err(Error::InvalidArgument(format!(
+            "slot_size of {} bytes: over a transport that cannot revoke windows (DOCA) each \
+             slot payload is copied before the handler sees it, so slots are limited to {} \
+             bytes",
+            config.slot_size, MAX_UNFENCED_SLOT
+        )));
+    }
+    Ok(())
+}
+
 impl ServerBuilder {
     /// Adds a service (a generated `<Name>Server` adapter, or a hand-written [`Service`]).
     pub fn add_service(mut self, service: impl Service) -> Self {
@@ -204,6 +236,7 @@ impl ServerBuilder {
             Some(t) => t,
             None => transport_for(addr)?,
         };
+        check_fencing(&config, transport.fencing())?;
         let listener = transport.listen(addr).await?;
         tracing::info!(addr = %listener.local_addr(), "rdma-rpc server listening");
         Ok(BoundServer {

@@ -3,13 +3,15 @@
 //! At the handshake the server arms `write_slots` buffers of `slot_size` bytes, each with a
 //! write-only window, and sends their descriptors in the `HelloAck`. A client with a payload
 //! that fits a free slot writes it there and then sends a request naming the slot: one round
-//! trip instead of two. The server takes the slot (revoking its window, so the handler sees
-//! bytes nobody can change any more) and owes the client a new slot of the same index; it arms
+//! trip instead of two. The server takes the slot (revoking its window; over a transport that
+//! cannot revoke, `Fencing::Unfenced`, the handler gets a copy instead, since the client could
+//! still write the slot) and owes the client a new slot of the same index; it arms
 //! one as soon as a buffer is free again and sends its descriptor in its next response.
 //!
 //! The buffers belong to this connection only: no other client ever gets a descriptor of
 //! them, which is what keeps a peer from reaching another connection's data on transports
-//! that cannot revoke a window (DOCA).
+//! that cannot revoke a window (DOCA). A slot's old descriptor stays valid there, so only this
+//! connection's own peer can write its slots, and only bytes the handler never sees.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

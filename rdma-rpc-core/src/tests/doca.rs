@@ -22,7 +22,7 @@ use super::e2e::{
 use super::fast_paths::*;
 use super::faults::*;
 use super::{bounded, Backend, Harness};
-use crate::transport::doca::{DocaConfig, DocaTransport};
+use crate::transport::doca::{DocaConfig, DocaTransport, ProgressMode};
 
 fn config() -> DocaConfig {
     DocaConfig {
@@ -31,20 +31,33 @@ fn config() -> DocaConfig {
     }
 }
 
-/// DOCA over RDMA CM on loopback (software provider).
-fn doca() -> Backend {
+/// DOCA on loopback (software provider): over RDMA CM or out of band (blobs over a TCP side
+/// channel), with the progress engine driven by events or by a polling thread.
+fn backend(oob: bool, progress: ProgressMode) -> Backend {
+    let config = DocaConfig {
+        progress,
+        ..config()
+    };
     Backend {
-        transport: Arc::new(DocaTransport::new(config()).expect("a DOCA device")),
-        bind: "doca://127.0.0.1:0".into(),
+        transport: Arc::new(DocaTransport::new(config).expect("a DOCA device")),
+        bind: if oob {
+            "doca+oob://127.0.0.1:0".into()
+        } else {
+            "doca://127.0.0.1:0".into()
+        },
     }
 }
 
-/// DOCA out of band (blobs over a TCP side channel).
-fn doca_oob() -> Backend {
-    Backend {
-        bind: "doca+oob://127.0.0.1:0".into(),
-        ..doca()
-    }
+/// Runs one test of the suite, then checks that the software provider saw no call DOCA
+/// documents as undefined or forbidden (every test of this process reports what any test
+/// caused, so a violation cannot go unnoticed).
+async fn checked(what: &str, test: impl std::future::Future<Output = ()>) {
+    bounded(what, test).await;
+    let violations = doca_sys::take_contract_violations();
+    assert!(
+        violations.is_empty(),
+        "DOCA contract violations: {violations:#?}"
+    );
 }
 
 #[test]
@@ -53,89 +66,112 @@ fn the_suite_runs_on_the_expected_provider() {
     println!("DOCA provider: {}", doca_sys::provider());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn doca_all_operations_all_sizes_byte_exact() {
-    let h = Harness::default_on(&doca()).await;
-    bounded("all operations", all_operations_all_sizes(&h)).await;
+/// DOCA cannot revoke a window: configurations whose safety needs it are refused at bind,
+/// with the reason; the software transport accepts them.
+#[tokio::test]
+async fn configurations_that_need_revocable_windows_are_refused() {
+    let refused = |config: crate::ServerConfig| async move {
+        crate::Server::builder()
+            .config(config)
+            .add_service(super::TestService::default())
+            .transport(backend(false, ProgressMode::Event).transport)
+            .bind("doca://127.0.0.1:0")
+            .await
+            .map(drop)
+            .unwrap_err()
+            .to_string()
+    };
+    let grant = refused(crate::ServerConfig {
+        pull_writes: Some(false),
+        ..Default::default()
+    })
+    .await;
+    assert!(grant.contains("pull_writes = Some(false)"), "{grant}");
+    let slots = refused(crate::ServerConfig {
+        slot_size: 128 << 10,
+        ..Default::default()
+    })
+    .await;
+    assert!(slots.contains("slot_size"), "{slots}");
+    crate::Server::builder()
+        .config(crate::ServerConfig {
+            pull_writes: Some(false),
+            slot_size: 128 << 10,
+            ..Default::default()
+        })
+        .add_service(super::TestService::default())
+        .transport(super::tcp())
+        .bind("tcp://127.0.0.1:0")
+        .await
+        .expect("the software transport can revoke windows");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn doca_oob_all_operations_all_sizes_byte_exact() {
-    let h = Harness::default_on(&doca_oob()).await;
-    bounded("all operations", all_operations_all_sizes(&h)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn doca_64_connections_mixed_operations() {
-    let h = Harness::default_on(&doca()).await;
-    bounded("64 connections", many_connections_mixed(&h)).await;
-}
-
+/// The end-to-end suite over one DOCA mode: every test that does not need windows granted
+/// from shared pools (see the module docs).
 macro_rules! doca_suite {
-    ($($name:ident),* $(,)?) => {$(
+    ($mode:ident, $oob:expr, $progress:expr) => {
+        mod $mode {
+            use super::*;
+
+            fn b() -> Backend {
+                backend($oob, $progress)
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn all_operations_all_sizes_byte_exact() {
+                let h = Harness::default_on(&b()).await;
+                checked("all operations", all_operations_all_sizes(&h)).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn connections_64_mixed_operations() {
+                let h = Harness::default_on(&b()).await;
+                checked("64 connections", many_connections_mixed(&h)).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn round_trips_per_path_with_pulled_writes() {
+                checked("round trips", round_trips_per_path_on(&b(), true)).await;
+            }
+
+            doca_suite!(@tests
+                many_calls_in_flight_on_one_connection_complete_out_of_order_on,
+                deadlines_end_calls_with_deadline_exceeded_on,
+                graceful_shutdown_drains_calls_in_flight_on,
+                calls_without_a_free_slot_take_the_other_path_on,
+                slots_off_and_growing_results_stay_exact_on,
+                abandoned_reads_keep_their_window_until_the_response_on,
+                concurrent_mixed_sizes_on,
+                well_behaved_clients_wait_instead_of_exceeding_the_in_flight_limit_on,
+                malformed_frames_close_that_connection_only_on,
+                frames_a_client_must_not_send_close_the_connection_on,
+                unknown_endpoints_wrong_operations_and_oversized_requests_get_statuses_on,
+                handler_panic_is_an_internal_error_and_the_server_goes_on_on,
+                client_dying_mid_write_never_reaches_the_handler_and_frees_the_buffer_on,
+                server_death_ends_pending_calls_promptly_on,
+                in_flight_limit_is_enforced_and_named_on,
+                connection_limit_is_enforced_and_named_on,
+                oversized_metadata_is_refused_with_the_limit_named_on,
+                protocol_version_mismatch_is_reported_on,
+                silent_clients_time_out_in_the_handshake_on,
+                misused_write_slots_get_statuses_on,
+                stale_descriptors_never_reach_another_connection_on,
+                slot_bytes_never_change_under_a_handler_on,
+            );
+        }
+    };
+    (@tests $($name:ident),* $(,)?) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
-            bounded(stringify!($name), super::$name(&doca())).await;
+            checked(stringify!($name), super::$name(&b())).await;
         }
     )*};
 }
 
-mod e2e {
-    use super::*;
-
-    doca_suite!(
-        many_calls_in_flight_on_one_connection_complete_out_of_order_on,
-        deadlines_end_calls_with_deadline_exceeded_on,
-        graceful_shutdown_drains_calls_in_flight_on,
-    );
-}
-
-mod fast_paths {
-    use super::*;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn round_trips_per_path_with_pulled_writes() {
-        bounded("round trips", round_trips_per_path_on(&doca(), true)).await;
-    }
-
-    doca_suite!(
-        calls_without_a_free_slot_take_the_other_path_on,
-        slots_off_and_growing_results_stay_exact_on,
-        abandoned_reads_keep_their_window_until_the_response_on,
-        concurrent_mixed_sizes_on,
-    );
-}
-
-mod faults {
-    use super::*;
-
-    // The DOCA path is fast enough to catch a call still counted in flight after its
-    // response; the server now leaves the in-flight set before answering (server/call.rs).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn well_behaved_clients_wait_instead_of_exceeding_the_in_flight_limit_on() {
-        bounded(
-            "in-flight limit",
-            super::well_behaved_clients_wait_instead_of_exceeding_the_in_flight_limit_on(&doca()),
-        )
-        .await;
-    }
-
-    doca_suite!(
-        malformed_frames_close_that_connection_only_on,
-        frames_a_client_must_not_send_close_the_connection_on,
-        unknown_endpoints_wrong_operations_and_oversized_requests_get_statuses_on,
-        handler_panic_is_an_internal_error_and_the_server_goes_on_on,
-        client_dying_mid_write_never_reaches_the_handler_and_frees_the_buffer_on,
-        server_death_ends_pending_calls_promptly_on,
-        in_flight_limit_is_enforced_and_named_on,
-        connection_limit_is_enforced_and_named_on,
-        oversized_metadata_is_refused_with_the_limit_named_on,
-        protocol_version_mismatch_is_reported_on,
-        silent_clients_time_out_in_the_handshake_on,
-        misused_write_slots_get_statuses_on,
-        stale_descriptors_never_reach_another_connection_on,
-    );
-}
+doca_suite!(cm_event, false, ProgressMode::Event);
+doca_suite!(cm_busy_poll, false, ProgressMode::BusyPoll);
+doca_suite!(oob_event, true, ProgressMode::Event);
+doca_suite!(oob_busy_poll, true, ProgressMode::BusyPoll);
 
 /// The hardware suite: set `RDMA_RPC_DOCA_DEVICE` (IB name or PCI address) and
 /// `RDMA_RPC_DOCA_PEER` (the `doca://<ip>:<port>` address of that device's interface, where
@@ -157,6 +193,15 @@ mod hardware {
         })
     }
 
+    /// The same device and port, out of band (the side channel on the port's IP).
+    fn out_of_band(b: Backend) -> Backend {
+        let rest = b.bind.split_once("://").map_or(b.bind.as_str(), |(_, r)| r);
+        Backend {
+            bind: format!("doca+oob://{rest}"),
+            ..b
+        }
+    }
+
     macro_rules! hardware {
         ($($test:ident => $run:expr),* $(,)?) => {$(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -176,6 +221,22 @@ mod hardware {
         hw_all_operations_all_sizes => |b: Backend| async move {
             let h = Harness::default_on(&b).await;
             all_operations_all_sizes(&h).await;
+        },
+        hw_oob_all_operations_all_sizes => |b: Backend| async move {
+            let h = Harness::default_on(&out_of_band(b)).await;
+            all_operations_all_sizes(&h).await;
+        },
+        hw_transport_conformance => |b: Backend| async move {
+            use crate::transport::conformance as c;
+            let (x, y) = c::pair_on(b.transport.as_ref(), &b.bind).await;
+            c::send_with_immediate(&x, &y).await;
+            c::write_and_read_exact(&x, &y, |_| {}).await;
+            c::write_with_immediate(&x, &y).await;
+            c::atomics(&x, &y).await;
+            c::writes_land_before_later_sends(&x, &y).await;
+        },
+        hw_slot_bytes => |b: Backend| async move {
+            slot_bytes_never_change_under_a_handler_on(&b).await;
         },
         hw_64_connections_mixed => |b: Backend| async move {
             let h = Harness::default_on(&b).await;

@@ -32,6 +32,8 @@ pub(crate) fn req(len: usize, seed: u32) -> TestRequest {
         len: len as u64,
         seed,
         delay_ms: 0,
+        gated: false,
+        keep: false,
     }
 }
 
@@ -137,12 +139,17 @@ async fn tcp_64_connections_mixed_operations() {
 pub(crate) async fn many_calls_in_flight_on_one_connection_complete_out_of_order_on(b: &Backend) {
     let h = Harness::default_on(b).await;
     let client = h.client().await;
-    // A slow call first, then fast ones: the fast ones finish while the slow one waits.
+    // A held call first, then fast ones: the fast ones finish while the held one waits for
+    // the gate, which opens only after them.
+    let held = h
+        .service
+        .inbound_runs
+        .load(std::sync::atomic::Ordering::SeqCst);
     let slow = {
         let client = client.clone();
         tokio::spawn(async move {
             let mut r = req(10, 1);
-            r.delay_ms = 300;
+            r.gated = true;
             call_inbound::<_, TestResponse>(
                 &client,
                 &ENDPOINTS[MSG_SEND],
@@ -152,11 +159,17 @@ pub(crate) async fn many_calls_in_flight_on_one_connection_complete_out_of_order
             .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(20)).await;
     for i in 0..20 {
         assert!(inbound(&client, MSG_SEND, 100, i).await.unwrap().exact);
     }
-    assert!(!slow.is_finished(), "the slow call is still in flight");
+    assert!(!slow.is_finished(), "the held call is still in flight");
+    assert!(
+        h.service
+            .inbound_runs
+            .load(std::sync::atomic::Ordering::SeqCst)
+            >= held + 20
+    );
+    h.service.open_gate();
     assert!(slow.await.unwrap().unwrap().exact);
 }
 
@@ -192,7 +205,7 @@ pub(crate) async fn graceful_shutdown_drains_calls_in_flight_on(b: &Backend) {
     let mut h = Harness::default_on(b).await;
     let client = h.client().await;
     let mut r = req(50_000, 3);
-    r.delay_ms = 300;
+    r.gated = true;
     let call = {
         let client = client.clone();
         tokio::spawn(async move {
@@ -205,8 +218,10 @@ pub(crate) async fn graceful_shutdown_drains_calls_in_flight_on(b: &Backend) {
             .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The call is in its handler when the shutdown starts, and finishes after it.
+    h.service.entered(1).await;
     h.shutdown();
+    h.service.open_gate();
     let resp = bounded("drained call", call).await.unwrap().unwrap();
     assert!(resp.exact, "the call in flight completed");
     bounded("server exit", &mut h.task).await.unwrap().unwrap();

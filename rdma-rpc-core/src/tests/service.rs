@@ -23,6 +23,12 @@ pub(crate) struct TestRequest {
     /// Handler delay in milliseconds.
     #[prost(uint64, tag = "3")]
     pub(crate) delay_ms: u64,
+    /// The handler waits until the test opens the service's gate ([`TestService::open_gate`]).
+    #[prost(bool, tag = "4")]
+    pub(crate) gated: bool,
+    /// The handler keeps the payload it got ([`TestService::kept`]).
+    #[prost(bool, tag = "5")]
+    pub(crate) keep: bool,
 }
 
 /// Response metadata.
@@ -97,23 +103,59 @@ pub(crate) fn pattern(len: usize, seed: u32) -> Vec<u8> {
 }
 
 /// Counts handler runs, to prove which ran and which did not.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct TestService {
     pub(crate) inbound_runs: Arc<AtomicUsize>,
     pub(crate) outbound_runs: Arc<AtomicUsize>,
+    gate: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Handler runs started (inbound and outbound).
+    entered: Arc<tokio::sync::watch::Sender<usize>>,
+    /// Payloads handlers kept, as they hold them.
+    pub(crate) kept: Arc<std::sync::Mutex<Vec<Bytes>>>,
+}
+
+impl Default for TestService {
+    fn default() -> Self {
+        TestService {
+            inbound_runs: Arc::default(),
+            outbound_runs: Arc::default(),
+            gate: Arc::new(tokio::sync::watch::channel(false).0),
+            entered: Arc::new(tokio::sync::watch::channel(0).0),
+            kept: Arc::default(),
+        }
+    }
 }
 
 impl TestService {
-    async fn inbound(&self, req: TestRequest, data: Bytes) -> Result<TestResponse, Status> {
-        self.inbound_runs.fetch_add(1, Ordering::SeqCst);
+    /// Lets every gated handler (now and later) go on.
+    pub(crate) fn open_gate(&self) {
+        self.gate.send_replace(true);
+    }
+
+    /// Waits until `n` handler runs have started.
+    pub(crate) async fn entered(&self, n: usize) {
+        let _ = self.entered.subscribe().wait_for(|runs| *runs >= n).await;
+    }
+
+    async fn wait(&self, req: &TestRequest) {
+        self.entered.send_modify(|runs| *runs += 1);
+        if req.gated {
+            let _ = self.gate.subscribe().wait_for(|open| *open).await;
+        }
         if req.delay_ms > 0 {
             tokio::time::sleep(Duration::from_millis(req.delay_ms)).await;
         }
+    }
+
+    async fn inbound(&self, req: TestRequest, data: Bytes) -> Result<TestResponse, Status> {
+        self.inbound_runs.fetch_add(1, Ordering::SeqCst);
+        self.wait(&req).await;
         let exact = data.len() as u64 == req.len && data[..] == pattern(data.len(), req.seed)[..];
-        Ok(TestResponse {
-            len: data.len() as u64,
-            exact,
-        })
+        let len = data.len() as u64;
+        if req.keep {
+            self.kept.lock().unwrap().push(data);
+        }
+        Ok(TestResponse { len, exact })
     }
 
     async fn outbound(
@@ -122,9 +164,7 @@ impl TestService {
         buf: &mut crate::RegisteredBuf,
     ) -> Result<TestResponse, Status> {
         self.outbound_runs.fetch_add(1, Ordering::SeqCst);
-        if req.delay_ms > 0 {
-            tokio::time::sleep(Duration::from_millis(req.delay_ms)).await;
-        }
+        self.wait(&req).await;
         if req.len > buf.capacity() as u64 {
             return Err(Status::out_of_range(format!(
                 "asked for {} bytes, the buffer holds {}",

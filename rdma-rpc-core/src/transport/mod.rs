@@ -31,7 +31,7 @@ use crate::memory::{Access, RegisteredBuf};
 
 mod common;
 #[cfg(test)]
-mod conformance;
+pub(crate) mod conformance;
 #[cfg(feature = "doca")]
 pub mod doca;
 pub mod tcp;
@@ -194,6 +194,22 @@ impl Grant {
     }
 }
 
+/// What a transport can promise about a window once it was revoked: a capability the
+/// protocol checks instead of assuming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fencing {
+    /// [`Grant::revoke`] cuts the peer off: its later accesses fail and touch nothing, so
+    /// bytes of a revoked window can be handed out without a copy (the software transport
+    /// forgets the key).
+    Revocable,
+    /// A granted window stays reachable while its memory is registered: the peer that has the
+    /// descriptor can still read or write it after `revoke` (DOCA cannot revoke an exported
+    /// mmap per request). Bytes a peer could still write are copied before anything hands
+    /// them out, and configurations that need revocation are refused.
+    Unfenced,
+}
+
 /// One reliable connection with RDMA semantics. See the [module docs](self).
 ///
 /// Operations posted on one connection take effect at the peer in the order they were posted,
@@ -259,13 +275,9 @@ pub trait Connection: Send + Sync + fmt::Debug + 'static {
     fn grant(&self, buf: RegisteredBuf, offset: usize, len: usize, access: Access)
         -> Result<Grant>;
 
-    /// Whether [`Grant::revoke`] really cuts the peer off. The software transport forgets the
-    /// key; DOCA cannot revoke an exported mmap per request, so a peer that kept a descriptor
-    /// can still reach the region. The protocol exposes only per-connection memory over
-    /// transports that cannot revoke.
-    fn revocable_windows(&self) -> bool {
-        true
-    }
+    /// Whether [`Grant::revoke`] cuts the peer off (see [`Fencing`]). Every transport says
+    /// so explicitly: the protocol's memory safety depends on it.
+    fn fencing(&self) -> Fencing;
 
     /// Closes the connection: outstanding operations complete with errors, the peer sees the
     /// connection end.
@@ -291,6 +303,9 @@ pub trait Transport: Send + Sync + fmt::Debug {
 
     /// Connects to `addr`.
     fn connect(&self, addr: &str) -> BoxFuture<'_, Result<Arc<dyn Connection>>>;
+
+    /// What its connections promise about revoked windows ([`Connection::fencing`]).
+    fn fencing(&self) -> Fencing;
 }
 
 /// The transport an address names: `tcp://` (or no scheme) is the software transport.

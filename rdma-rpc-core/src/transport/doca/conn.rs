@@ -15,7 +15,7 @@ use super::reg::mmap_for;
 use crate::error::{Error, Result};
 use crate::memory::{Access, RegisteredBuf};
 use crate::transport::{
-    check_grant_range, BoxFuture, Connection, Descriptor, Grant, Listener, RecvCompletion,
+    check_grant_range, BoxFuture, Connection, Descriptor, Fencing, Grant, Listener, RecvCompletion,
     SendData, WindowHandle,
 };
 
@@ -222,8 +222,9 @@ impl Connection for DocaConnection {
         Ok(Grant::new(descriptor, Box::new(handle)))
     }
 
-    fn revocable_windows(&self) -> bool {
-        false
+    fn fencing(&self) -> Fencing {
+        // An export stays valid while its mmap lives; DOCA has no per-request revocation.
+        Fencing::Unfenced
     }
 
     fn close(&self) {
@@ -327,6 +328,9 @@ impl Listener for CmListener {
 
 /// Magic of the out-of-band exchange: name and version of this side channel.
 const OOB_MAGIC: [u8; 8] = *b"RDRPCdx1";
+/// Sent by each side once its connection is connected and its receives are posted.
+const OOB_READY: u8 = 0x52;
+
 /// Largest connection blob accepted from a peer.
 const MAX_BLOB: usize = 64 * 1024;
 
@@ -387,10 +391,41 @@ pub(super) async fn oob_connect(
         .ask(|reply| Cmd::ConnectOob {
             id,
             blob: theirs,
-            peer,
+            peer: peer.clone(),
             reply,
         })
         .await?;
+    // Both sides must have called `doca_rdma_connect` (and posted their receives) before
+    // either sends: on hardware a send to a queue pair that is not ready yet is dropped and
+    // retried until the connection fails. Each side says so over the side channel and waits
+    // for the other.
+    let confirm = async {
+        stream.write_all(&[OOB_READY]).await?;
+        let mut byte = [0u8; 1];
+        stream.read_exact(&mut byte).await?;
+        if byte[0] != OOB_READY {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "the peer did not confirm its side of the connection",
+            ));
+        }
+        Ok(())
+    };
+    let confirmed = match tokio::time::timeout(limit, confirm).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(Error::io(
+            format!("out-of-band confirmation with {peer}"),
+            e,
+        )),
+        Err(_) => Err(Error::Protocol {
+            peer: peer.clone(),
+            reason: format!("the peer did not confirm its connection within {limit:?}"),
+        }),
+    };
+    if let Err(e) = confirmed {
+        shared.fail_and_close(e.duplicate());
+        return Err(e);
+    }
     // The side channel stays open as the liveness signal DOCA's out-of-band mode lacks: when
     // either side ends the connection it closes the socket and the other fails too.
     let weak = Arc::downgrade(&shared);

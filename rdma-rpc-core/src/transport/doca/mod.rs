@@ -18,19 +18,36 @@
 //! - `reg`: registration of memory: one mmap per [`RegisteredBuf`](crate::RegisteredBuf)
 //!   region and set of rights, made on first use, cached in the region's registration slot
 //!   and exported once (the export is the descriptor's `blob`).
-//! - `engine`: the progress owner of one context. Only it touches the context's DOCA
-//!   objects; everything else sends it commands through a channel and gets completions
-//!   through oneshots. In [`ProgressMode::Event`] (default) it is a tokio task waiting on the
-//!   progress engine's notification fd with `AsyncFd` (arm, wait, clear, progress until
-//!   nothing happens); in [`ProgressMode::BusyPoll`] a dedicated thread polls.
-//!   Tasks are allocated once per type and connection and reused after completion (atomics,
-//!   whose operands have no setters, are allocated per operation).
+//! - `engine`: the progress owner of one context, one file per concern (callbacks, setup and
+//!   teardown, tasks, data path, connection lifecycle, receive matching). Only the owner
+//!   touches the context's DOCA objects; everything else sends it commands through a channel
+//!   and gets completions through oneshots. In [`ProgressMode::Event`] (default) it is a tokio
+//!   task waiting on the progress engine's notification fd with `AsyncFd` (arm, wait, clear,
+//!   progress until nothing happens), which DOCA signals for task completions; while RDMA CM
+//!   events may be pending (listening, CM connections) it also progresses every 2 ms, since
+//!   nothing documents that CM events signal the fd. In [`ProgressMode::BusyPoll`] a
+//!   dedicated thread polls. Context setup and teardown, which wait for DOCA state changes,
+//!   never block a runtime worker. Tasks are allocated once per type and connection and
+//!   reused after completion (DOCA 3.x has setters for every task type, atomics included).
 //! - `conn`: [`DocaConnection`] and the listeners.
+//!
+//! # Sizes and pinned memory
+//! Each context sets its send queue to [`DocaConfig::send_queue_size`] bounded by the
+//! device's `doca_rdma_cap_get_max_send_queue_size`, keeps [`DocaConfig::recv_queue_size`]
+//! staging receives (bounded by `..._get_max_recv_queue_size`; the receive queue size itself
+//! is not set, DOCA supports that only on GPU/DPA data paths), and configures at most 16 Ki
+//! tasks per kind. An operation that finds no room (send queue full, or the context out of
+//! tasks or buffers) waits in its connection's backlog, in order, instead of failing.
+//! Every mmap pins its memory: a server registers its buffer pools, each context
+//! `recv_queue_size * max_recv_size` bytes of staging receives (16 MiB by default), and each
+//! connection its write slots, so raise `ulimit -l` (`RLIMIT_MEMLOCK`, e.g. `unlimited` or
+//! `LimitMEMLOCK=infinity` in a systemd unit) on RDMA hosts.
 //!
 //! # How the trait semantics are provided
 //! - **Receives.** DOCA's receives belong to the context and match a send from *any* of its
 //!   connections. So each context keeps [`DocaConfig::recv_queue_size`] staging receives of
-//!   [`DocaConfig::max_recv_size`] bytes posted, and copies each message into the next
+//!   [`DocaConfig::max_recv_size`] bytes posted (from its first established connection on,
+//!   as NVIDIA's samples post them), and copies each message into the next
 //!   buffer its connection posted with `post_recv` (a copy per message, like an inline
 //!   send). A message for a connection with no posted buffer waits
 //!   [`DocaConfig::rnr_timeout`], then that connection fails with `ReceiverNotReady`
@@ -41,7 +58,11 @@
 //! - **Sends and writes** of [`SendData::Bytes`](crate::transport::SendData) are copied into
 //!   a registered staging buffer of the transport's pool; registered buffers go as they are.
 //! - **One-sided operations** import the peer's mmap from the descriptor's blob once per
-//!   connection and blob (`doca_mmap_create_from_export`), never per request.
+//!   connection and blob (`doca_mmap_create_from_export`), never per request. Empty
+//!   operations pass no buffers, as DOCA spells "no data".
+//! - **Out of band**, after both sides called `doca_rdma_connect`, each confirms over the side
+//!   channel before the first operation: on hardware, a send to a queue pair that is not ready
+//!   yet is dropped and the connection fails after its retries.
 //! - **Errors.** A failed task fails its connection only: the transport disconnects it
 //!   (its outstanding tasks complete with errors, the peer gets its disconnection callback or,
 //!   out of band, sees the side channel close) while other connections of the context keep
@@ -49,6 +70,11 @@
 //!   completes exactly once, also on disconnect and context shutdown.
 //!
 //! # What DOCA can and cannot enforce (compared to the software transport)
+//! DOCA connections report [`Fencing::Unfenced`]: a window stays reachable after
+//! `Grant::revoke`. The protocol copies what a peer could still write (write-slot payloads on
+//! the server, pushed results on the client) and refuses configurations that need revocation
+//! (see `docs/doca.md`).
+//!
 //! A [`Grant`](crate::transport::Grant) is served by the region's mmap for exactly the
 //! granted rights (one cached mmap per region and rights set), so:
 //! - enforced by the device: the **rights** of the grant (a write into a read-only grant
@@ -80,7 +106,7 @@ use std::time::Duration;
 pub use conn::DocaConnection;
 pub use sys::{Capabilities, DeviceInfo};
 
-use super::{BoxFuture, Connection, Listener, Transport};
+use super::{BoxFuture, Connection, Fencing, Listener, Transport};
 use crate::error::{Error, Result};
 use crate::memory::StagingPools;
 
@@ -110,10 +136,11 @@ pub struct DocaConfig {
     /// Most connections of one listening context (`doca_rdma_set_max_num_connections`).
     /// Default 256.
     pub max_connections: u16,
-    /// Send queue depth per connection: most operations outstanding on one connection.
-    /// Default 512.
+    /// Send queue depth per connection: most operations outstanding on one connection
+    /// (more wait in order). Bounded by the device's maximum. Default 512.
     pub send_queue_size: u32,
-    /// Staging receives posted per context. Default 512.
+    /// Staging receives posted per context, bounded by the device's maximum receive queue.
+    /// Pinned: `recv_queue_size * max_recv_size` bytes per context. Default 512.
     pub recv_queue_size: u32,
     /// Size of each staging receive: the largest message a peer may send. Default 32 KiB.
     pub max_recv_size: usize,
@@ -263,14 +290,14 @@ impl DocaTransport {
         self.dev.info()
     }
 
-    fn engine(&self, max_connections: u16) -> Result<Arc<engine::EngineShared>> {
-        engine::start(&self.dev, &self.config, &self.staging, max_connections)
+    async fn engine(&self, max_connections: u16) -> Result<Arc<engine::EngineShared>> {
+        engine::start(&self.dev, &self.config, &self.staging, max_connections).await
     }
 
     /// Connects to `addr` and returns the concrete connection type.
     pub async fn connect_doca(&self, addr: &str) -> Result<DocaConnection> {
         let p = parse(addr)?;
-        let engine = self.engine(1)?;
+        let engine = self.engine(1).await?;
         let limit = self.config.handshake_timeout;
         let peer = format!("{}://{}", scheme(p.oob), p.addr);
         if p.oob {
@@ -299,7 +326,7 @@ impl DocaTransport {
     }
 
     async fn listen_cm(&self, ip: IpAddr, port: u16) -> Result<conn::CmListener> {
-        let engine = self.engine(self.config.max_connections)?;
+        let engine = self.engine(self.config.max_connections).await?;
         let mut attempts = 0;
         loop {
             // Port 0: take a free port number from the OS (RDMA CM has no "any port").
@@ -347,7 +374,7 @@ impl Transport for DocaTransport {
                 let local = listener
                     .local_addr()
                     .map_err(|e| Error::io("reading the listener's address", e))?;
-                let engine = self.engine(self.config.max_connections)?;
+                let engine = self.engine(self.config.max_connections).await?;
                 return Ok(Box::new(conn::oob_listener(
                     listener,
                     format!("doca+oob://{local}"),
@@ -365,6 +392,10 @@ impl Transport for DocaTransport {
         Box::pin(
             async move { Ok(Arc::new(self.connect_doca(&addr).await?) as Arc<dyn Connection>) },
         )
+    }
+
+    fn fencing(&self) -> Fencing {
+        Fencing::Unfenced
     }
 }
 

@@ -58,6 +58,10 @@ pub struct DeviceInfo {
     pub capabilities: Capabilities,
     /// Largest message (send, write, read) the device moves in one task.
     pub max_message_size: u32,
+    /// Deepest send queue of one connection (`doca_rdma_cap_get_max_send_queue_size`).
+    pub max_send_queue_size: u32,
+    /// Deepest receive queue (`doca_rdma_cap_get_max_recv_queue_size`).
+    pub max_recv_queue_size: u32,
 }
 
 /// RDMA task types a device supports.
@@ -143,11 +147,24 @@ fn describe(info: *const sys::doca_devinfo) -> Result<DeviceInfo> {
         atomics: supported(sys::doca_rdma_cap_task_atomic_cmp_swp_is_supported)
             && supported(sys::doca_rdma_cap_task_atomic_fetch_add_is_supported),
     };
-    let mut max_message_size = 0u32;
-    // SAFETY: `info` is a live devinfo; the out-pointer is a valid local.
-    check("doca_rdma_cap_get_max_message_size", unsafe {
-        sys::doca_rdma_cap_get_max_message_size(info, &mut max_message_size)
-    })?;
+    let query =
+        |call, f: unsafe extern "C" fn(*const sys::doca_devinfo, *mut u32) -> sys::doca_error_t| {
+            let mut value = 0u32;
+            // SAFETY: `info` is a live devinfo; the out-pointer is a valid local.
+            check(call, unsafe { f(info, &mut value) }).map(|()| value)
+        };
+    let max_message_size = query(
+        "doca_rdma_cap_get_max_message_size",
+        sys::doca_rdma_cap_get_max_message_size,
+    )?;
+    let max_send_queue_size = query(
+        "doca_rdma_cap_get_max_send_queue_size",
+        sys::doca_rdma_cap_get_max_send_queue_size,
+    )?;
+    let max_recv_queue_size = query(
+        "doca_rdma_cap_get_max_recv_queue_size",
+        sys::doca_rdma_cap_get_max_recv_queue_size,
+    )?;
     let text = |b: &[std::ffi::c_char]| {
         // SAFETY: DOCA NUL-terminates both strings within the buffers.
         unsafe { CStr::from_ptr(b.as_ptr()) }
@@ -159,13 +176,30 @@ fn describe(info: *const sys::doca_devinfo) -> Result<DeviceInfo> {
         pci_addr: text(&pci),
         capabilities,
         max_message_size,
+        max_send_queue_size,
+        max_recv_queue_size,
     })
 }
 
-/// Every DOCA device with its capabilities.
+/// The devices of the list whose capabilities could be read, with their list index. A device
+/// whose query fails (DOCA documents `DOCA_ERROR_DRIVER` for that) is skipped, not fatal: a
+/// host may have functions this transport cannot use next to ones it can.
+fn usable(list: &DevInfoList) -> Vec<(usize, DeviceInfo)> {
+    (0..list.len)
+        .filter_map(|i| match describe(list.get(i)) {
+            Ok(info) => Some((i, info)),
+            Err(e) => {
+                tracing::debug!(index = i, error = %e, "skipping a DOCA device");
+                None
+            }
+        })
+        .collect()
+}
+
+/// Every DOCA device whose capabilities could be read.
 pub(super) fn list_devices() -> Result<Vec<DeviceInfo>> {
     let list = DevInfoList::new()?;
-    (0..list.len).map(|i| describe(list.get(i))).collect()
+    Ok(usable(&list).into_iter().map(|(_, info)| info).collect())
 }
 
 /// An open device (`doca_dev`).
@@ -187,8 +221,7 @@ impl Device {
     pub(super) fn open(selector: Option<&str>) -> Result<Arc<Device>> {
         let list = DevInfoList::new()?;
         let mut seen = Vec::new();
-        for i in 0..list.len {
-            let info = describe(list.get(i))?;
+        for (i, info) in usable(&list) {
             let wanted = match selector {
                 Some(s) => info.name == s || info.pci_addr.eq_ignore_ascii_case(s),
                 None => info.capabilities.all(),
@@ -270,6 +303,15 @@ impl Mmap {
         len: usize,
         access: u32,
     ) -> Result<Mmap> {
+        // Remote write or atomic access without local write is an invalid combination
+        // (`doca_mmap_set_permissions`, as `ibv_reg_mr`): grant local write with them.
+        let access =
+            if access & (sys::DOCA_ACCESS_FLAG_RDMA_WRITE | sys::DOCA_ACCESS_FLAG_RDMA_ATOMIC) != 0
+            {
+                access | sys::DOCA_ACCESS_FLAG_LOCAL_READ_WRITE
+            } else {
+                access
+            };
         let mut raw = ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer.
         check("doca_mmap_create", unsafe {

@@ -21,8 +21,8 @@ use crate::error::{AccessViolation, Error, Result};
 use crate::memory::{Access, RegisteredBuf};
 use crate::transport::common::RecvQueue;
 use crate::transport::{
-    check_grant_range, BoxFuture, Connection, Descriptor, Grant, RecvCompletion, RecvOpcode,
-    SendData, WindowHandle,
+    check_grant_range, BoxFuture, Connection, Descriptor, Fencing, Grant, RecvCompletion,
+    RecvOpcode, SendData, WindowHandle,
 };
 
 /// Socket buffer sizes of the reader and the writer: small packets are batched through them,
@@ -324,6 +324,11 @@ fn wait<T: Send + 'static>(
 impl Connection for TcpConnection {
     fn peer(&self) -> &str {
         &self.shared.peer
+    }
+
+    fn fencing(&self) -> Fencing {
+        // A revoked window's key is forgotten: later accesses are refused.
+        Fencing::Revocable
     }
 
     fn post_recv(&self, buf: RegisteredBuf) -> Result<()> {

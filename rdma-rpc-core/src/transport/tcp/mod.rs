@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::common::QueuedListener;
-use super::{BoxFuture, Connection, Listener, Transport};
+use super::{BoxFuture, Connection, Fencing, Listener, Transport};
 use crate::error::{Error, Result};
 
 pub use conn::TcpConnection;
@@ -162,6 +162,10 @@ impl Transport for TcpTransport {
     fn connect(&self, addr: &str) -> BoxFuture<'_, Result<Arc<dyn Connection>>> {
         let addr = addr.to_owned();
         Box::pin(async move { Ok(self.connect_tcp(&addr).await? as Arc<dyn Connection>) })
+    }
+
+    fn fencing(&self) -> Fencing {
+        Fencing::Revocable
     }
 }
 

@@ -1,0 +1,480 @@
+//! The progress owner of one DOCA RDMA context.
+//!
+//! Every DOCA object of a context (the context, its progress engine, buffer inventory, tasks,
+//! connections, imported mmaps) is touched only by its owner: a tokio task waiting on the
+//! progress engine's notification fd (event mode) or a dedicated busy-polling thread. Other
+//! tasks send it [`Cmd`]s through a channel and get results through oneshots. C callbacks
+//! only record events; the owner handles them after `doca_pe_progress` returns, so no DOCA
+//! call ever runs re-entrantly.
+//!
+//! The owner's concerns, one file each:
+//! - `callbacks`: the C callbacks and the events they record;
+//! - `setup`: context setup (sizes from the device's capabilities) and teardown, off the
+//!   async runtime's workers;
+//! - `task`: DOCA tasks as owned types, one builder per operation;
+//! - `datapath`: operations, their tasks and completions, per-connection backlogs;
+//! - `lifecycle`: connections over RDMA CM and out of band;
+//! - `receive`: matching the context's receives to connections, with deadlines;
+//! - this file: the loops that drive progress and commands.
+//!
+//! # Progress in event mode
+//! The notification fd reports task completions. Nothing in DOCA's documentation says that
+//! RDMA CM events (connection request, established, disconnection) signal it, so while the
+//! context listens or has RDMA CM connections the owner also progresses every
+//! [`CM_POLL`] (see `Owner::cm_active`); early-message deadlines wake it too.
+
+mod callbacks;
+mod datapath;
+mod lifecycle;
+mod receive;
+mod setup;
+mod task;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::sync::{mpsc, oneshot};
+
+use super::sys::{Device, Inventory, Mmap, Pe, Rdma};
+use super::{DocaConfig, ProgressMode};
+use crate::error::{Error, Result};
+use crate::memory::{RegisteredBuf, StagingPools};
+use crate::transport::{Descriptor, RecvOpcode};
+
+use callbacks::{Event, Sink};
+use datapath::Inflight;
+use lifecycle::OwnedConn;
+pub(super) use receive::ConnShared;
+use receive::{Deadlines, Staging};
+use setup::Sizes;
+use task::Kind;
+
+pub(super) type ConnId = u64;
+
+/// How often an event-mode owner progresses while RDMA CM events may be pending.
+const CM_POLL: Duration = Duration::from_millis(2);
+
+/// Registered local memory for one operation, with the mmap that covers it.
+pub(super) struct Local {
+    pub(super) buf: RegisteredBuf,
+    pub(super) mmap: Arc<Mmap>,
+}
+
+pub(super) enum AtomicOp {
+    CompareAndSwap { expected: u64, new: u64 },
+    FetchAndAdd { add: u64 },
+}
+
+/// An operation posted on a connection.
+pub(super) enum Op {
+    Send {
+        src: Local,
+        imm: Option<u32>,
+        done: oneshot::Sender<Result<()>>,
+    },
+    Write {
+        src: Local,
+        dst: Descriptor,
+        imm: Option<u32>,
+        done: oneshot::Sender<Result<()>>,
+    },
+    Read {
+        src: Descriptor,
+        dst: Local,
+        done: oneshot::Sender<Result<RegisteredBuf>>,
+    },
+    Atomic {
+        dst: Descriptor,
+        op: AtomicOp,
+        result: Local,
+        done: oneshot::Sender<Result<u64>>,
+    },
+}
+
+/// What other tasks ask the owner to do.
+pub(super) enum Cmd {
+    Listen {
+        port: u16,
+        accepted: mpsc::UnboundedSender<Arc<ConnShared>>,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    StopListen {
+        port: u16,
+    },
+    Connect {
+        ip: IpAddr,
+        port: u16,
+        peer: String,
+        reply: oneshot::Sender<Result<Arc<ConnShared>>>,
+    },
+    Export {
+        reply: oneshot::Sender<Result<(Vec<u8>, ConnId)>>,
+    },
+    ConnectOob {
+        id: ConnId,
+        blob: Vec<u8>,
+        peer: String,
+        reply: oneshot::Sender<Result<Arc<ConnShared>>>,
+    },
+    Op {
+        id: ConnId,
+        op: Op,
+    },
+    Close {
+        id: ConnId,
+        err: Error,
+    },
+}
+
+/// What every handle of one context shares: the way to its owner.
+pub(super) struct EngineShared {
+    cmds: mpsc::UnboundedSender<Cmd>,
+    pub(super) dev: Arc<Device>,
+    pub(super) staging: Arc<StagingPools>,
+}
+
+impl EngineShared {
+    /// Sends a command; if the owner is gone the command (and its oneshot) is dropped, which
+    /// its waiter sees as an error.
+    pub(super) fn send(&self, cmd: Cmd) {
+        let _ = self.cmds.send(cmd);
+    }
+
+    /// Sends a command and waits for the owner's reply.
+    pub(super) async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T>>) -> Cmd,
+    ) -> Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.send(make(tx));
+        rx.await.unwrap_or_else(|_| {
+            Err(Error::ConnectionClosed {
+                peer: "DOCA context".into(),
+                reason: "the context's progress owner stopped".into(),
+            })
+        })
+    }
+}
+
+impl std::fmt::Debug for EngineShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineShared")
+            .field("device", &self.dev.info().name)
+            .finish()
+    }
+}
+
+pub(super) struct Owner {
+    shared: Weak<EngineShared>,
+    config: Arc<DocaConfig>,
+    sizes: Sizes,
+    // Drop order matters: operations (tasks and buffers) go first, then connections (their
+    // idle tasks), the staging receives, the inventory, the context, the progress engine and
+    // last the sink the context's callbacks point to.
+    ops: HashMap<u64, Inflight>,
+    conns: HashMap<ConnId, OwnedConn>,
+    by_raw: HashMap<usize, ConnId>,
+    accepted: Option<mpsc::UnboundedSender<Arc<ConnShared>>>,
+    listening: Vec<u16>,
+    next_op: u64,
+    deadlines: Deadlines,
+    /// Connections whose backlog waits for tasks or buffers of the context.
+    waiting: VecDeque<ConnId>,
+    staging: Staging,
+    inv: Inventory,
+    rdma: Rdma,
+    pe: Arc<Pe>,
+    /// Boxed: its address is the context's user data.
+    sink: Box<Sink>,
+    max_message: u64,
+    stop_begun: bool,
+    stopped: bool,
+}
+
+// SAFETY: the owner is used by one thread at a time (its tokio task, its polling thread, or
+// the thread that stops it); every DOCA object it holds may move between threads (see the
+// wrappers), and the `Sink`'s cells are only touched by callbacks that run inside the owner's
+// own `doca_pe_progress`.
+unsafe impl Send for Owner {}
+
+/// Starts a context and its owner; returns the handle other tasks use.
+pub(super) async fn start(
+    dev: &Arc<Device>,
+    config: &Arc<DocaConfig>,
+    staging: &Arc<StagingPools>,
+    max_connections: u16,
+) -> Result<Arc<EngineShared>> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+        Error::InvalidArgument("the DOCA transport must be used inside a tokio runtime".into())
+    })?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let shared = Arc::new(EngineShared {
+        cmds: tx,
+        dev: dev.clone(),
+        staging: staging.clone(),
+    });
+    let (weak, dev, cfg) = (Arc::downgrade(&shared), dev.clone(), config.clone());
+    // Setup waits for the context to run: off the runtime's workers.
+    let owner = runtime
+        .spawn_blocking(move || Owner::start(weak, &dev, &cfg, max_connections))
+        .await
+        .map_err(|e| Error::InvalidArgument(format!("DOCA context setup failed: {e}")))??;
+    match config.progress {
+        ProgressMode::Event => {
+            runtime.spawn(owner.run_event(rx));
+        }
+        ProgressMode::BusyPoll => spawn_busy(owner, rx)?,
+    }
+    Ok(shared)
+}
+
+fn spawn_busy(owner: Owner, cmds: mpsc::UnboundedReceiver<Cmd>) -> Result<()> {
+    std::thread::Builder::new()
+        .name("doca-progress".into())
+        .spawn(move || owner.run_busy(cmds))
+        .map(drop)
+        .map_err(|e| Error::io("spawning the DOCA progress thread", e))
+}
+
+/// The notification fd, for `AsyncFd` (owned by the progress engine, not closed here).
+struct NotifyFd(RawFd);
+
+impl AsRawFd for NotifyFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+/// Holds the owner inside its event-mode task. If the task is dropped before it stopped the
+/// context (its runtime shut down), the context is stopped on a thread of its own, never on a
+/// runtime worker.
+struct StopOnDrop(Option<Owner>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        let Some(mut owner) = self.0.take() else {
+            return;
+        };
+        if owner.stopped {
+            return;
+        }
+        let spawned = std::thread::Builder::new()
+            .name("doca-stop".into())
+            .spawn(move || owner.shutdown_blocking());
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "no thread to stop a DOCA context; leaking it");
+        }
+    }
+}
+
+impl Owner {
+    async fn run_event(self, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
+        let mut guard = StopOnDrop(Some(self));
+        let owner = guard.0.as_mut().expect("just set");
+        let fd = match owner.pe.notification_fd() {
+            Ok(fd) => fd,
+            Err(e) => {
+                tracing::error!(error = %e, "DOCA event mode unavailable; polling instead");
+                let owner = guard.0.take().expect("just set");
+                if let Err(e) = spawn_busy(owner, cmds) {
+                    tracing::error!(error = %e, "the DOCA context has no progress owner");
+                }
+                return;
+            }
+        };
+        // SAFETY: the fd is the progress engine's notification handle; the engine (held by
+        // the owner) outlives `afd`, which is dropped before the context stops.
+        let afd = match unsafe { AsyncFd::register_with_interest(NotifyFd(fd), Interest::READABLE) }
+        {
+            Ok(afd) => afd,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot watch the DOCA notification fd");
+                owner.shutdown_async().await;
+                return;
+            }
+        };
+        loop {
+            owner.progress_all();
+            owner.expire_deadlines();
+            if let Err(e) = owner.pe.arm() {
+                tracing::warn!(error = %e, "arming DOCA notifications");
+            }
+            let poll = owner.cm_active().then(|| Instant::now() + CM_POLL);
+            let wake = match (poll, owner.deadlines.next()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let timer = async {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                ready = afd.readable() => {
+                    if let Ok(mut guard) = ready {
+                        let _ = owner.pe.clear(fd);
+                        guard.clear_ready();
+                    }
+                }
+                cmd = cmds.recv() => match cmd {
+                    Some(cmd) => {
+                        owner.handle(cmd);
+                        while let Ok(cmd) = cmds.try_recv() {
+                            owner.handle(cmd);
+                        }
+                    }
+                    None => break,
+                },
+                () = timer => {}
+            }
+        }
+        drop(afd);
+        owner.shutdown_async().await;
+    }
+
+    fn run_busy(mut self, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
+        let mut idle = 0u32;
+        loop {
+            let mut busy = self.progress_all();
+            self.expire_deadlines();
+            loop {
+                match cmds.try_recv() {
+                    Ok(cmd) => {
+                        self.handle(cmd);
+                        busy = true;
+                    }
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => {
+                        self.shutdown_blocking();
+                        return;
+                    }
+                }
+            }
+            idle = if busy { 0 } else { idle.saturating_add(1) };
+            if idle > 1024 {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Progresses until nothing happens; returns whether anything did.
+    fn progress_all(&mut self) -> bool {
+        let mut any = false;
+        loop {
+            let progressed = self.pe.progress();
+            let events = self.sink.take();
+            if !progressed && events.is_empty() {
+                return any;
+            }
+            any = true;
+            for e in events {
+                self.on_event(e);
+            }
+        }
+    }
+
+    fn expire_deadlines(&mut self) {
+        if self.deadlines.next().is_some() {
+            self.deadlines
+                .expire(Instant::now(), self.config.rnr_timeout);
+        }
+    }
+
+    fn on_event(&mut self, e: Event) {
+        match e {
+            Event::Task {
+                kind: Kind::Receive,
+                user,
+                status,
+                recv,
+            } => self.on_receive(user, status, recv),
+            Event::Task {
+                kind, user, status, ..
+            } => self.on_completion(kind, user, status),
+            Event::Requested { conn, id, accepted } => self.on_requested(conn, id, accepted),
+            Event::Established { conn, id } => self.on_established(conn, id),
+            Event::Failed { id } => self.on_failed(id),
+            Event::Disconnected { id } => self.on_disconnected(id),
+        }
+    }
+
+    fn handle(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Listen {
+                port,
+                accepted,
+                reply,
+            } => {
+                let _ = reply.send(self.listen(port, accepted));
+            }
+            Cmd::StopListen { port } => self.stop_listen(port),
+            Cmd::Connect {
+                ip,
+                port,
+                peer,
+                reply,
+            } => self.connect(ip, port, peer, reply),
+            Cmd::Export { reply } => {
+                let _ = reply.send(self.export());
+            }
+            Cmd::ConnectOob {
+                id,
+                blob,
+                peer,
+                reply,
+            } => {
+                let _ = reply.send(self.connect_oob(id, &blob, peer));
+            }
+            Cmd::Op { id, op } => self.post(id, op),
+            Cmd::Close { id, err } => self.fail_conn(id, err),
+        }
+    }
+
+    /// A staging receive completed: hand its message to its connection, then repost it.
+    fn on_receive(
+        &mut self,
+        user: u64,
+        status: doca_sys::doca_error_t,
+        recv: Option<callbacks::RecvResult>,
+    ) {
+        if let (true, Some(r)) = (status == doca_sys::DOCA_SUCCESS, recv) {
+            let shared = self
+                .by_raw
+                .get(&r.conn)
+                .and_then(|id| self.conns.get(id))
+                .filter(|c| c.phase == lifecycle::Phase::Live)
+                .and_then(|c| c.shared.clone());
+            let (opcode, len) = match r.opcode {
+                doca_sys::DOCA_RDMA_OPCODE_RECV_SEND => (RecvOpcode::Send, r.len as usize),
+                doca_sys::DOCA_RDMA_OPCODE_RECV_SEND_WITH_IMM => {
+                    (RecvOpcode::SendWithImm, r.len as usize)
+                }
+                _ => (RecvOpcode::WriteWithImm, 0),
+            };
+            match (shared, self.staging.message(user, len)) {
+                (Some(shared), Some(data)) => receive::deliver(
+                    &shared,
+                    data,
+                    opcode,
+                    r.imm,
+                    &mut self.deadlines,
+                    self.config.rnr_timeout,
+                ),
+                _ => tracing::debug!("DOCA receive for an unknown or closed connection dropped"),
+            }
+        } else if status != doca_sys::DOCA_ERROR_CONNECTION_ABORTED {
+            tracing::debug!(
+                error = %super::sys::error_name(status),
+                "a DOCA receive failed (a message larger than max_recv_size?)"
+            );
+        }
+        let running = self.rdma.state() == doca_sys::DOCA_CTX_STATE_RUNNING && !self.stop_begun;
+        self.staging.recycle(user, running);
+    }
+}

@@ -1,0 +1,346 @@
+//! Receive matching.
+//!
+//! DOCA's receives belong to the context and match a send from any of its connections, while
+//! the transport traits give each connection its own posted receive buffers. So the owner
+//! keeps staging receives posted on the context ([`Staging`]), and for each message that
+//! arrives copies it into the next buffer its connection posted ([`ConnShared::on_message`]).
+//! A message for a connection with no posted buffer waits, within the RNR budget, for one:
+//! the owner keeps one deadline per early message ([`Deadlines`]) and fails the connection
+//! with receiver-not-ready when it passes; no timer task per message.
+//!
+//! Staging receives are posted when the context's first connection is established (NVIDIA's
+//! CPU samples post receives after establishment, never on a context with no connection).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use doca_sys as sys;
+use tokio::sync::watch;
+
+use super::super::sys::{Buf, Inventory, Mmap, Rdma};
+use super::task::{Submitted, Task};
+use super::{Cmd, ConnId, EngineShared};
+use crate::error::{Error, Result};
+use crate::memory::RegisteredBuf;
+use crate::transport::common::RecvQueue;
+use crate::transport::{RecvCompletion, RecvOpcode};
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A message that arrived for a connection with no posted receive yet.
+struct Arrival {
+    seq: u64,
+    data: Vec<u8>,
+    opcode: RecvOpcode,
+    imm: Option<u32>,
+}
+
+struct ConnState {
+    error: Option<Error>,
+    posted: VecDeque<RegisteredBuf>,
+    arrived: VecDeque<Arrival>,
+    next_seq: u64,
+}
+
+/// The state of one connection shared by its application handle and the owner.
+pub(in super::super) struct ConnShared {
+    pub(in super::super) id: ConnId,
+    pub(in super::super) peer: String,
+    pub(in super::super) engine: Arc<EngineShared>,
+    state: Mutex<ConnState>,
+    pub(in super::super) completions: RecvQueue,
+    pub(in super::super) closed: watch::Sender<bool>,
+}
+
+impl ConnShared {
+    pub(super) fn new(id: ConnId, peer: String, engine: Arc<EngineShared>) -> Arc<ConnShared> {
+        Arc::new(ConnShared {
+            id,
+            peer,
+            engine,
+            state: Mutex::new(ConnState {
+                error: None,
+                posted: VecDeque::new(),
+                arrived: VecDeque::new(),
+                next_seq: 0,
+            }),
+            completions: RecvQueue::new(),
+            closed: watch::channel(false).0,
+        })
+    }
+
+    /// The error the connection ended with (or a generic one while it is alive).
+    pub(in super::super) fn error(&self) -> Error {
+        match &lock(&self.state).error {
+            Some(e) => e.duplicate(),
+            None => Error::ConnectionClosed {
+                peer: self.peer.clone(),
+                reason: "the operation was dropped".into(),
+            },
+        }
+    }
+
+    pub(in super::super) fn current_error(&self) -> Option<Error> {
+        lock(&self.state).error.as_ref().map(Error::duplicate)
+    }
+
+    /// Records the first error: posted receives are dropped and `closed` resolves. Returns
+    /// whether this was the first error.
+    pub(in super::super) fn fail(&self, err: Error) -> bool {
+        let (posted, arrived) = {
+            let mut st = lock(&self.state);
+            if st.error.is_some() {
+                return false;
+            }
+            tracing::debug!(peer = %self.peer, error = %err, "DOCA connection in error");
+            st.error = Some(err);
+            (
+                std::mem::take(&mut st.posted),
+                std::mem::take(&mut st.arrived),
+            )
+        };
+        drop((posted, arrived));
+        self.closed.send_replace(true);
+        true
+    }
+
+    /// Fails the connection and tells the owner to disconnect it.
+    pub(in super::super) fn fail_and_close(&self, err: Error) {
+        if self.fail(err.duplicate()) {
+            self.engine.send(Cmd::Close { id: self.id, err });
+        }
+    }
+
+    /// A posted receive buffer from the application.
+    pub(in super::super) fn post_recv(&self, buf: RegisteredBuf) -> Result<()> {
+        let mut st = lock(&self.state);
+        if let Some(e) = &st.error {
+            return Err(e.duplicate());
+        }
+        match st.arrived.pop_front() {
+            Some(a) => {
+                let result = self.fill(buf, &a.data, a.opcode, a.imm);
+                drop(st);
+                if let Err(e) = result {
+                    self.fail_and_close(e);
+                }
+            }
+            None => st.posted.push_back(buf),
+        }
+        Ok(())
+    }
+
+    fn fill(
+        &self,
+        mut buf: RegisteredBuf,
+        data: &[u8],
+        opcode: RecvOpcode,
+        imm: Option<u32>,
+    ) -> Result<()> {
+        if data.len() > buf.capacity() {
+            return Err(Error::ReceiveTooSmall {
+                len: data.len() as u64,
+                capacity: buf.capacity() as u64,
+            });
+        }
+        buf.fill_from(data)?;
+        self.completions.push(RecvCompletion {
+            buf,
+            opcode,
+            imm,
+            write_len: 0,
+        });
+        Ok(())
+    }
+
+    /// A message the context received for this connection (called by the owner with the
+    /// bytes still in the staging receive). Copies it into the next posted receive, or keeps
+    /// it until one is posted; then returns its sequence number, for the owner's deadline.
+    fn on_message(&self, data: &[u8], opcode: RecvOpcode, imm: Option<u32>) -> Option<u64> {
+        let mut st = lock(&self.state);
+        if st.error.is_some() {
+            return None;
+        }
+        if let Some(buf) = st.posted.pop_front() {
+            let result = self.fill(buf, data, opcode, imm);
+            drop(st);
+            if let Err(e) = result {
+                self.fail_and_close(e);
+            }
+            return None;
+        }
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        st.arrived.push_back(Arrival {
+            seq,
+            data: data.to_vec(),
+            opcode,
+            imm,
+        });
+        Some(seq)
+    }
+
+    /// The deadline of the early message `seq` passed: receiver not ready, unless a buffer
+    /// was posted for it meanwhile.
+    fn expire(&self, seq: u64, rnr: Duration) {
+        let expired = lock(&self.state)
+            .arrived
+            .front()
+            .is_some_and(|a| a.seq <= seq);
+        if expired {
+            self.fail_and_close(Error::ReceiverNotReady {
+                retry_ms: rnr.as_millis() as u64,
+            });
+        }
+    }
+}
+
+/// Deadlines of early messages, in arrival order (one RNR budget for all, so the order of
+/// arrival is the order of expiry).
+#[derive(Default)]
+pub(super) struct Deadlines {
+    queue: VecDeque<(Instant, Weak<ConnShared>, u64)>,
+}
+
+impl Deadlines {
+    /// The earliest pending deadline.
+    pub(super) fn next(&self) -> Option<Instant> {
+        self.queue.front().map(|(at, _, _)| *at)
+    }
+
+    /// Fails the connections whose early messages waited past their deadline.
+    pub(super) fn expire(&mut self, now: Instant, rnr: Duration) {
+        while let Some((at, _, _)) = self.queue.front() {
+            if *at > now {
+                break;
+            }
+            let (_, conn, seq) = self.queue.pop_front().expect("checked");
+            if let Some(conn) = conn.upgrade() {
+                conn.expire(seq, rnr);
+            }
+        }
+    }
+}
+
+/// Hands a received message to its connection.
+pub(super) fn deliver(
+    conn: &Arc<ConnShared>,
+    data: &[u8],
+    opcode: RecvOpcode,
+    imm: Option<u32>,
+    deadlines: &mut Deadlines,
+    rnr: Duration,
+) {
+    if let Some(seq) = conn.on_message(data, opcode, imm) {
+        deadlines
+            .queue
+            .push_back((Instant::now() + rnr, Arc::downgrade(conn), seq));
+    }
+}
+
+/// User data of staging receives: this bit set, and the slot index.
+pub(super) const RECV_TAG: u64 = 1 << 63;
+
+/// One staging receive: posted (owned by DOCA) or not yet posted.
+struct Slot {
+    offset: usize,
+    /// `None` before posting and once freed (after its flushed completion during a stop).
+    task: Option<Submitted>,
+}
+
+/// The context's staging receives: `count` slots of `slot_size` bytes in one registered
+/// buffer.
+pub(super) struct Staging {
+    slots: Vec<Slot>,
+    slot_size: usize,
+    posted: bool,
+    // Declared after the slots: their buffers go before the mmap, the mmap before the memory.
+    mmap: Arc<Mmap>,
+    memory: RegisteredBuf,
+}
+
+impl Staging {
+    pub(super) fn new(
+        memory: RegisteredBuf,
+        mmap: Arc<Mmap>,
+        count: u32,
+        slot_size: usize,
+    ) -> Staging {
+        Staging {
+            slots: (0..count as usize)
+                .map(|i| Slot {
+                    offset: i * slot_size,
+                    task: None,
+                })
+                .collect(),
+            slot_size,
+            posted: false,
+            mmap,
+            memory,
+        }
+    }
+
+    /// Posts every slot, once (at the first established connection).
+    pub(super) fn post_all(&mut self, rdma: &Rdma, inv: &Inventory) -> Result<()> {
+        if std::mem::replace(&mut self.posted, true) {
+            return Ok(());
+        }
+        let base = self.memory.region().addr();
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            // SAFETY: the slot lies inside the staging memory, which only receives write into
+            // and which outlives every buffer taken from it (field order above).
+            let buf: Buf =
+                unsafe { inv.buf(&self.mmap, base + slot.offset as u64, self.slot_size, 0) }?;
+            let task = Task::receive(rdma, &buf)?;
+            match task.submit(RECV_TAG | i as u64, vec![buf]) {
+                Ok(submitted) => slot.task = Some(submitted),
+                Err((_task, code)) => {
+                    return Err(super::super::sys::doca_error("doca_task_submit", code));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the receives were posted (a stop must wait for their flushed completions).
+    pub(super) fn outstanding(&self) -> usize {
+        self.slots.iter().filter(|s| s.task.is_some()).count()
+    }
+
+    /// The bytes of a completed receive of slot `user`, still in place.
+    pub(super) fn message(&self, user: u64, len: usize) -> Option<&[u8]> {
+        let slot = self.slots.get((user & !RECV_TAG) as usize)?;
+        let len = len.min(self.slot_size);
+        // SAFETY: the receive completed, so DOCA is done writing its slot, which lies inside
+        // the staging memory; the slot is not reposted before the caller is done.
+        Some(unsafe { std::slice::from_raw_parts(self.memory.region().ptr_at(slot.offset), len) })
+    }
+
+    /// After a receive's completion: reposts it (`running`) or frees it (the context stops).
+    pub(super) fn recycle(&mut self, user: u64, running: bool) {
+        let Some(slot) = self.slots.get_mut((user & !RECV_TAG) as usize) else {
+            return;
+        };
+        let Some(mut task) = slot.task.take() else {
+            return;
+        };
+        if running {
+            task.reset_bufs();
+            // SAFETY: its completion was just delivered.
+            let code = unsafe { task.resubmit(user) };
+            if code == sys::DOCA_SUCCESS {
+                slot.task = Some(task);
+                return;
+            }
+            tracing::warn!(
+                error = %super::super::sys::error_name(code),
+                "could not repost a DOCA receive"
+            );
+        }
+        // SAFETY: its completion was just delivered, and it was not resubmitted.
+        drop(unsafe { task.completed() });
+    }
+}

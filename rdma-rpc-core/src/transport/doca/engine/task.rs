@@ -1,0 +1,515 @@
+//! DOCA RDMA tasks, owned by the engine: one builder per operation over a typed task.
+//!
+//! Ownership is in the types. A [`Task`] is idle (allocated, or completed): the engine owns
+//! it, may change its buffers and operands with DOCA's setters, and frees it on drop. Submitting
+//! moves it into a [`Submitted`], which DOCA owns until the task's completion callback ran;
+//! the submitted task keeps the `doca_buf`s it uses, so they cannot be released early, and
+//! dropping a submitted task leaks it instead of freeing memory DOCA still uses.
+//!
+//! Every task type is reusable: DOCA 3.x has setters for the buffers and operands of every
+//! type, atomics included, so tasks are allocated once per connection and kind.
+
+use std::ptr::{self, NonNull};
+
+use doca_sys as sys;
+
+use super::super::sys::{check, doca_error, Buf, Rdma};
+use crate::error::Result;
+
+/// The task types this transport uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    Receive,
+    Send,
+    SendImm,
+    Read,
+    Write,
+    WriteImm,
+    CmpSwp,
+    FetchAdd,
+}
+
+/// Number of kinds kept in per-connection pools (every kind but receive).
+pub(super) const POOLS: usize = 7;
+
+impl Kind {
+    /// Index of the per-connection pool of idle tasks of this kind (receives belong to the
+    /// context, not to a connection, and are never pooled).
+    pub(super) fn pool(self) -> Option<usize> {
+        match self {
+            Kind::Receive => None,
+            Kind::Send => Some(0),
+            Kind::SendImm => Some(1),
+            Kind::Read => Some(2),
+            Kind::Write => Some(3),
+            Kind::WriteImm => Some(4),
+            Kind::CmpSwp => Some(5),
+            Kind::FetchAdd => Some(6),
+        }
+    }
+}
+
+/// A connection of a context, as tasks name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) struct ConnPtr(NonNull<sys::doca_rdma_connection>);
+
+impl ConnPtr {
+    /// # Safety
+    /// `raw` is a connection of the context the tasks built on it are allocated from, and
+    /// stays valid while any such task exists (the owner frees a connection's tasks before
+    /// it forgets the connection).
+    pub(super) unsafe fn new(raw: *mut sys::doca_rdma_connection) -> Option<ConnPtr> {
+        NonNull::new(raw).map(ConnPtr)
+    }
+
+    pub(super) fn raw(self) -> *mut sys::doca_rdma_connection {
+        self.0.as_ptr()
+    }
+
+    /// The address, as a map key (never turned back into a pointer).
+    pub(super) fn key(self) -> usize {
+        self.0.as_ptr() as usize
+    }
+}
+
+/// The typed pointer of a task.
+#[derive(Clone, Copy)]
+enum Raw {
+    Receive(NonNull<sys::doca_rdma_task_receive>),
+    Send(NonNull<sys::doca_rdma_task_send>),
+    SendImm(NonNull<sys::doca_rdma_task_send_imm>),
+    Read(NonNull<sys::doca_rdma_task_read>),
+    Write(NonNull<sys::doca_rdma_task_write>),
+    WriteImm(NonNull<sys::doca_rdma_task_write_imm>),
+    CmpSwp(NonNull<sys::doca_rdma_task_atomic_cmp_swp>),
+    FetchAdd(NonNull<sys::doca_rdma_task_atomic_fetch_add>),
+}
+
+impl Raw {
+    fn kind(self) -> Kind {
+        match self {
+            Raw::Receive(_) => Kind::Receive,
+            Raw::Send(_) => Kind::Send,
+            Raw::SendImm(_) => Kind::SendImm,
+            Raw::Read(_) => Kind::Read,
+            Raw::Write(_) => Kind::Write,
+            Raw::WriteImm(_) => Kind::WriteImm,
+            Raw::CmpSwp(_) => Kind::CmpSwp,
+            Raw::FetchAdd(_) => Kind::FetchAdd,
+        }
+    }
+
+    fn as_task(self) -> *mut sys::doca_task {
+        // SAFETY: every variant holds a live task of its type; the `as_task` functions only
+        // convert the pointer.
+        unsafe {
+            match self {
+                Raw::Receive(t) => sys::doca_rdma_task_receive_as_task(t.as_ptr()),
+                Raw::Send(t) => sys::doca_rdma_task_send_as_task(t.as_ptr()),
+                Raw::SendImm(t) => sys::doca_rdma_task_send_imm_as_task(t.as_ptr()),
+                Raw::Read(t) => sys::doca_rdma_task_read_as_task(t.as_ptr()),
+                Raw::Write(t) => sys::doca_rdma_task_write_as_task(t.as_ptr()),
+                Raw::WriteImm(t) => sys::doca_rdma_task_write_imm_as_task(t.as_ptr()),
+                Raw::CmpSwp(t) => sys::doca_rdma_task_atomic_cmp_swp_as_task(t.as_ptr()),
+                Raw::FetchAdd(t) => sys::doca_rdma_task_atomic_fetch_add_as_task(t.as_ptr()),
+            }
+        }
+    }
+}
+
+/// An idle task owned by the engine; freed on drop.
+pub(super) struct Task {
+    raw: Raw,
+}
+
+// SAFETY: a task is only touched by the progress owner of its context (one thread at a time);
+// DOCA tasks have no thread affinity.
+unsafe impl Send for Task {}
+
+/// A null `doca_buf` for an operand that is absent (an empty message).
+fn buf_ptr(buf: Option<&Buf>) -> *mut sys::doca_buf {
+    buf.map_or(ptr::null_mut(), Buf::raw)
+}
+
+/// Allocates one task: `alloc` gets the out-pointer and returns DOCA's status.
+fn allocate<T>(
+    call: &'static str,
+    wrap: fn(NonNull<T>) -> Raw,
+    alloc: impl FnOnce(&mut *mut T) -> sys::doca_error_t,
+) -> Result<Task> {
+    let mut out = ptr::null_mut();
+    check(call, alloc(&mut out))?;
+    let raw = NonNull::new(out).ok_or_else(|| doca_error(call, sys::DOCA_ERROR_UNEXPECTED))?;
+    Ok(Task { raw: wrap(raw) })
+}
+
+const NO_USER: sys::doca_data = sys::doca_data { u64_: 0 };
+
+impl Task {
+    pub(super) fn kind(&self) -> Kind {
+        self.raw.kind()
+    }
+
+    /// Takes the pointer out without freeing the task (a builder sets it up again).
+    fn into_raw(self) -> Raw {
+        let raw = self.raw;
+        std::mem::forget(self);
+        raw
+    }
+
+    /// A receive of the context into `dst` (receives match any connection).
+    pub(super) fn receive(rdma: &Rdma, dst: &Buf) -> Result<Task> {
+        allocate(
+            "doca_rdma_task_receive_allocate_init",
+            Raw::Receive,
+            |out| {
+                // SAFETY: a running context and a live buffer; `out` is a valid out-pointer.
+                unsafe {
+                    sys::doca_rdma_task_receive_allocate_init(rdma.raw(), dst.raw(), NO_USER, out)
+                }
+            },
+        )
+    }
+
+    /// A send of `src` (`None`: an empty message), with an immediate when `imm` is set.
+    /// Reuses `idle` (a task of the same kind on the same connection) when given.
+    pub(super) fn send(
+        rdma: &Rdma,
+        conn: ConnPtr,
+        idle: Option<Task>,
+        src: Option<&Buf>,
+        imm: Option<u32>,
+    ) -> Result<Task> {
+        let src = buf_ptr(src);
+        match (idle.map(Task::into_raw), imm) {
+            (Some(Raw::Send(t)), None) => {
+                // SAFETY: an idle send task; the buffer (or null for an empty message) is live.
+                unsafe { sys::doca_rdma_task_send_set_src_buf(t.as_ptr(), src) };
+                Ok(Task { raw: Raw::Send(t) })
+            }
+            (Some(Raw::SendImm(t)), Some(imm)) => {
+                // SAFETY: as above.
+                unsafe {
+                    sys::doca_rdma_task_send_imm_set_src_buf(t.as_ptr(), src);
+                    sys::doca_rdma_task_send_imm_set_immediate_data(t.as_ptr(), imm.to_be());
+                }
+                Ok(Task {
+                    raw: Raw::SendImm(t),
+                })
+            }
+            (Some(other), _) => Err(mismatch(other)),
+            (None, None) => allocate("doca_rdma_task_send_allocate_init", Raw::Send, |out| {
+                // SAFETY: running context, live connection and buffer, valid out-pointer.
+                unsafe {
+                    sys::doca_rdma_task_send_allocate_init(
+                        rdma.raw(),
+                        conn.raw(),
+                        src,
+                        NO_USER,
+                        out,
+                    )
+                }
+            }),
+            (None, Some(imm)) => allocate(
+                "doca_rdma_task_send_imm_allocate_init",
+                Raw::SendImm,
+                |out| {
+                    // SAFETY: as above.
+                    unsafe {
+                        sys::doca_rdma_task_send_imm_allocate_init(
+                            rdma.raw(),
+                            conn.raw(),
+                            src,
+                            imm.to_be(),
+                            NO_USER,
+                            out,
+                        )
+                    }
+                },
+            ),
+        }
+    }
+
+    /// A write of the local `src` into the peer's `dst`, with an immediate when `imm` is set
+    /// (both `None`: no data, as DOCA spells it).
+    pub(super) fn write(
+        rdma: &Rdma,
+        conn: ConnPtr,
+        idle: Option<Task>,
+        src: Option<&Buf>,
+        dst: Option<&Buf>,
+        imm: Option<u32>,
+    ) -> Result<Task> {
+        let (src, dst) = (buf_ptr(src), buf_ptr(dst));
+        match (idle.map(Task::into_raw), imm) {
+            (Some(Raw::Write(t)), None) => {
+                // SAFETY: an idle write task; both buffers are live.
+                unsafe {
+                    sys::doca_rdma_task_write_set_src_buf(t.as_ptr(), src);
+                    sys::doca_rdma_task_write_set_dst_buf(t.as_ptr(), dst);
+                }
+                Ok(Task { raw: Raw::Write(t) })
+            }
+            (Some(Raw::WriteImm(t)), Some(imm)) => {
+                // SAFETY: as above.
+                unsafe {
+                    sys::doca_rdma_task_write_imm_set_src_buf(t.as_ptr(), src);
+                    sys::doca_rdma_task_write_imm_set_dst_buf(t.as_ptr(), dst);
+                    sys::doca_rdma_task_write_imm_set_immediate_data(t.as_ptr(), imm.to_be());
+                }
+                Ok(Task {
+                    raw: Raw::WriteImm(t),
+                })
+            }
+            (Some(other), _) => Err(mismatch(other)),
+            (None, None) => allocate("doca_rdma_task_write_allocate_init", Raw::Write, |out| {
+                // SAFETY: running context, live connection and buffers, valid out-pointer.
+                unsafe {
+                    sys::doca_rdma_task_write_allocate_init(
+                        rdma.raw(),
+                        conn.raw(),
+                        src,
+                        dst,
+                        NO_USER,
+                        out,
+                    )
+                }
+            }),
+            (None, Some(imm)) => allocate(
+                "doca_rdma_task_write_imm_allocate_init",
+                Raw::WriteImm,
+                |out| {
+                    // SAFETY: as above.
+                    unsafe {
+                        sys::doca_rdma_task_write_imm_allocate_init(
+                            rdma.raw(),
+                            conn.raw(),
+                            src,
+                            dst,
+                            imm.to_be(),
+                            NO_USER,
+                            out,
+                        )
+                    }
+                },
+            ),
+        }
+    }
+
+    /// A read of the peer's `src` into the local `dst` (both `None`: no data).
+    pub(super) fn read(
+        rdma: &Rdma,
+        conn: ConnPtr,
+        idle: Option<Task>,
+        src: Option<&Buf>,
+        dst: Option<&Buf>,
+    ) -> Result<Task> {
+        let (src, dst) = (buf_ptr(src), buf_ptr(dst));
+        match idle.map(Task::into_raw) {
+            Some(Raw::Read(t)) => {
+                // SAFETY: an idle read task; both buffers are live.
+                unsafe {
+                    sys::doca_rdma_task_read_set_src_buf(t.as_ptr(), src);
+                    sys::doca_rdma_task_read_set_dst_buf(t.as_ptr(), dst);
+                }
+                Ok(Task { raw: Raw::Read(t) })
+            }
+            Some(other) => Err(mismatch(other)),
+            None => allocate("doca_rdma_task_read_allocate_init", Raw::Read, |out| {
+                // SAFETY: running context, live connection and buffers, valid out-pointer.
+                unsafe {
+                    sys::doca_rdma_task_read_allocate_init(
+                        rdma.raw(),
+                        conn.raw(),
+                        src,
+                        dst,
+                        NO_USER,
+                        out,
+                    )
+                }
+            }),
+        }
+    }
+
+    /// A compare-and-swap on the peer's 8 bytes at `dst`; the previous value lands in `result`.
+    pub(super) fn compare_and_swap(
+        rdma: &Rdma,
+        conn: ConnPtr,
+        idle: Option<Task>,
+        dst: &Buf,
+        result: &Buf,
+        expected: u64,
+        new: u64,
+    ) -> Result<Task> {
+        match idle.map(Task::into_raw) {
+            Some(Raw::CmpSwp(t)) => {
+                // SAFETY: an idle compare-and-swap task; both buffers are live.
+                unsafe {
+                    sys::doca_rdma_task_atomic_cmp_swp_set_dst_buf(t.as_ptr(), dst.raw());
+                    sys::doca_rdma_task_atomic_cmp_swp_set_result_buf(t.as_ptr(), result.raw());
+                    sys::doca_rdma_task_atomic_cmp_swp_set_cmp_data(t.as_ptr(), expected);
+                    sys::doca_rdma_task_atomic_cmp_swp_set_swap_data(t.as_ptr(), new);
+                }
+                Ok(Task {
+                    raw: Raw::CmpSwp(t),
+                })
+            }
+            Some(other) => Err(mismatch(other)),
+            None => allocate(
+                "doca_rdma_task_atomic_cmp_swp_allocate_init",
+                Raw::CmpSwp,
+                |out| {
+                    // SAFETY: running context, live connection and buffers, valid out-pointer.
+                    unsafe {
+                        sys::doca_rdma_task_atomic_cmp_swp_allocate_init(
+                            rdma.raw(),
+                            conn.raw(),
+                            dst.raw(),
+                            result.raw(),
+                            expected,
+                            new,
+                            NO_USER,
+                            out,
+                        )
+                    }
+                },
+            ),
+        }
+    }
+
+    /// A fetch-and-add on the peer's 8 bytes at `dst`; the previous value lands in `result`.
+    pub(super) fn fetch_and_add(
+        rdma: &Rdma,
+        conn: ConnPtr,
+        idle: Option<Task>,
+        dst: &Buf,
+        result: &Buf,
+        add: u64,
+    ) -> Result<Task> {
+        match idle.map(Task::into_raw) {
+            Some(Raw::FetchAdd(t)) => {
+                // SAFETY: an idle fetch-and-add task; both buffers are live.
+                unsafe {
+                    sys::doca_rdma_task_atomic_fetch_add_set_dst_buf(t.as_ptr(), dst.raw());
+                    sys::doca_rdma_task_atomic_fetch_add_set_result_buf(t.as_ptr(), result.raw());
+                    sys::doca_rdma_task_atomic_fetch_add_set_add_data(t.as_ptr(), add);
+                }
+                Ok(Task {
+                    raw: Raw::FetchAdd(t),
+                })
+            }
+            Some(other) => Err(mismatch(other)),
+            None => allocate(
+                "doca_rdma_task_atomic_fetch_add_allocate_init",
+                Raw::FetchAdd,
+                |out| {
+                    // SAFETY: running context, live connection and buffers, valid out-pointer.
+                    unsafe {
+                        sys::doca_rdma_task_atomic_fetch_add_allocate_init(
+                            rdma.raw(),
+                            conn.raw(),
+                            dst.raw(),
+                            result.raw(),
+                            add,
+                            NO_USER,
+                            out,
+                        )
+                    }
+                },
+            ),
+        }
+    }
+
+    /// Submits the task with `user` as its user data. The submitted task keeps `bufs` (the
+    /// buffers it uses) until it completes. On failure the task is idle again.
+    #[allow(clippy::result_large_err)]
+    pub(super) fn submit(
+        self,
+        user: u64,
+        bufs: Vec<Buf>,
+    ) -> std::result::Result<Submitted, (Task, sys::doca_error_t)> {
+        let task = self.raw.as_task();
+        // SAFETY: an idle task of this engine; its buffers are kept by the `Submitted`.
+        let code = unsafe {
+            sys::doca_task_set_user_data(task, sys::doca_data { u64_: user });
+            sys::doca_task_submit(task)
+        };
+        if code != sys::DOCA_SUCCESS {
+            return Err((self, code));
+        }
+        let raw = self.raw;
+        std::mem::forget(self);
+        Ok(Submitted {
+            raw: Some(raw),
+            bufs,
+        })
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        // SAFETY: an idle task (never submitted, or its completion callback ran), freed once.
+        unsafe { sys::doca_task_free(self.raw.as_task()) }
+    }
+}
+
+fn mismatch(raw: Raw) -> crate::error::Error {
+    // An idle task of another kind was handed to a builder: a bug of the pools, not of DOCA.
+    // Leak the task rather than guess its state.
+    tracing::error!(kind = ?raw.kind(), "DOCA task of the wrong kind reused; leaked");
+    doca_error("task reuse", sys::DOCA_ERROR_UNEXPECTED)
+}
+
+/// A task DOCA owns until its completion callback ran, with the buffers it uses.
+pub(super) struct Submitted {
+    raw: Option<Raw>,
+    // Released after the task is idle again: dropped with (or after) `raw` is taken.
+    bufs: Vec<Buf>,
+}
+
+// SAFETY: see `Task`; the buffers are used by the same single owner.
+unsafe impl Send for Submitted {}
+
+impl Submitted {
+    /// The task is idle again: its completion callback ran. Releases its buffers.
+    ///
+    /// # Safety
+    /// DOCA delivered this task's completion (success or error).
+    pub(super) unsafe fn completed(mut self) -> Task {
+        let raw = self.raw.take().expect("a submitted task is completed once");
+        Task { raw }
+    }
+
+    /// Empties the data sections of its buffers (a completed receive about to be reposted).
+    pub(super) fn reset_bufs(&self) {
+        for buf in &self.bufs {
+            buf.reset();
+        }
+    }
+
+    /// The task is idle again and its buffers stay with it (a receive reposted as it is).
+    ///
+    /// # Safety
+    /// As [`completed`](Self::completed).
+    pub(super) unsafe fn resubmit(&mut self, user: u64) -> sys::doca_error_t {
+        let Some(raw) = self.raw else {
+            return sys::DOCA_ERROR_BAD_STATE;
+        };
+        let task = raw.as_task();
+        // SAFETY: per the caller, the task completed, so it is idle; its buffers are held here.
+        unsafe {
+            sys::doca_task_set_user_data(task, sys::doca_data { u64_: user });
+            sys::doca_task_submit(task)
+        }
+    }
+}
+
+impl Drop for Submitted {
+    fn drop(&mut self) {
+        if let Some(raw) = self.raw {
+            // DOCA may still write through this task and its buffers: never free them.
+            tracing::warn!(kind = ?raw.kind(), "leaking a DOCA task that did not complete");
+            std::mem::forget(std::mem::take(&mut self.bufs));
+        }
+    }
+}
