@@ -3,7 +3,12 @@
 //! an SVG chart.
 //!
 //! `cargo run --release -p examples --bin bench -- [--quick] [--transport ADDR] [--out DIR]
-//! [--depth N] [--connections N] [--runtime split|shared|single]`
+//! [--depth N] [--connections N] [--runtime split|shared|single]
+//! [--doca-progress event|busy-poll]`
+//!
+//! `--doca-progress` (with a `doca://` or `doca+oob://` ADDR) says how DOCA's progress engines
+//! are driven: by their notification fd (`event`, the default) or by a polling thread per
+//! context (`busy-poll`).
 //!
 //! `--runtime` says how the serving side (the rdma-rpc server, the TCP echo and sink, the gRPC
 //! server) and the client side run; every figure of a run, baselines included, is measured
@@ -24,6 +29,8 @@ use examples::bench::measure::{latency, peak_rss_mib, throughput, BenchError, Pr
 use examples::bench::report::{GrpcRow, OpRow, Results, Target};
 use examples::bench::service::{BenchClient, BenchServer, Len, Sink};
 use examples::bench::tcp_baseline;
+use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport, ProgressMode};
+use rdma_rpc_core::transport::Transport;
 use rdma_rpc_core::{Client, Server};
 use tokio::runtime::{Builder, Handle};
 
@@ -38,6 +45,7 @@ struct Options {
     depth: usize,
     connections: usize,
     runtime: RuntimeMode,
+    doca_progress: Option<ProgressMode>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +68,7 @@ impl RuntimeMode {
 }
 
 fn usage() -> &'static str {
-    "usage: bench [--quick] [--transport ADDR] [--out DIR] [--depth N] [--connections N] [--runtime split|shared|single]\n\
+    "usage: bench [--quick] [--transport ADDR] [--out DIR] [--depth N] [--connections N] [--runtime split|shared|single] [--doca-progress event|busy-poll]\n\
      ADDR: where the rdma-rpc server listens (default tcp://127.0.0.1:0; doca://IP:PORT for DOCA)"
 }
 
@@ -72,6 +80,7 @@ fn parse_args() -> Result<Options, String> {
         depth: 8,
         connections: 64,
         runtime: RuntimeMode::Split,
+        doca_progress: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -91,6 +100,17 @@ fn parse_args() -> Result<Options, String> {
                 }
             }
             "--transport" => o.transport = value("--transport")?,
+            "--doca-progress" => {
+                o.doca_progress = Some(match value("--doca-progress")?.as_str() {
+                    "event" => ProgressMode::Event,
+                    "busy-poll" => ProgressMode::BusyPoll,
+                    other => {
+                        return Err(format!(
+                            "--doca-progress takes event or busy-poll, not `{other}`"
+                        ))
+                    }
+                })
+            }
             "--out" => o.out = value("--out")?.into(),
             "--depth" => {
                 o.depth = value("--depth")?
@@ -109,7 +129,21 @@ fn parse_args() -> Result<Options, String> {
     if o.depth == 0 || o.connections == 0 {
         return Err("--depth and --connections must be at least 1".into());
     }
+    if o.doca_progress.is_some() && !o.transport.starts_with("doca") {
+        return Err("--doca-progress needs a doca:// or doca+oob:// --transport".into());
+    }
     Ok(o)
+}
+
+/// The DOCA transport with the progress mode asked for; `None`: the one the address names.
+fn chosen_transport(o: &Options) -> Result<Option<Arc<dyn Transport>>, BenchError> {
+    let Some(mode) = o.doca_progress else {
+        return Ok(None);
+    };
+    let config = DocaConfig::from_env().with_progress(mode);
+    Ok(Some(
+        Arc::new(DocaTransport::new(config)?) as Arc<dyn Transport>
+    ))
 }
 
 /// Calls per measurement: (latency, throughput).
@@ -159,13 +193,17 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
 
     let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
     let transport = o.transport.clone();
+    let chosen = chosen_transport(o)?;
+    let server_transport = chosen.clone();
     let serving = server.spawn(async move {
-        let bound = Server::builder()
+        let mut builder = Server::builder()
             .pool_budget(128 << 20)
             .max_in_flight(256)
-            .add_service(BenchServer::new(Sink))
-            .bind(&transport)
-            .await;
+            .add_service(BenchServer::new(Sink));
+        if let Some(t) = server_transport {
+            builder = builder.transport(t);
+        }
+        let bound = builder.bind(&transport).await;
         match bound {
             Ok(bound) => {
                 let _ = addr_tx.send(Ok(bound.local_addr()));
@@ -180,15 +218,22 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
     });
     let addr = addr_rx.await??;
     // Staging for results as deep as the server's pools: 8 results of 16 MiB in flight.
+    let client_builder = || {
+        let builder = Client::builder();
+        match &chosen {
+            Some(t) => builder.transport(t.clone()),
+            None => builder,
+        }
+    };
     let client = BenchClient::new(
-        Client::builder()
+        client_builder()
             .staging_budget(128 << 20)
             .connect(&addr)
             .await?,
     );
     let mut others = Vec::with_capacity(o.connections);
     for _ in 0..o.connections {
-        others.push(BenchClient::new(Client::connect(&addr).await?));
+        others.push(BenchClient::new(client_builder().connect(&addr).await?));
     }
     let others = Arc::new(others);
 
@@ -304,7 +349,11 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
     progress.finish();
 
     let mut results = Results {
-        transport: addr,
+        transport: match o.doca_progress {
+            Some(ProgressMode::BusyPoll) => format!("{addr} (DOCA progress: busy poll)"),
+            Some(_) => format!("{addr} (DOCA progress: events)"),
+            None => addr,
+        },
         runtime: o.runtime.describe().into(),
         quick: o.quick,
         depth: o.depth,

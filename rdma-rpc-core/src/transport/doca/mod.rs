@@ -24,8 +24,9 @@
 //!   and gets completions through oneshots. In [`ProgressMode::Event`] (default) it is a tokio
 //!   task waiting on the progress engine's notification fd with `AsyncFd` (arm, wait, clear,
 //!   progress until nothing happens), which DOCA signals for task completions; while RDMA CM
-//!   events may be pending (listening, CM connections) it also progresses every 2 ms, since
-//!   nothing documents that CM events signal the fd. In [`ProgressMode::BusyPoll`] a
+//!   events may be pending it also progresses periodically (every 2 ms while listening or
+//!   connecting, every 50 ms on established CM connections), since nothing documents that CM
+//!   events signal the fd. In [`ProgressMode::BusyPoll`] a
 //!   dedicated thread polls. Context setup and teardown, which wait for DOCA state changes,
 //!   never block a runtime worker. Tasks are allocated once per type and connection and
 //!   reused after completion (DOCA 3.x has setters for every task type, atomics included).
@@ -122,7 +123,8 @@ pub enum ProgressMode {
     #[default]
     Event,
     /// A dedicated thread per context polls `doca_pe_progress` (lowest latency, one core
-    /// busy per context).
+    /// busy per context while it has work; after tens of milliseconds without any, the thread
+    /// naps 50 µs between rounds).
     BusyPoll,
 }
 
@@ -182,6 +184,17 @@ impl DocaConfig {
             device: std::env::var(DEVICE_ENV).ok().filter(|d| !d.is_empty()),
             ..DocaConfig::default()
         }
+    }
+
+    /// The same settings with progress engines driven as `mode` says.
+    ///
+    /// ```no_run
+    /// use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport, ProgressMode};
+    /// let transport = DocaTransport::new(DocaConfig::from_env().with_progress(ProgressMode::BusyPoll));
+    /// ```
+    pub fn with_progress(mut self, mode: ProgressMode) -> DocaConfig {
+        self.progress = mode;
+        self
     }
 }
 

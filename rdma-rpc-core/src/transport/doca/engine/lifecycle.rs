@@ -5,6 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::ptr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use doca_sys as sys;
@@ -15,6 +16,11 @@ use super::receive::ConnShared;
 use super::task::{ConnPtr, Kind, Task, POOLS};
 use super::{ConnId, Op, Owner};
 use crate::error::{Error, Result};
+
+/// Progress interval for RDMA CM events while listening or connecting.
+const CM_POLL_CONNECTING: Duration = Duration::from_millis(2);
+/// Progress interval for RDMA CM events (a peer's disconnection) on established connections.
+const CM_POLL_ESTABLISHED: Duration = Duration::from_millis(50);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Phase {
@@ -376,9 +382,17 @@ impl Owner {
         }
     }
 
-    /// Whether RDMA CM events may be pending: nothing documents that they signal the progress
-    /// engine's notification handle, so the owner polls while this holds.
-    pub(super) fn cm_active(&self) -> bool {
-        !self.listening.is_empty() || self.conns.values().any(|c| c.cm && c.phase != Phase::Dead)
+    /// How often to progress for RDMA CM events, which nothing documents to signal the
+    /// progress engine's notification handle: often while a connection request or an
+    /// establishment may arrive, rarely while only a disconnection may, never without CM.
+    pub(super) fn cm_poll(&self) -> Option<Duration> {
+        let cm = || self.conns.values().filter(|c| c.cm);
+        if !self.listening.is_empty() || cm().any(|c| c.phase == Phase::Connecting) {
+            Some(CM_POLL_CONNECTING)
+        } else if cm().any(|c| c.phase == Phase::Live) {
+            Some(CM_POLL_ESTABLISHED)
+        } else {
+            None
+        }
     }
 }

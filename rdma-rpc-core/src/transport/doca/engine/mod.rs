@@ -20,8 +20,9 @@
 //! # Progress in event mode
 //! The notification fd reports task completions. Nothing in DOCA's documentation says that
 //! RDMA CM events (connection request, established, disconnection) signal it, so while the
-//! context listens or has RDMA CM connections the owner also progresses every
-//! [`CM_POLL`] (see `Owner::cm_active`); early-message deadlines wake it too.
+//! context listens or has RDMA CM connections the owner also progresses periodically: every
+//! 2 ms while a request or an establishment may arrive, every 50 ms while only a
+//! disconnection may (see `Owner::cm_poll`); early-message deadlines wake it too.
 
 mod callbacks;
 mod datapath;
@@ -56,8 +57,12 @@ use task::Kind;
 
 pub(super) type ConnId = u64;
 
-/// How often an event-mode owner progresses while RDMA CM events may be pending.
-const CM_POLL: Duration = Duration::from_millis(2);
+/// How long an event-mode owner with nothing scheduled sleeps between checks.
+const IDLE_WAKE: Duration = Duration::from_secs(1);
+
+/// Idle polling rounds after which a busy-poll owner naps between rounds, and for how long.
+const BUSY_NAP_AFTER: u32 = 100_000;
+const BUSY_NAP: Duration = Duration::from_micros(50);
 
 /// Registered local memory for one operation, with the mmap that covers it.
 pub(super) struct Local {
@@ -298,23 +303,32 @@ impl Owner {
                 return;
             }
         };
+        // One timer, moved only when the next wake-up changes (not re-armed per event).
+        let timer = tokio::time::sleep(IDLE_WAKE);
+        tokio::pin!(timer);
+        let mut timer_at = Instant::now() + IDLE_WAKE;
+        let mut next_poll: Option<Instant> = None;
         loop {
             owner.progress_all();
             owner.expire_deadlines();
             if let Err(e) = owner.pe.arm() {
                 tracing::warn!(error = %e, "arming DOCA notifications");
             }
-            let poll = owner.cm_active().then(|| Instant::now() + CM_POLL);
-            let wake = match (poll, owner.deadlines.next()) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
+            let now = Instant::now();
+            next_poll = match (owner.cm_poll(), next_poll) {
+                (None, _) => None,
+                (Some(every), Some(at)) if at > now && at <= now + every => Some(at),
+                (Some(every), _) => Some(now + every),
             };
-            let timer = async {
-                match wake {
-                    Some(at) => tokio::time::sleep_until(at.into()).await,
-                    None => std::future::pending().await,
-                }
-            };
+            let wake = [next_poll, owner.deadlines.next()]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(now + IDLE_WAKE);
+            if wake != timer_at {
+                timer_at = wake;
+                timer.as_mut().reset(wake.into());
+            }
             tokio::select! {
                 ready = afd.readable() => {
                     if let Ok(mut guard) = ready {
@@ -331,7 +345,10 @@ impl Owner {
                     }
                     None => break,
                 },
-                () = timer => {}
+                () = &mut timer => {
+                    // Fired: wait for the next deadline computed above.
+                    timer_at = now;
+                }
             }
         }
         drop(afd);
@@ -357,7 +374,11 @@ impl Owner {
                 }
             }
             idle = if busy { 0 } else { idle.saturating_add(1) };
-            if idle > 1024 {
+            // Spin while there is work; an idle context first yields its core, and after a
+            // long quiet spell (tens of milliseconds) naps, so idle connections cost little.
+            if idle > BUSY_NAP_AFTER {
+                std::thread::sleep(BUSY_NAP);
+            } else if idle > 1024 {
                 std::thread::yield_now();
             }
         }
