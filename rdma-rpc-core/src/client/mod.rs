@@ -332,7 +332,7 @@ impl Client {
             });
         }
         // The Hello used the one credit every side starts with.
-        channel.set_peer(ack.credits.saturating_sub(1), ack.max_frame);
+        channel.set_peer(ack.credits.saturating_sub(1), ack.credits, ack.max_frame);
         let max_in_flight = ack.max_in_flight.max(1);
         let slots = ack
             .slots

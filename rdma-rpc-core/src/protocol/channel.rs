@@ -28,6 +28,10 @@ const CREDITS_KEY: u8 = 15 << 3;
 pub(crate) struct FrameChannel {
     conn: Arc<dyn Connection>,
     credits: Mutex<u32>,
+    /// Most credits the peer can have given: the receives it announced (clamped to
+    /// [`super::MAX_PEER_CREDITS`]). Returned credits beyond it are a lie and are ignored, so
+    /// a peer cannot make this side queue frames it will never read.
+    credit_cap: AtomicU32,
     credit_wake: Notify,
     /// Receives re-posted and not yet announced to the peer.
     owed: AtomicU32,
@@ -63,6 +67,7 @@ impl FrameChannel {
         Ok(FrameChannel {
             conn,
             credits: Mutex::new(if initial_credits { INITIAL_CREDITS } else { 0 }),
+            credit_cap: AtomicU32::new(u32::MAX),
             credit_wake: Notify::new(),
             owed: AtomicU32::new(0),
             announce_at: (recv_count / 4).max(1),
@@ -78,10 +83,20 @@ impl FrameChannel {
     }
 
     /// Applies the peer's handshake: its receive count and size.
-    pub(crate) fn set_peer(&self, credits: u32, max_frame: u32) {
+    /// `announced` is the peer's receive count from its handshake (at most
+    /// [`super::MAX_PEER_CREDITS`] count), `credits` how many of them this side may use now.
+    pub(crate) fn set_peer(&self, credits: u32, announced: u32, max_frame: u32) {
         self.peer_max_frame
             .store(max_frame as usize, Ordering::Relaxed);
-        self.add_credits(credits);
+        let cap = announced.min(super::MAX_PEER_CREDITS);
+        self.credit_cap.store(cap, Ordering::Relaxed);
+        self.add_credits(credits.min(cap));
+    }
+
+    /// Credits this side holds now.
+    #[cfg(test)]
+    pub(crate) fn credits(&self) -> u32 {
+        *self.credits.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn peer_max_frame(&self) -> usize {
@@ -92,7 +107,20 @@ impl FrameChannel {
         if n == 0 {
             return;
         }
-        *self.credits.lock().unwrap_or_else(|e| e.into_inner()) += n;
+        let cap = self.credit_cap.load(Ordering::Relaxed);
+        {
+            let mut credits = self.credits.lock().unwrap_or_else(|e| e.into_inner());
+            let sum = credits.saturating_add(n);
+            if sum > cap {
+                tracing::debug!(
+                    peer = self.conn.peer(),
+                    returned = n,
+                    cap,
+                    "the peer returned more credits than receives it announced; ignored"
+                );
+            }
+            *credits = sum.min(cap);
+        }
         self.credit_wake.notify_waiters();
     }
 

@@ -17,3 +17,8 @@ pub const PROTOCOL_VERSION: u32 = 2;
 /// Sizes of control frames apart from their metadata and inline payload (generous upper
 /// bound of the prost overhead of a request or response frame).
 pub(crate) const FRAME_OVERHEAD: usize = 512;
+
+/// Most receives a peer's handshake may announce: what it claims beyond this is not believed.
+/// Bounds the frames one side may have in flight towards a peer that never reads (at most
+/// `MAX_PEER_CREDITS * max_frame` bytes queued per connection).
+pub(crate) const MAX_PEER_CREDITS: u32 = 1024;

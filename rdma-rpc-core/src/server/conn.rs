@@ -66,7 +66,14 @@ async fn handshake_hello(shared: &Shared, channel: &FrameChannel) -> Result<Hell
             reason: "the first frame is not a Hello".into(),
         });
     };
-    channel.set_peer(hello.credits, hello.max_frame);
+    if hello.credits == 0 {
+        return Err(Error::Protocol {
+            peer,
+            reason: "the Hello announces no receives (credits = 0): the server could never answer"
+                .into(),
+        });
+    }
+    channel.set_peer(hello.credits, hello.credits, hello.max_frame);
     Ok(hello)
 }
 
@@ -266,6 +273,15 @@ fn start_call(
         return Err(Status::invalid_argument(
             "a request carries its payload one way: inline, in a write slot, or in a window",
         ));
+    }
+    if !pull_writes && req.source.is_some() {
+        // The handshake said this server does not pull: a window offered anyway is never
+        // read (an RDMA read of a client's window would hold a pool buffer on its behalf).
+        return Err(Status::invalid_argument(format!(
+            "{} {}: this server does not pull payloads (pull_writes is off in its handshake); \
+             send the payload inline, in a write slot, or ask for a grant",
+            ep.op, ep.path
+        )));
     }
     if pull_writes && ep.op.is_inbound() && req.payload_len > 0 && !ways.contains(&true) {
         // In pull mode the server never exposes a pool buffer to a client.

@@ -21,6 +21,7 @@ use super::e2e::{
 };
 use super::fast_paths::*;
 use super::faults::*;
+use super::hostile::*;
 use super::{bounded, Backend, Harness};
 use crate::transport::doca::{DocaConfig, DocaTransport, ProgressMode};
 
@@ -157,6 +158,7 @@ macro_rules! doca_suite {
                 misused_write_slots_get_statuses_on,
                 stale_descriptors_never_reach_another_connection_on,
                 slot_bytes_never_change_under_a_handler_on,
+                a_hello_without_credits_is_refused_on,
             );
         }
     };

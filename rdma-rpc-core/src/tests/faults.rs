@@ -1,99 +1,20 @@
 //! Bad input and faults: each closes only what it must, and the server keeps serving.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 
 use super::e2e::{inbound, outbound, req, BLOB_READ, BLOB_WRITE, MSG_SEND};
+use super::raw::RawClient;
 use super::service::{TestResponse, ENDPOINTS};
 use super::{bounded, pattern, tcp_backend, Backend, Harness};
 use crate::codegen::call_inbound;
 use crate::protocol::channel::FrameChannel;
-use crate::protocol::frames::{AckFrame, Hello, Kind, RequestFrame};
-use crate::protocol::PROTOCOL_VERSION;
+use crate::protocol::frames::{Hello, Kind, RequestFrame};
 use crate::service::{EndpointDef, OpKind};
-use crate::transport::{Connection, Descriptor, Fencing, SendData};
+use crate::transport::{Fencing, SendData};
 use crate::{Access, ClientConfig, Code, Error, Request, ServerConfig};
-
-/// A client that speaks frames by hand, to misbehave on purpose.
-struct RawClient {
-    channel: FrameChannel,
-    ack: Hello,
-}
-
-impl RawClient {
-    async fn connect(h: &Harness) -> RawClient {
-        let conn = h.transport.connect(&h.addr).await.unwrap();
-        let channel = FrameChannel::new(conn, 16, 16 * 1024, true).unwrap();
-        channel
-            .send_priority(Kind::Hello(Hello {
-                version: PROTOCOL_VERSION,
-                max_frame: 16 * 1024,
-                credits: 16,
-                max_in_flight: 1000,
-                inline_threshold: 0,
-                ..Default::default()
-            }))
-            .await
-            .unwrap();
-        let ack = match channel.recv().await.unwrap().kind {
-            Some(Kind::HelloAck(ack)) => ack,
-            other => panic!("no HelloAck: {other:?}"),
-        };
-        channel.set_peer(ack.credits - 1, ack.max_frame);
-        RawClient { channel, ack }
-    }
-
-    /// The window of write slot `index`, as announced in the handshake.
-    fn slot(&self, index: u32) -> Descriptor {
-        let slot = self.ack.slots.iter().find(|s| s.index == index).unwrap();
-        slot.window.clone().unwrap().into()
-    }
-
-    async fn send_request(&self, request: RequestFrame) {
-        self.channel.send(Kind::Request(request)).await.unwrap();
-    }
-
-    fn conn(&self) -> &Arc<dyn Connection> {
-        self.channel.conn()
-    }
-
-    async fn request(&self, id: u64, path: &str, op: OpKind, payload_len: u64) {
-        let request = RequestFrame {
-            id,
-            path: path.into(),
-            op: op.as_u32(),
-            metadata: Bytes::from(prost::Message::encode_to_vec(&req(payload_len as usize, 7))),
-            payload_len,
-            ..Default::default()
-        };
-        self.channel.send(Kind::Request(request)).await.unwrap();
-    }
-
-    async fn next(&self) -> Kind {
-        loop {
-            if let Some(kind) = self.channel.recv().await.unwrap().kind {
-                return kind;
-            }
-        }
-    }
-
-    async fn grant(&self) -> Descriptor {
-        match self.next().await {
-            Kind::Grant(g) => g.window.expect("a window").into(),
-            other => panic!("expected a grant, got {other:?}"),
-        }
-    }
-
-    async fn ack(&self, id: u64) {
-        self.channel
-            .send(Kind::Ack(AckFrame { id, reply_to: None }))
-            .await
-            .unwrap();
-    }
-}
 
 async fn still_serving(h: &Harness) {
     let client = h.client().await;

@@ -6,6 +6,8 @@ mod doca;
 mod e2e;
 mod fast_paths;
 mod faults;
+mod hostile;
+mod raw;
 mod service;
 
 use std::sync::Arc;

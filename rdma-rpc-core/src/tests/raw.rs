@@ -1,0 +1,101 @@
+//! A client that speaks frames by hand, for tests that misbehave on purpose.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::e2e::req;
+use super::Harness;
+use crate::protocol::channel::FrameChannel;
+use crate::protocol::frames::{AckFrame, Hello, Kind, RequestFrame};
+use crate::protocol::PROTOCOL_VERSION;
+use crate::service::OpKind;
+use crate::transport::{Connection, Descriptor};
+
+/// A client that speaks frames by hand, to misbehave on purpose.
+pub(crate) struct RawClient {
+    pub(crate) channel: FrameChannel,
+    pub(crate) ack: Hello,
+}
+
+impl RawClient {
+    pub(crate) async fn connect(h: &Harness) -> RawClient {
+        let channel = Self::open(h).await;
+        channel
+            .send_priority(Kind::Hello(Self::hello()))
+            .await
+            .unwrap();
+        let ack = match channel.recv().await.unwrap().kind {
+            Some(Kind::HelloAck(ack)) => ack,
+            other => panic!("no HelloAck: {other:?}"),
+        };
+        channel.set_peer(ack.credits - 1, ack.credits, ack.max_frame);
+        RawClient { channel, ack }
+    }
+
+    /// A connection with its receives posted, before any frame.
+    pub(crate) async fn open(h: &Harness) -> FrameChannel {
+        let conn = h.transport.connect(&h.addr).await.unwrap();
+        FrameChannel::new(conn, 16, 16 * 1024, true).unwrap()
+    }
+
+    /// The Hello a well-behaved client sends.
+    pub(crate) fn hello() -> Hello {
+        Hello {
+            version: PROTOCOL_VERSION,
+            max_frame: 16 * 1024,
+            credits: 16,
+            max_in_flight: 1000,
+            inline_threshold: 0,
+            ..Default::default()
+        }
+    }
+
+    /// The window of write slot `index`, as announced in the handshake.
+    pub(crate) fn slot(&self, index: u32) -> Descriptor {
+        let slot = self.ack.slots.iter().find(|s| s.index == index).unwrap();
+        slot.window.clone().unwrap().into()
+    }
+
+    pub(crate) async fn send_request(&self, request: RequestFrame) {
+        self.channel.send(Kind::Request(request)).await.unwrap();
+    }
+
+    pub(crate) fn conn(&self) -> &Arc<dyn Connection> {
+        self.channel.conn()
+    }
+
+    pub(crate) async fn request(&self, id: u64, path: &str, op: OpKind, payload_len: u64) {
+        let request = RequestFrame {
+            id,
+            path: path.into(),
+            op: op.as_u32(),
+            metadata: Bytes::from(prost::Message::encode_to_vec(&req(payload_len as usize, 7))),
+            payload_len,
+            ..Default::default()
+        };
+        self.channel.send(Kind::Request(request)).await.unwrap();
+    }
+
+    pub(crate) async fn next(&self) -> Kind {
+        loop {
+            if let Some(kind) = self.channel.recv().await.unwrap().kind {
+                return kind;
+            }
+        }
+    }
+
+    pub(crate) async fn grant(&self) -> Descriptor {
+        match self.next().await {
+            Kind::Grant(g) => g.window.expect("a window").into(),
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    pub(crate) async fn ack(&self, id: u64) {
+        self.channel
+            .send(Kind::Ack(AckFrame { id, reply_to: None }))
+            .await
+            .unwrap();
+    }
+}
