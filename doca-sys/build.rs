@@ -204,7 +204,11 @@ fn use_sdk(sdk: Sdk) {
         .iter()
         .map(|h| format!("#include <{h}>\n"))
         .collect();
-    std::fs::write(&wrapper, text).expect("write the bindgen wrapper header");
+    // Written only when it changes: bindgen's cargo callbacks make it an input of the build,
+    // and a new timestamp would make every build rerun bindgen and rebuild the dependents.
+    if std::fs::read_to_string(&wrapper).ok().as_deref() != Some(text.as_str()) {
+        std::fs::write(&wrapper, text).expect("write the bindgen wrapper header");
+    }
 
     let mut builder = bindgen::Builder::default()
         .header(wrapper.to_string_lossy())

@@ -153,6 +153,8 @@ impl Region {
     /// The transport registration of this region, made by `init` on first use.
     ///
     /// A region is registered with at most one transport kind; `init` runs at most once.
+    // Only the DOCA transport registers memory so far.
+    #[cfg_attr(not(feature = "doca"), allow(dead_code))]
     pub(crate) fn registration<T: Any + Send + Sync>(
         &self,
         init: impl FnOnce() -> Result<T>,
