@@ -6,4 +6,5 @@ pub mod buffers;
 pub mod generated;
 pub mod hand_written;
 pub mod kv;
+pub mod logging;
 pub mod report;

@@ -57,6 +57,7 @@ async fn run(addr: &str, len: usize) -> Result<(), Box<dyn std::error::Error>> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    examples::logging::init();
     let mut args = std::env::args().skip(1);
     let addr = args.next().unwrap_or_else(|| "tcp://127.0.0.1:7470".into());
     let len = match args.next().map(|s| s.parse::<usize>()) {

@@ -107,6 +107,7 @@ async fn run(client: &DocaCppEndpointsClient) -> Result<Vec<Row>, Box<dyn std::e
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    examples::logging::init();
     let server = match Server::builder()
         .add_service(DocaCppEndpointsServer::new(PathBuffers::default()))
         .bind("tcp://127.0.0.1:0")

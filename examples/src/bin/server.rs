@@ -1,7 +1,9 @@
 //! A standalone server of the doca-cpp endpoints, for two terminals or two machines.
 //!
 //! `cargo run --release -p examples --bin server -- [ADDRESS]` (default `tcp://0.0.0.0:7470`;
-//! `doca://<ip>:<port>` for the DOCA transport). Ctrl-C shuts down gracefully.
+//! `doca://<ip>:<port>` for the DOCA transport). Ctrl-C shuts down gracefully. Logs go to
+//! stderr, filtered by `RUST_LOG` (default `warn`: every dropped connection with its reason;
+//! `RUST_LOG=rdma_rpc_core=debug` for more).
 
 use std::process::ExitCode;
 
@@ -11,6 +13,7 @@ use rdma_rpc_core::Server;
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    examples::logging::init();
     let addr = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "tcp://0.0.0.0:7470".into());

@@ -85,7 +85,14 @@ pub(super) async fn serve(
 ) {
     let peer = conn.peer().to_owned();
     if let Err(e) = run(shared, conn.clone(), stop).await {
-        tracing::info!(%peer, error = %e, "connection ended with an error");
+        match e {
+            // The peer went away: nothing an operator must look at.
+            Error::ConnectionClosed { .. } => {
+                tracing::debug!(%peer, error = %e, "connection ended")
+            }
+            // A limit, a timeout or a protocol violation: say which.
+            _ => tracing::warn!(%peer, error = %e, "connection dropped"),
+        }
     } else {
         tracing::debug!(%peer, "connection ended");
     }
