@@ -15,7 +15,7 @@ pub use bytes::Bytes;
 pub use client::{Client, ClientBuilder, ClientConfig, ClientStats};
 pub use error::{Error, Result};
 pub use memory::{Access, BufferPool, RegisteredBuf};
-pub use server::{BoundServer, Server, ServerBuilder, ServerConfig};
+pub use server::{BoundServer, ConnectionCount, Server, ServerBuilder, ServerConfig};
 pub use service::{EndpointDef, IntoRequest, OpKind, RawRequest, Request, ServerCall, Service};
 pub use status::{Code, Status};
 

@@ -19,16 +19,24 @@ use crate::service::RawRequest;
 use crate::status::Status;
 use crate::transport::{Connection, Fencing};
 
-/// Tells a client over the connection limit why it is turned away.
-pub(super) async fn reject(shared: Arc<Shared>, conn: Arc<dyn Connection>, max: usize) {
-    let Ok(channel) = open(&shared, conn.clone()) else {
-        return;
-    };
-    if handshake_hello(&shared, &channel).await.is_ok() {
-        let status = Status::resource_exhausted(format!(
-            "the server is at its connection limit (max_connections = {max})"
-        ));
-        goaway(&channel, &status).await;
+/// Receives a refused client's Hello may use: two of 1 KiB (a Hello is tens of bytes).
+const REFUSAL_FRAME: usize = 1024;
+/// Longest a refused client may take to send its Hello.
+const REFUSAL_WAIT: Duration = Duration::from_secs(1);
+
+/// Tells a client that a limit turned it away why (in its handshake), with as little as
+/// possible allocated for it and for at most [`REFUSAL_WAIT`].
+pub(super) async fn refuse(
+    shared: Arc<Shared>,
+    conn: Arc<dyn Connection>,
+    status: Status,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    if let Ok(channel) = FrameChannel::new(conn.clone(), 2, REFUSAL_FRAME, false) {
+        let wait = shared.config.handshake_timeout.min(REFUSAL_WAIT);
+        if handshake_hello(&channel, wait).await.is_ok() {
+            goaway(&channel, &status).await;
+        }
     }
     conn.close();
 }
@@ -51,14 +59,14 @@ async fn goaway(channel: &FrameChannel, status: &Status) {
     }
 }
 
-/// Waits for the client's Hello and applies it.
-async fn handshake_hello(shared: &Shared, channel: &FrameChannel) -> Result<Hello, Error> {
+/// Waits (at most `limit`) for the client's Hello and applies it.
+async fn handshake_hello(channel: &FrameChannel, limit: Duration) -> Result<Hello, Error> {
     let peer = channel.conn().peer().to_owned();
-    let frame = tokio::time::timeout(shared.config.handshake_timeout, channel.recv())
+    let frame = tokio::time::timeout(limit, channel.recv())
         .await
         .map_err(|_| Error::Protocol {
             peer: peer.clone(),
-            reason: format!("no handshake within {:?}", shared.config.handshake_timeout),
+            reason: format!("no handshake within {limit:?} (handshake_timeout)"),
         })??;
     let Some(Kind::Hello(hello)) = frame.kind else {
         return Err(Error::Protocol {
@@ -82,6 +90,8 @@ pub(super) async fn serve(
     shared: Arc<Shared>,
     conn: Arc<dyn Connection>,
     stop: watch::Receiver<bool>,
+    // Counted until this task ends.
+    _admitted: super::admission::Admitted,
 ) {
     let peer = conn.peer().to_owned();
     if let Err(e) = run(shared, conn.clone(), stop).await {
@@ -105,7 +115,7 @@ async fn run(
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), Error> {
     let channel = Arc::new(open(&shared, conn)?);
-    let hello = match handshake_hello(&shared, &channel).await {
+    let hello = match handshake_hello(&channel, shared.config.handshake_timeout).await {
         Ok(hello) => hello,
         Err(e) => {
             goaway(&channel, &Status::invalid_argument(e.to_string())).await;
@@ -148,7 +158,17 @@ async fn run(
     let mut task_ids = HashMap::new();
     let mut tasks = JoinSet::new();
     let mut stopping = *stop.borrow_and_update();
+    // Idle: no call in flight and no frame from the client for `idle_timeout`.
+    let idle_timeout = shared.config.idle_timeout;
+    // (Without a limit the branch below is off; the timer is never awaited.)
+    let idle = tokio::time::sleep(idle_timeout.unwrap_or(Duration::from_secs(86_400)));
+    tokio::pin!(idle);
     loop {
+        if let Some(limit) = idle_timeout {
+            if !tasks.is_empty() || calls.len() > 0 {
+                idle.as_mut().reset(Instant::now() + limit);
+            }
+        }
         if stopping && tasks.is_empty() {
             goaway(
                 &channel,
@@ -158,8 +178,23 @@ async fn run(
             return Ok(());
         }
         tokio::select! {
+            () = &mut idle, if idle_timeout.is_some() && tasks.is_empty() => {
+                let limit = idle_timeout.unwrap_or_default();
+                tracing::debug!(peer = channel.conn().peer(), "closing an idle connection");
+                goaway(
+                    &channel,
+                    &Status::unavailable(format!(
+                        "the server closed a connection idle for {limit:?} (idle_timeout)"
+                    )),
+                )
+                .await;
+                return Ok(());
+            }
             frame = channel.recv() => {
                 let frame = frame?;
+                if let Some(limit) = idle_timeout {
+                    idle.as_mut().reset(Instant::now() + limit);
+                }
                 let kind = match frame.kind {
                     None => continue, // a credit update
                     Some(kind) => kind,

@@ -11,9 +11,12 @@
 //! # }
 //! ```
 
+mod admission;
 mod call;
 mod conn;
 mod slots;
+
+pub use admission::ConnectionCount;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -37,6 +40,14 @@ pub struct ServerConfig {
     /// Most connections served at once; further clients get an error and are closed.
     /// Default 1024.
     pub max_connections: usize,
+    /// Connections one peer (one IP address) may hold at once; 0 for no limit. Over RDMA CM
+    /// the peer's address is not known and only `max_connections` applies. Default 128.
+    pub max_connections_per_peer: usize,
+    /// Closes a handshaken connection that has no call in flight and sent no frame for this
+    /// long (the client sees `UNAVAILABLE`). `None` keeps idle connections open; set it on a
+    /// server that untrusted clients reach, so idle sockets cannot hold every connection
+    /// slot. Default `None` (clients do not reconnect by themselves yet).
+    pub idle_timeout: Option<Duration>,
     /// Most calls in flight per connection. Default 128.
     pub max_in_flight: u32,
     /// Size of each receive posted for control frames: the largest frame a client may send.
@@ -86,6 +97,8 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             max_connections: 1024,
+            max_connections_per_peer: 128,
+            idle_timeout: None,
             max_in_flight: 128,
             max_frame: 16 * 1024,
             recv_credits: 64,
@@ -197,6 +210,10 @@ impl ServerBuilder {
     setters! {
         /// See [`ServerConfig::max_connections`].
         max_connections: usize,
+        /// See [`ServerConfig::max_connections_per_peer`].
+        max_connections_per_peer: usize,
+        /// See [`ServerConfig::idle_timeout`].
+        idle_timeout: Option<Duration>,
         /// See [`ServerConfig::max_in_flight`].
         max_in_flight: u32,
         /// See [`ServerConfig::inline_threshold`].
@@ -242,6 +259,7 @@ impl ServerBuilder {
         Ok(BoundServer {
             shared: Arc::new(Shared { config, routes }),
             listener,
+            admission: admission::Admission::new(),
         })
     }
 
@@ -365,6 +383,7 @@ pub(crate) struct Shared {
 pub struct BoundServer {
     shared: Arc<Shared>,
     listener: Box<dyn Listener>,
+    admission: Arc<admission::Admission>,
 }
 
 impl fmt::Debug for BoundServer {
@@ -379,6 +398,11 @@ impl BoundServer {
     /// The address clients connect to (with the port chosen for port 0).
     pub fn local_addr(&self) -> String {
         self.listener.local_addr()
+    }
+
+    /// The number of connections the server holds, now and as it changes while it serves.
+    pub fn connection_count(&self) -> ConnectionCount {
+        self.admission.count()
     }
 
     /// Serves until an error.
@@ -397,13 +421,21 @@ impl BoundServer {
             tokio::select! {
                 _ = &mut signal => break,
                 accepted = self.listener.accept() => match accepted {
-                    Ok(conn) if conns.len() >= self.shared.config.max_connections => {
-                        let max = self.shared.config.max_connections;
-                        conns.spawn(conn::reject(self.shared.clone(), conn, max));
-                    }
-                    Ok(conn) => {
-                        conns.spawn(conn::serve(self.shared.clone(), conn, stop_rx.clone()));
-                    }
+                    Ok(conn) => match self.admission.admit(conn.peer(), &self.shared.config) {
+                        Ok(admitted) => {
+                            conns.spawn(conn::serve(self.shared.clone(), conn, stop_rx.clone(), admitted));
+                        }
+                        Err(status) => {
+                            tracing::warn!(peer = conn.peer(), reason = status.message(), "connection refused");
+                            match self.admission.refusing() {
+                                Some(permit) => {
+                                    conns.spawn(conn::refuse(self.shared.clone(), conn, status, permit));
+                                }
+                                // Too many refusals at once: no reason for this one.
+                                None => conn.close(),
+                            }
+                        }
+                    },
                     Err(e) => tracing::warn!(error = %e, "accept failed"),
                 },
             }

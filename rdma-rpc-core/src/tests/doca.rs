@@ -159,6 +159,8 @@ macro_rules! doca_suite {
                 stale_descriptors_never_reach_another_connection_on,
                 slot_bytes_never_change_under_a_handler_on,
                 a_hello_without_credits_is_refused_on,
+                the_count_is_exact_when_clients_leave_on,
+                idle_connections_are_closed_on,
             );
         }
     };

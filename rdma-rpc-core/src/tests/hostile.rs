@@ -124,3 +124,89 @@ async fn announced_and_returned_credits_are_bounded() {
     // (One credit may have gone into announcing the receive that frame used.)
     assert!(a.credits() <= MAX_PEER_CREDITS, "{}", a.credits());
 }
+
+/// The connection count is exact: right after clients leave, the next one is admitted
+/// (before: finished connections were counted until the accept loop reaped them, so the
+/// first client after a flood was refused).
+pub(crate) async fn the_count_is_exact_when_clients_leave_on(b: &Backend) {
+    let config = ServerConfig {
+        max_connections: 2,
+        ..ServerConfig::default()
+    };
+    let mut h = Harness::start_on(b, config).await;
+    let first = h.client().await;
+    let second = h.client().await;
+    assert_eq!(
+        bounded("two connections", h.count.wait_for(|n| n == 2)).await,
+        Some(2)
+    );
+    drop((first, second));
+    assert_eq!(
+        bounded("none left", h.count.wait_for(|n| n == 0)).await,
+        Some(0)
+    );
+    still_serving(&h).await;
+}
+
+#[tokio::test]
+async fn the_count_is_exact_when_clients_leave() {
+    the_count_is_exact_when_clients_leave_on(&tcp_backend()).await;
+}
+
+/// One peer address may hold `max_connections_per_peer` connections; the next is refused
+/// with the limit named, and the others keep working (before: one peer could take every
+/// connection slot).
+pub(crate) async fn one_peer_cannot_take_every_connection_on(b: &Backend) {
+    let config = ServerConfig {
+        max_connections_per_peer: 2,
+        ..ServerConfig::default()
+    };
+    let h = Harness::start_on(b, config).await;
+    let first = h.client().await;
+    let _second = h.client().await;
+    let err = crate::Client::builder()
+        .transport(h.transport.clone())
+        .connect(&h.addr)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("max_connections_per_peer = 2"),
+        "{err}"
+    );
+    assert!(inbound(&first, BLOB_WRITE, 10_000, 2).await.unwrap().exact);
+}
+
+#[tokio::test]
+async fn one_peer_cannot_take_every_connection() {
+    one_peer_cannot_take_every_connection_on(&tcp_backend()).await;
+}
+
+/// With `idle_timeout`, a handshaken connection that sends nothing is told why and closed,
+/// and the server keeps serving (before: idle sockets held their slots forever).
+pub(crate) async fn idle_connections_are_closed_on(b: &Backend) {
+    let config = ServerConfig {
+        idle_timeout: Some(std::time::Duration::from_millis(200)),
+        ..ServerConfig::default()
+    };
+    let h = Harness::start_on(b, config).await;
+    let raw = RawClient::connect(&h).await;
+    match bounded("an idle connection's goaway", raw.next()).await {
+        Kind::Goaway(status) => {
+            assert_eq!(Code::from_u32(status.code), Code::Unavailable);
+            assert!(
+                status.message.contains("idle_timeout"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("expected a goaway, got {other:?}"),
+    }
+    let err = bounded("the idle connection closed", raw.conn().closed()).await;
+    assert!(err.is_connection_fatal(), "{err}");
+    still_serving(&h).await;
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed() {
+    idle_connections_are_closed_on(&tcp_backend()).await;
+}

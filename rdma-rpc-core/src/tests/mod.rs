@@ -27,6 +27,8 @@ pub(crate) struct Harness {
     pub(crate) addr: String,
     pub(crate) transport: Arc<dyn Transport>,
     pub(crate) service: TestService,
+    /// The server's live connection count.
+    pub(crate) count: crate::ConnectionCount,
     stop: Option<oneshot::Sender<()>>,
     pub(crate) task: JoinHandle<crate::Result<()>>,
 }
@@ -77,6 +79,7 @@ impl Harness {
             .await
             .expect("bind");
         let addr = server.local_addr();
+        let count = server.connection_count();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(server.serve_with_shutdown(async move {
             let _ = stopped.await;
@@ -85,6 +88,7 @@ impl Harness {
             addr,
             transport,
             service,
+            count,
             stop: Some(stop),
             task,
         }
