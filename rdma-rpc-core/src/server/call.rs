@@ -5,11 +5,13 @@
 //!   client wrote into one of this connection's write slots (`slots.rs`) is taken from there:
 //!   the slot's window is revoked first, so the handler sees bytes nobody can change; over a
 //!   transport that cannot revoke windows (`Fencing::Unfenced`, DOCA) the handler gets a copy
-//!   (slots are at most 64 KiB there). With
-//!   pull mode the server RDMA-reads the payload from the window the client offered in the
-//!   request. Otherwise the server takes a buffer of the endpoint's pool, grants the client a
-//!   write-only window of exactly the announced length, sends the descriptor, waits for the
-//!   client's ack and revokes the window. The handler never sees a partial transfer.
+//!   (slots are at most 64 KiB there). With pull mode the server RDMA-reads the payload from
+//!   the window the client offered in the request (all of it, or the call fails). Otherwise
+//!   the server takes a buffer of the endpoint's pool, zeroes the announced length, grants the
+//!   client a write-only window of exactly that length, sends the descriptor, waits for the
+//!   client's ack and revokes the window. One-sided writes cannot be observed (on RDMA
+//!   hardware either), so a client that acks without writing every byte makes its handler see
+//!   zeros there: its own loss, never another call's bytes.
 //! - receive / read (outbound): the server takes a pool buffer and runs the handler to fill
 //!   it. Small results go back inside the response frame. Larger ones are RDMA-written into
 //!   the window the client offered in the request (`reply_to`), and the response follows on
@@ -199,7 +201,11 @@ async fn inbound(call: &mut Call) -> Result<ResponseFrame, Status> {
             .map_err(transfer_failed)?;
         buf.freeze()
     } else {
-        let buf = take_buffer(call).await?;
+        let mut buf = take_buffer(call).await?;
+        // The server cannot see one-sided writes complete (on RDMA hardware no more than
+        // here): a client that acks without writing every byte must find its own zeros, never
+        // what the buffer's previous call left in it.
+        buf.as_mut_capacity()[..len].fill(0);
         let grant = call
             .channel
             .conn()

@@ -210,3 +210,55 @@ pub(crate) async fn idle_connections_are_closed_on(b: &Backend) {
 async fn idle_connections_are_closed() {
     idle_connections_are_closed_on(&tcp_backend()).await;
 }
+
+/// Grant mode: a client that takes a window, writes nothing and acks gets zeros in its
+/// handler, never the bytes an earlier call of another client left in the pool buffer
+/// (before: the handler was handed the earlier client's payload, which a read echoed back).
+pub(crate) async fn an_unwritten_grant_discloses_nothing_on(b: &Backend) {
+    let config = ServerConfig {
+        pull_writes: Some(false),
+        min_buffers: 1,
+        max_buffers: 1,
+        write_slots: 0,
+        ..ServerConfig::default()
+    };
+    let h = Harness::start_on(b, config).await;
+    let len = 200_000usize;
+    // Another client's secret goes through the path's only buffer.
+    let victim = h.client().await;
+    assert!(inbound(&victim, BLOB_WRITE, len, 3).await.unwrap().exact);
+    let thief = RawClient::connect(&h).await;
+    let mut keep = req(len, 3);
+    keep.keep = true;
+    thief
+        .send_request(RequestFrame {
+            id: 1,
+            path: "/blob".into(),
+            op: OpKind::Write.as_u32(),
+            metadata: Bytes::from(prost::Message::encode_to_vec(&keep)),
+            payload_len: len as u64,
+            ..Default::default()
+        })
+        .await;
+    let _window = thief.grant().await;
+    thief.ack(1).await; // without writing a byte
+    match thief.next().await {
+        Kind::Response(r) => assert!(r.status.is_none(), "{:?}", r.status),
+        other => panic!("expected a response, got {other:?}"),
+    }
+    let kept = h.service.kept.lock().unwrap().clone();
+    assert_eq!(kept.len(), 1);
+    assert!(
+        kept[0].iter().all(|&b| b == 0),
+        "the handler saw another client's bytes"
+    );
+    // The kept bytes hold the path's only buffer: give it back.
+    h.service.kept.lock().unwrap().clear();
+    drop(kept);
+    still_serving(&h).await;
+}
+
+#[tokio::test]
+async fn an_unwritten_grant_discloses_nothing() {
+    an_unwritten_grant_discloses_nothing_on(&tcp_backend()).await;
+}
