@@ -109,6 +109,8 @@ pub(super) struct Call {
     pub(super) deadline: Option<Instant>,
     /// Longest wait for the client's ack of a transfer.
     pub(super) transfer_timeout: Duration,
+    /// Longest wait for a free pool buffer.
+    pub(super) buffer_wait: Duration,
     /// Outbound results up to this size go back inside the response frame.
     pub(super) inline_threshold: usize,
 }
@@ -286,19 +288,30 @@ async fn outbound(call: &mut Call) -> Result<(ResponseFrame, Option<Pending>), S
 /// A buffer of the endpoint's pool, waiting no longer than the client does.
 async fn take_buffer(call: &mut Call) -> Result<RegisteredBuf, Status> {
     let endpoint = call.endpoint;
-    let acquire = call.pool.acquire();
-    match call.deadline {
-        Some(deadline) => tokio::time::timeout_at(deadline, acquire)
-            .await
-            .map_err(|_| {
-                Status::deadline_exceeded(format!(
-                    "no free buffer for {} {} before the deadline (all {} in use)",
-                    endpoint.op,
-                    endpoint.path,
-                    call.pool.count()
-                ))
-            }),
-        None => Ok(acquire.await),
+    let patience = Instant::now() + call.buffer_wait;
+    let limit = call.deadline.map_or(patience, |d| d.min(patience));
+    match tokio::time::timeout_at(limit, call.pool.acquire()).await {
+        Ok(buf) => Ok(buf),
+        Err(_) if call.deadline.is_some_and(|d| d <= patience) => {
+            Err(Status::deadline_exceeded(format!(
+                "no free buffer for {} {} before the deadline (all {} in use)",
+                endpoint.op,
+                endpoint.path,
+                call.pool.count()
+            )))
+        }
+        Err(_) => {
+            let status = Status::resource_exhausted(format!(
+                "no free buffer for {} {} within {:?} (buffer_wait): all {} are in use, by \
+                 calls in flight or by handlers that keep their payload",
+                endpoint.op,
+                endpoint.path,
+                call.buffer_wait,
+                call.pool.count()
+            ));
+            tracing::warn!(peer = %call.request.peer, reason = status.message(), "call refused");
+            Err(status)
+        }
     }
 }
 

@@ -372,6 +372,7 @@ fn start_call(
         events,
         deadline: timeout.map(|t| Instant::now() + t),
         transfer_timeout: shared.config.transfer_timeout,
+        buffer_wait: shared.config.buffer_wait,
         inline_threshold: inline_threshold as usize,
     };
     Ok((call, tx))

@@ -87,6 +87,10 @@ pub struct ServerConfig {
     pub pull_writes: Option<bool>,
     /// Longest wait for a client to finish an RDMA transfer and ack it. Default 30 s.
     pub transfer_timeout: Duration,
+    /// Longest a call waits for a free buffer of its path's pool before it fails with
+    /// `RESOURCE_EXHAUSTED` naming the path (or with `DEADLINE_EXCEEDED` if its own deadline
+    /// comes first). A handler that keeps its payload (`Bytes`) holds that buffer. Default 10 s.
+    pub buffer_wait: Duration,
     /// Longest wait for a new connection's handshake. Default 10 s.
     pub handshake_timeout: Duration,
     /// On shutdown, longest wait for in-flight calls to finish. Default 30 s.
@@ -110,6 +114,7 @@ impl Default for ServerConfig {
             slot_size: 64 << 10,
             pull_writes: None,
             transfer_timeout: Duration::from_secs(30),
+            buffer_wait: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(30),
         }
@@ -228,6 +233,8 @@ impl ServerBuilder {
         pull_writes: Option<bool>,
         /// See [`ServerConfig::transfer_timeout`].
         transfer_timeout: Duration,
+        /// See [`ServerConfig::buffer_wait`].
+        buffer_wait: Duration,
         /// See [`ServerConfig::shutdown_grace`].
         shutdown_grace: Duration,
     }

@@ -161,6 +161,7 @@ macro_rules! doca_suite {
                 a_hello_without_credits_is_refused_on,
                 the_count_is_exact_when_clients_leave_on,
                 idle_connections_are_closed_on,
+                waiting_for_a_buffer_is_bounded_on,
             );
         }
     };

@@ -262,3 +262,53 @@ pub(crate) async fn an_unwritten_grant_discloses_nothing_on(b: &Backend) {
 async fn an_unwritten_grant_discloses_nothing() {
     an_unwritten_grant_discloses_nothing_on(&tcp_backend()).await;
 }
+
+/// A call that finds its path's pool empty waits at most `buffer_wait`, then fails with
+/// `RESOURCE_EXHAUSTED` naming the path, whether or not it has a deadline (before: a call
+/// without a deadline waited forever behind a handler that held the only buffer).
+pub(crate) async fn waiting_for_a_buffer_is_bounded_on(b: &Backend) {
+    let config = ServerConfig {
+        min_buffers: 1,
+        max_buffers: 1,
+        write_slots: 0,
+        buffer_wait: std::time::Duration::from_millis(100),
+        ..ServerConfig::default()
+    };
+    let h = Harness::start_on(b, config).await;
+    let client = h.client().await;
+    // A held call keeps the path's only buffer in its handler.
+    let held = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let mut r = req(100_000, 4);
+            r.gated = true;
+            crate::codegen::call_inbound::<_, super::service::TestResponse>(
+                &client,
+                &super::service::ENDPOINTS[BLOB_WRITE],
+                crate::Request::new(r),
+                Bytes::from(super::pattern(100_000, 4)),
+            )
+            .await
+        })
+    };
+    h.service.entered(1).await;
+    let err = bounded(
+        "a call behind a held buffer",
+        inbound(&client, BLOB_WRITE, 100_000, 5),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
+    assert!(
+        err.message().contains("/blob") && err.message().contains("buffer_wait"),
+        "{err}"
+    );
+    h.service.open_gate();
+    assert!(held.await.unwrap().unwrap().exact);
+    still_serving(&h).await;
+}
+
+#[tokio::test]
+async fn waiting_for_a_buffer_is_bounded() {
+    waiting_for_a_buffer_is_bounded_on(&tcp_backend()).await;
+}
