@@ -617,11 +617,7 @@ pub(crate) async fn connection_limit_is_enforced_and_named_on(b: &Backend) {
     let h = Harness::start_on(b, config).await;
     let _a = h.client().await;
     let _b = h.client().await;
-    let err = crate::Client::builder()
-        .transport(h.transport.clone())
-        .connect(&h.addr)
-        .await
-        .unwrap_err();
+    let err = h.refused().await;
     assert!(err.to_string().contains("max_connections = 2"), "{err}");
 }
 

@@ -164,11 +164,7 @@ pub(crate) async fn one_peer_cannot_take_every_connection_on(b: &Backend) {
     let h = Harness::start_on(b, config).await;
     let first = h.client().await;
     let _second = h.client().await;
-    let err = crate::Client::builder()
-        .transport(h.transport.clone())
-        .connect(&h.addr)
-        .await
-        .unwrap_err();
+    let err = h.refused().await;
     assert!(
         err.to_string().contains("max_connections_per_peer = 2"),
         "{err}"

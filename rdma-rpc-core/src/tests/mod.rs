@@ -116,6 +116,16 @@ impl Harness {
             .expect("connect")
     }
 
+    /// The error of a connection the server refuses.
+    pub(crate) async fn refused(&self) -> crate::Error {
+        Client::builder()
+            .transport(self.transport.clone())
+            .connect(&self.addr)
+            .await
+            .map(drop)
+            .unwrap_err()
+    }
+
     /// Starts a graceful shutdown.
     pub(crate) fn shutdown(&mut self) {
         if let Some(stop) = self.stop.take() {
