@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 use super::frames::{Frame, Kind};
 use crate::error::{Error, Result};
 use crate::memory::{Access, BufferPool};
-use crate::transport::{Connection, RecvOpcode, SendData};
+use crate::transport::{BoxFuture, Connection, RecvOpcode, SendData};
 
 /// Credits a side may use before the handshake told it the peer's receive count: the first
 /// frame (Hello) always has a receive waiting.
@@ -168,18 +168,20 @@ impl FrameChannel {
         Ok(out)
     }
 
-    fn send_encoded(&self, mut out: BytesMut) {
+    /// Appends the credits owed to the peer.
+    fn with_credits(&self, mut out: BytesMut) -> SendData {
         let owed = self.owed.swap(0, Ordering::AcqRel);
         if owed > 0 {
             out.put_u8(CREDITS_KEY);
             prost::encoding::encode_varint(u64::from(owed), &mut out);
         }
+        SendData::Bytes(out.freeze())
+    }
+
+    fn send_encoded(&self, out: BytesMut) {
         // No completion is needed: a failure puts the connection in error, which every
         // waiter sees through `recv` or `closed`.
-        if let Err(e) = self
-            .conn
-            .send_unsignaled(SendData::Bytes(out.freeze()), None)
-        {
+        if let Err(e) = self.conn.send_unsignaled(self.with_credits(out), None) {
             tracing::debug!(peer = self.conn.peer(), error = %e, "frame not sent");
         }
     }
@@ -200,16 +202,15 @@ impl FrameChannel {
         Ok(())
     }
 
-    /// Sends a goaway (or other last) frame only if a credit is free now; never waits.
-    pub(crate) fn try_send_last(&self, kind: Kind) -> bool {
-        let Ok(out) = self.encode(Some(kind)) else {
-            return false;
-        };
+    /// Sends a goaway (or other last) frame only if a credit is free now. The returned
+    /// future resolves once the peer has it, and so (in order) every frame sent before it:
+    /// await it before closing the connection.
+    pub(crate) fn try_send_last(&self, kind: Kind) -> Option<BoxFuture<'static, Result<()>>> {
+        let out = self.encode(Some(kind)).ok()?;
         if !self.try_take_credit(0) {
-            return false;
+            return None;
         }
-        self.send_encoded(out);
-        true
+        Some(self.conn.send(self.with_credits(out), None))
     }
 
     /// The next frame. `Err` ends the connection: the transport failed or the peer sent

@@ -50,11 +50,16 @@ fn open(shared: &Shared, conn: Arc<dyn Connection>) -> Result<FrameChannel, Erro
     )
 }
 
-/// Tells the client why the connection ends, if it can be told without waiting (before the
-/// handshake there is no credit to send with).
+/// Longest wait for the client to receive the last frames before the connection closes.
+const LAST_WORDS: Duration = Duration::from_secs(1);
+
+/// Tells the client why the connection ends, if a credit allows it (before the handshake
+/// there is none). Waits (at most [`LAST_WORDS`]) until the client's transport has that
+/// frame and so every frame before it, such as the responses of calls drained at shutdown,
+/// then gives the client a moment to read them before the connection is closed.
 async fn goaway(channel: &FrameChannel, status: &Status) {
-    if channel.try_send_last(Kind::Goaway(StatusFrame::from(status))) {
-        // Give the frame a moment to leave before the connection is closed.
+    if let Some(sent) = channel.try_send_last(Kind::Goaway(StatusFrame::from(status))) {
+        let _ = tokio::time::timeout(LAST_WORDS, sent).await;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -436,9 +436,14 @@ pub(super) async fn oob_connect(
             _ = closed.wait_for(|c| *c) => {}
             _ = stream.read(&mut byte) => {
                 if let Some(shared) = weak.upgrade() {
-                    shared.fail_and_close(Error::ConnectionClosed {
-                        peer: shared.peer.clone(),
-                        reason: "closed by the peer".into(),
+                    // Through the owner, which first takes the messages the peer sent
+                    // before it closed: the side channel must not overtake them.
+                    shared.engine.send(Cmd::Close {
+                        id: shared.id,
+                        err: Error::ConnectionClosed {
+                            peer: shared.peer.clone(),
+                            reason: "closed by the peer".into(),
+                        },
                     });
                 }
             }

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
@@ -113,6 +113,8 @@ struct Shared {
     next_op: AtomicU64,
     next_key: AtomicU32,
     key_salt: u32,
+    /// Unsignaled sends queued for the writer and not yet written.
+    unsignaled: AtomicUsize,
 }
 
 impl Shared {
@@ -188,6 +190,21 @@ impl Shared {
     fn post_unsignaled(&self, header: Header, payload: Payload) -> Result<()> {
         if let Some(e) = &lock(&self.state).error {
             return Err(e.duplicate());
+        }
+        let queued = self.unsignaled.fetch_add(1, Ordering::AcqRel) + 1;
+        if queued > self.config.max_outstanding {
+            // The peer does not read what was sent: fail the connection, never queue more.
+            let err = Error::Protocol {
+                peer: self.peer.clone(),
+                reason: format!(
+                    "the peer reads nothing: {} sends wait for the socket \
+                     (max_outstanding = {}); connection closed",
+                    queued - 1,
+                    self.config.max_outstanding
+                ),
+            };
+            self.fail(err.duplicate());
+            return Err(err);
         }
         if self.requests.send(Packet { header, payload }).is_err() {
             self.fail(Error::ConnectionClosed {
@@ -278,6 +295,7 @@ impl TcpConnection {
             next_op: AtomicU64::new(1),
             next_key: AtomicU32::new(1),
             key_salt: RandomState::new().hash_one(0u8) as u32,
+            unsignaled: AtomicUsize::new(0),
         });
         let closed_rx = shared.closed.subscribe();
         tokio::spawn(writer(shared.clone(), wr, req_rx, resp_rx, closed_rx));
@@ -583,18 +601,32 @@ async fn writer(
         let Some(first) = first else { break };
         let mut next = Some(first);
         let mut result = Ok(());
+        let limit = shared.config.write_timeout;
         while let Some(packet) = next {
-            result = write_packet(&mut out, packet).await;
+            let unsignaled = packet.header.unsignaled;
+            result = deadline(limit, write_packet(&mut out, packet)).await;
+            if unsignaled {
+                shared.unsignaled.fetch_sub(1, Ordering::AcqRel);
+            }
             if result.is_err() {
                 break;
             }
             next = responses.try_recv().or_else(|_| requests.try_recv()).ok();
         }
         if result.is_ok() {
-            result = out.flush().await;
+            result = deadline(limit, out.flush()).await;
         }
         if let Err(e) = result {
-            shared.fail(Error::io(format!("writing to {}", shared.peer), e));
+            let err = match e.kind() {
+                std::io::ErrorKind::TimedOut => Error::Protocol {
+                    peer: shared.peer.clone(),
+                    reason: format!(
+                        "the peer read nothing for {limit:?} (write_timeout); connection closed"
+                    ),
+                },
+                _ => Error::io(format!("writing to {}", shared.peer), e),
+            };
+            shared.fail(err);
             return;
         }
     }
@@ -610,6 +642,16 @@ async fn writer(
         out.shutdown().await
     };
     let _ = tokio::time::timeout(Duration::from_secs(1), last_words).await;
+}
+
+/// `io` within `limit`, or a `TimedOut` error.
+async fn deadline(
+    limit: Duration,
+    io: impl std::future::Future<Output = std::io::Result<()>>,
+) -> std::io::Result<()> {
+    tokio::time::timeout(limit, io)
+        .await
+        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
 }
 
 async fn write_packet(out: &mut BufWriter<OwnedWriteHalf>, packet: Packet) -> std::io::Result<()> {

@@ -34,10 +34,16 @@ pub struct TcpConfig {
     /// Largest single send, write or read, in bytes. Checked before anything is allocated or
     /// read. Default 1 GiB.
     pub max_message: u64,
-    /// Most operations outstanding on one connection (its send queue depth). Default 4096.
+    /// Most operations outstanding on one connection (its send queue depth), unsignaled sends
+    /// not yet written to the socket included: past it the connection fails, as a peer that
+    /// does not read would otherwise make this side queue without bound. Default 4096.
     pub max_outstanding: usize,
     /// Time allowed for the connection preamble. Default 10 s.
     pub handshake_timeout: Duration,
+    /// Longest the socket may refuse one packet (the peer reads nothing) before the
+    /// connection fails: a peer that stops reading loses its connection instead of making
+    /// this side queue. Default 30 s.
+    pub write_timeout: Duration,
 }
 
 impl Default for TcpConfig {
@@ -47,6 +53,7 @@ impl Default for TcpConfig {
             max_message: 1 << 30,
             max_outstanding: 4096,
             handshake_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -323,3 +323,57 @@ async fn unsignaled_sends_arrive_in_order_and_fail_the_connection_without_a_rece
         .send_unsignaled(SendData::Bytes(Bytes::new()), None)
         .is_err());
 }
+
+/// A raw peer that completes the preamble and then reads nothing; the connection of ours.
+async fn peer_that_reads_nothing(t: &TcpTransport) -> (tokio::net::TcpStream, Arc<dyn Connection>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = t.listen("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr();
+    let mut raw = tokio::net::TcpStream::connect(addr.trim_start_matches("tcp://"))
+        .await
+        .unwrap();
+    raw.write_all(b"RDRPCt01").await.unwrap();
+    let mut magic = [0u8; 8];
+    raw.read_exact(&mut magic).await.unwrap();
+    (raw, listener.accept().await.unwrap())
+}
+
+/// Unsignaled sends to a peer that reads nothing fail once `max_outstanding` of them wait for
+/// the socket, and the connection ends, instead of queueing without bound (before: every
+/// send was queued, gigabytes of them).
+#[tokio::test]
+async fn unsignaled_sends_to_a_peer_that_reads_nothing_are_bounded() {
+    let t = TcpTransport::with_config(TcpConfig {
+        max_outstanding: 64,
+        ..TcpConfig::default()
+    });
+    let (_raw, ours) = peer_that_reads_nothing(&t).await;
+    let chunk = Bytes::from(vec![7u8; 64 * 1024]);
+    let mut refused = None;
+    for _ in 0..100_000 {
+        if let Err(e) = ours.send_unsignaled(SendData::Bytes(chunk.clone()), None) {
+            refused = Some(e);
+            break;
+        }
+    }
+    let err = refused.expect("the queue towards a silent peer is bounded");
+    assert!(err.to_string().contains("max_outstanding = 64"), "{err}");
+    assert!(ours.closed().await.is_connection_fatal());
+}
+
+/// A packet the peer's socket does not take within `write_timeout` fails the connection and
+/// every operation on it (before: the writer waited forever, and so did its callers).
+#[tokio::test]
+async fn writes_to_a_peer_that_reads_nothing_time_out() {
+    let t = TcpTransport::with_config(TcpConfig {
+        write_timeout: Duration::from_millis(200),
+        ..TcpConfig::default()
+    });
+    let (_raw, ours) = peer_that_reads_nothing(&t).await;
+    let big = SendData::Bytes(Bytes::from(vec![1u8; 64 << 20]));
+    let err = tokio::time::timeout(Duration::from_secs(60), ours.send(big, None))
+        .await
+        .expect("the send ends")
+        .unwrap_err();
+    assert!(err.to_string().contains("write_timeout"), "{err}");
+}

@@ -453,7 +453,12 @@ impl Owner {
                 let _ = reply.send(self.connect_oob(id, &blob, peer));
             }
             Cmd::Op { id, op } => self.post(id, op),
-            Cmd::Close { id, err } => self.fail_conn(id, err),
+            Cmd::Close { id, err } => {
+                // Completions already in DOCA's queues come first: what the peer sent before
+                // the connection ended is delivered, not dropped.
+                self.progress_all();
+                self.fail_conn(id, err);
+            }
         }
     }
 
