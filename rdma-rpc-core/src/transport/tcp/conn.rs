@@ -601,7 +601,7 @@ async fn writer(
         let Some(first) = first else { break };
         let mut next = Some(first);
         let mut result = Ok(());
-        let limit = shared.config.write_timeout;
+        let limit = shared.config.stall_timeout;
         while let Some(packet) = next {
             let unsignaled = packet.header.unsignaled;
             result = deadline(limit, write_packet(&mut out, packet)).await;
@@ -621,7 +621,7 @@ async fn writer(
                 std::io::ErrorKind::TimedOut => Error::Protocol {
                     peer: shared.peer.clone(),
                     reason: format!(
-                        "the peer read nothing for {limit:?} (write_timeout); connection closed"
+                        "the peer read nothing for {limit:?} (stall_timeout); connection closed"
                     ),
                 },
                 _ => Error::io(format!("writing to {}", shared.peer), e),
@@ -826,11 +826,25 @@ async fn handle(shared: &Arc<Shared>, rd: &mut Reader, h: Header) -> Result<()> 
                 let v = AccessViolation::UnknownKey;
                 return Err(nak(shared, &h, NakReason::Access(v), 0, violation(v)).await);
             };
+            // A peer that stops in the middle of the payload would hold the window (and its
+            // revocation) forever: the payload must arrive within the stall limit.
+            let limit = shared.config.stall_timeout;
             // SAFETY: the write guard gives exclusive access to the window's buffer (the
             // owner gave it up when granting); `lookup` checked the range against the window.
-            unsafe { read_into(rd, buf, offset, h.len as usize) }
-                .await
-                .map_err(io)?;
+            let payload = unsafe { read_into(rd, buf, offset, h.len as usize) };
+            match tokio::time::timeout(limit, payload).await {
+                Ok(read) => read.map_err(io)?,
+                Err(_) => {
+                    return Err(Error::Protocol {
+                        peer: shared.peer.clone(),
+                        reason: format!(
+                            "its write of {} bytes stalled for {limit:?} (stall_timeout); \
+                             connection closed",
+                            h.len
+                        ),
+                    })
+                }
+            }
             drop(guard);
             if let Some(imm) = h.imm {
                 let mut buf = take_posted(shared, &h).await?;

@@ -40,10 +40,11 @@ pub struct TcpConfig {
     pub max_outstanding: usize,
     /// Time allowed for the connection preamble. Default 10 s.
     pub handshake_timeout: Duration,
-    /// Longest the socket may refuse one packet (the peer reads nothing) before the
-    /// connection fails: a peer that stops reading loses its connection instead of making
-    /// this side queue. Default 30 s.
-    pub write_timeout: Duration,
+    /// Longest one packet may stall on the socket, in either direction, before the
+    /// connection fails: a peer that stops reading, or stops sending in the middle of a
+    /// packet (while it holds a window), loses its connection instead of holding this side's
+    /// memory. Default 30 s.
+    pub stall_timeout: Duration,
 }
 
 impl Default for TcpConfig {
@@ -53,7 +54,7 @@ impl Default for TcpConfig {
             max_message: 1 << 30,
             max_outstanding: 4096,
             handshake_timeout: Duration::from_secs(10),
-            write_timeout: Duration::from_secs(30),
+            stall_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -361,12 +361,12 @@ async fn unsignaled_sends_to_a_peer_that_reads_nothing_are_bounded() {
     assert!(ours.closed().await.is_connection_fatal());
 }
 
-/// A packet the peer's socket does not take within `write_timeout` fails the connection and
+/// A packet the peer's socket does not take within `stall_timeout` fails the connection and
 /// every operation on it (before: the writer waited forever, and so did its callers).
 #[tokio::test]
 async fn writes_to_a_peer_that_reads_nothing_time_out() {
     let t = TcpTransport::with_config(TcpConfig {
-        write_timeout: Duration::from_millis(200),
+        stall_timeout: Duration::from_millis(200),
         ..TcpConfig::default()
     });
     let (_raw, ours) = peer_that_reads_nothing(&t).await;
@@ -375,5 +375,40 @@ async fn writes_to_a_peer_that_reads_nothing_time_out() {
         .await
         .expect("the send ends")
         .unwrap_err();
-    assert!(err.to_string().contains("write_timeout"), "{err}");
+    assert!(err.to_string().contains("stall_timeout"), "{err}");
+}
+
+/// A peer that starts a write into a window and stops in the middle of the payload loses its
+/// connection after `stall_timeout`, and the window's owner gets its buffer back (before: the
+/// reader held the window's lock forever, and so revocation waited forever).
+#[tokio::test]
+async fn a_write_that_stalls_mid_payload_frees_the_window() {
+    use super::wire::{Header, Kind};
+    use tokio::io::AsyncWriteExt;
+    let t = TcpTransport::with_config(TcpConfig {
+        stall_timeout: Duration::from_millis(200),
+        ..TcpConfig::default()
+    });
+    let (mut raw, ours) = peer_that_reads_nothing(&t).await;
+    let grant = ours
+        .grant(
+            RegisteredBuf::new(4096, Access::ALL).unwrap(),
+            0,
+            4096,
+            Access::REMOTE_WRITE,
+        )
+        .unwrap();
+    let d = grant.descriptor().clone();
+    let mut header = Header::new(Kind::Write, 1);
+    (header.rkey, header.addr, header.len) = (d.rkey, d.addr, 4096);
+    raw.write_all(&header.encode()).await.unwrap();
+    raw.write_all(&[1u8; 2048]).await.unwrap(); // half the payload, then silence
+    let err = tokio::time::timeout(Duration::from_secs(60), ours.closed())
+        .await
+        .expect("the stalled connection ends");
+    assert!(err.to_string().contains("stall_timeout"), "{err}");
+    let buf = tokio::time::timeout(Duration::from_secs(60), grant.revoke())
+        .await
+        .expect("revocation ends");
+    assert!(buf.is_some(), "the owner gets its buffer back");
 }
