@@ -195,13 +195,22 @@ async fn inbound(call: &mut Call) -> Result<ResponseFrame, Status> {
             ))
         })?;
         let buf = take_buffer(call).await?;
-        let buf = call
-            .channel
-            .conn()
-            .read(&source, buf)
-            .await
-            .map_err(transfer_failed)?;
-        buf.freeze()
+        let read = call.channel.conn().read(&source, buf);
+        // A client that never lets the read complete would keep the pool buffer: after
+        // transfer_timeout its connection goes, and with it the read and the buffer.
+        match tokio::time::timeout(call.transfer_timeout, read).await {
+            Ok(read) => read.map_err(transfer_failed)?.freeze(),
+            Err(_) => {
+                call.channel.conn().close();
+                let status = Status::unavailable(format!(
+                    "the client's window was not readable within {:?} (transfer_timeout); \
+                     connection closed",
+                    call.transfer_timeout
+                ));
+                tracing::warn!(peer = %call.request.peer, reason = status.message(), "connection dropped");
+                return Err(status);
+            }
+        }
     } else {
         let mut buf = take_buffer(call).await?;
         // The server cannot see one-sided writes complete (on RDMA hardware no more than

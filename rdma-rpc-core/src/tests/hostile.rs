@@ -308,3 +308,60 @@ pub(crate) async fn waiting_for_a_buffer_is_bounded_on(b: &Backend) {
 async fn waiting_for_a_buffer_is_bounded() {
     waiting_for_a_buffer_is_bounded_on(&tcp_backend()).await;
 }
+
+/// Pull mode: a client that offers a window and never answers the server's read of it loses
+/// its connection after `transfer_timeout`, and the pool buffer the read held comes back
+/// (before: the read had no deadline, and a few such requests pinned every buffer of a path).
+#[tokio::test]
+async fn an_unanswered_pull_frees_its_buffer() {
+    use crate::protocol::frames::{DescriptorFrame, Frame};
+    use crate::transport::tcp::raw_peer::{RawPeer, READ_REQUEST};
+    let config = ServerConfig {
+        pull_writes: Some(true),
+        min_buffers: 1,
+        max_buffers: 1,
+        write_slots: 0,
+        transfer_timeout: std::time::Duration::from_millis(200),
+        ..ServerConfig::default()
+    };
+    let h = Harness::start(super::tcp(), config).await;
+    let mut peer = RawPeer::connect(&h.addr).await;
+    let frame = |kind| {
+        prost::Message::encode_to_vec(&Frame {
+            kind: Some(kind),
+            credits: 0,
+        })
+    };
+    peer.send(&frame(Kind::Hello(RawClient::hello()))).await;
+    let len = 100_000u64;
+    peer.send(&frame(Kind::Request(RequestFrame {
+        id: 1,
+        path: "/blob".into(),
+        op: OpKind::Write.as_u32(),
+        metadata: Bytes::from(prost::Message::encode_to_vec(&req(len as usize, 1))),
+        payload_len: len,
+        source: Some(DescriptorFrame {
+            addr: 0x10000,
+            len,
+            rkey: 7,
+            access: Access::REMOTE_READ.bits(),
+            blob: Bytes::new(),
+        }),
+        ..Default::default()
+    })))
+    .await;
+    // The server asks for the window's bytes; the peer never answers.
+    loop {
+        match bounded("the server's read", peer.next()).await {
+            Some((kind, _)) if kind == READ_REQUEST => break,
+            Some(_) => continue,
+            None => panic!("closed before reading the window"),
+        }
+    }
+    while bounded("the server closes the connection", peer.next())
+        .await
+        .is_some()
+    {}
+    assert_eq!(h.service.inbound_runs.load(Ordering::SeqCst), 0);
+    still_serving(&h).await;
+}

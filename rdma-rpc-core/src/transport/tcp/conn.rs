@@ -750,7 +750,9 @@ async fn take_posted(shared: &Shared, req: &Header) -> Result<RegisteredBuf> {
     }
 }
 
-/// Reads `len` payload bytes into `buf` at `offset`.
+/// Reads `len` payload bytes into `buf` at `offset`, within `limit` (`TimedOut` otherwise:
+/// a peer that stops in the middle of a payload must not hold the buffer, or a window's
+/// lock, forever).
 ///
 /// # Safety
 /// The caller owns `buf` exclusively (or holds its window's write lock), and
@@ -760,14 +762,25 @@ async unsafe fn read_into(
     buf: &RegisteredBuf,
     offset: usize,
     len: usize,
+    limit: Duration,
 ) -> std::io::Result<()> {
     // SAFETY: guaranteed by the caller.
     let dst = unsafe { std::slice::from_raw_parts_mut(buf.region().ptr_at(offset), len) };
-    rd.read_exact(dst).await.map(drop)
+    deadline(limit, async { rd.read_exact(dst).await.map(drop) }).await
 }
 
 async fn handle(shared: &Arc<Shared>, rd: &mut Reader, h: Header) -> Result<()> {
-    let io = |e: std::io::Error| Error::io(format!("reading from {}", shared.peer), e);
+    let limit = shared.config.stall_timeout;
+    let io = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::TimedOut => Error::Protocol {
+            peer: shared.peer.clone(),
+            reason: format!(
+                "a payload of {} bytes stalled for {limit:?} (stall_timeout); connection closed",
+                h.len
+            ),
+        },
+        _ => Error::io(format!("reading from {}", shared.peer), e),
+    };
     if (h.kind.carries_payload() || h.kind == Kind::ReadReq) && h.len > shared.config.max_message {
         let err = Error::LimitExceeded {
             limit: "max_message",
@@ -789,7 +802,9 @@ async fn handle(shared: &Arc<Shared>, rd: &mut Reader, h: Header) -> Result<()> 
             }
             let len = h.len as usize;
             // SAFETY: the posted buffer is owned by this task; `len <= capacity` checked above.
-            unsafe { read_into(rd, &buf, 0, len) }.await.map_err(io)?;
+            unsafe { read_into(rd, &buf, 0, len, limit) }
+                .await
+                .map_err(io)?;
             buf.set_len(len);
             let opcode = if h.imm.is_some() {
                 RecvOpcode::SendWithImm
@@ -826,25 +841,11 @@ async fn handle(shared: &Arc<Shared>, rd: &mut Reader, h: Header) -> Result<()> 
                 let v = AccessViolation::UnknownKey;
                 return Err(nak(shared, &h, NakReason::Access(v), 0, violation(v)).await);
             };
-            // A peer that stops in the middle of the payload would hold the window (and its
-            // revocation) forever: the payload must arrive within the stall limit.
-            let limit = shared.config.stall_timeout;
             // SAFETY: the write guard gives exclusive access to the window's buffer (the
             // owner gave it up when granting); `lookup` checked the range against the window.
-            let payload = unsafe { read_into(rd, buf, offset, h.len as usize) };
-            match tokio::time::timeout(limit, payload).await {
-                Ok(read) => read.map_err(io)?,
-                Err(_) => {
-                    return Err(Error::Protocol {
-                        peer: shared.peer.clone(),
-                        reason: format!(
-                            "its write of {} bytes stalled for {limit:?} (stall_timeout); \
-                             connection closed",
-                            h.len
-                        ),
-                    })
-                }
-            }
+            unsafe { read_into(rd, buf, offset, h.len as usize, limit) }
+                .await
+                .map_err(io)?;
             drop(guard);
             if let Some(imm) = h.imm {
                 let mut buf = take_posted(shared, &h).await?;
@@ -944,7 +945,7 @@ async fn handle(shared: &Arc<Shared>, rd: &mut Reader, h: Header) -> Result<()> 
             let mut dst = dst;
             // SAFETY: `dst` was moved into the pending read and is owned by this task now;
             // `len <= capacity` was checked when the read was posted.
-            unsafe { read_into(rd, &dst, 0, len as usize) }
+            unsafe { read_into(rd, &dst, 0, len as usize, limit) }
                 .await
                 .map_err(io)?;
             dst.set_len(len as usize);

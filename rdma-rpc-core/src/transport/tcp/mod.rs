@@ -179,3 +179,60 @@ impl Transport for TcpTransport {
 
 #[cfg(test)]
 mod tests;
+
+/// A socket that speaks the software transport's wire format by hand, for tests of peers
+/// that lie at the transport level (answer nothing, stall, never acknowledge).
+#[cfg(test)]
+pub(crate) mod raw_peer {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::wire::{Header, Kind, HEADER_LEN, MAGIC};
+
+    /// The kind of a read request packet.
+    pub(crate) const READ_REQUEST: u8 = Kind::ReadReq as u8;
+
+    pub(crate) struct RawPeer {
+        stream: TcpStream,
+        next_op: u64,
+    }
+
+    impl RawPeer {
+        /// Connects and exchanges the preamble.
+        pub(crate) async fn connect(addr: &str) -> RawPeer {
+            let mut stream = TcpStream::connect(addr.trim_start_matches("tcp://"))
+                .await
+                .unwrap();
+            stream.write_all(&MAGIC).await.unwrap();
+            let mut magic = [0u8; 8];
+            stream.read_exact(&mut magic).await.unwrap();
+            RawPeer { stream, next_op: 1 }
+        }
+
+        /// An unsignaled send of `payload` into the peer's next posted receive.
+        pub(crate) async fn send(&mut self, payload: &[u8]) {
+            let mut header = Header::new(Kind::Send, self.next_op);
+            self.next_op += 1;
+            header.unsignaled = true;
+            header.len = payload.len() as u64;
+            self.stream.write_all(&header.encode()).await.unwrap();
+            self.stream.write_all(payload).await.unwrap();
+        }
+
+        /// The next packet's kind (see [`READ_REQUEST`]) and payload; `None` once the peer
+        /// closed.
+        pub(crate) async fn next(&mut self) -> Option<(u8, Vec<u8>)> {
+            let mut raw = [0u8; HEADER_LEN];
+            self.stream.read_exact(&mut raw).await.ok()?;
+            let header = Header::decode(&raw).unwrap();
+            let len = if header.kind.carries_payload() {
+                header.len as usize
+            } else {
+                0
+            };
+            let mut payload = vec![0u8; len];
+            self.stream.read_exact(&mut payload).await.ok()?;
+            Some((header.kind as u8, payload))
+        }
+    }
+}
