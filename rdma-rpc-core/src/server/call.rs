@@ -140,8 +140,21 @@ pub(super) async fn run(mut call: Call) {
         tracing::debug!(call = call.id, error = %e, "response not sent: connection gone");
     }
     if let Some(pending) = pending {
-        if let Err(e) = pending.await {
-            tracing::debug!(call = call.id, error = %e, "pushing the result failed");
+        // The pushed bytes hold a pool buffer until the client's side acknowledges them: a
+        // client that never does loses its connection after transfer_timeout, which returns
+        // the buffer.
+        match tokio::time::timeout(call.transfer_timeout, pending).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(call = call.id, error = %e, "pushing the result failed"),
+            Err(_) => {
+                tracing::warn!(
+                    peer = %call.request.peer,
+                    "a pushed result was not acknowledged within {:?} (transfer_timeout); \
+                     connection dropped",
+                    call.transfer_timeout
+                );
+                call.channel.conn().close();
+            }
         }
     }
 }

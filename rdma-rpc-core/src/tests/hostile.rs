@@ -365,3 +365,50 @@ async fn an_unanswered_pull_frees_its_buffer() {
     assert_eq!(h.service.inbound_runs.load(Ordering::SeqCst), 0);
     still_serving(&h).await;
 }
+
+/// A pushed result that the client's side never acknowledges costs the client its connection
+/// after `transfer_timeout`, and the pool buffer the push held comes back (before: the call
+/// task waited forever, holding the buffer).
+#[tokio::test]
+async fn an_unacknowledged_push_frees_its_buffer() {
+    use crate::protocol::frames::{DescriptorFrame, Frame};
+    use crate::transport::tcp::raw_peer::RawPeer;
+    let config = ServerConfig {
+        min_buffers: 1,
+        max_buffers: 1,
+        transfer_timeout: std::time::Duration::from_millis(200),
+        ..ServerConfig::default()
+    };
+    let h = Harness::start(super::tcp(), config).await;
+    let mut peer = RawPeer::connect(&h.addr).await;
+    let frame = |kind| {
+        prost::Message::encode_to_vec(&Frame {
+            kind: Some(kind),
+            credits: 0,
+        })
+    };
+    peer.send(&frame(Kind::Hello(RawClient::hello()))).await;
+    let len = 100_000u64;
+    peer.send(&frame(Kind::Request(RequestFrame {
+        id: 1,
+        path: "/blob".into(),
+        op: OpKind::Read.as_u32(),
+        metadata: Bytes::from(prost::Message::encode_to_vec(&req(len as usize, 1))),
+        reply_to: Some(DescriptorFrame {
+            addr: 0x10000,
+            len,
+            rkey: 7,
+            access: Access::REMOTE_WRITE.bits(),
+            blob: Bytes::new(),
+        }),
+        ..Default::default()
+    })))
+    .await;
+    // The peer reads what comes (the pushed bytes, the response) but acknowledges nothing.
+    while bounded("the server closes the connection", peer.next())
+        .await
+        .is_some()
+    {}
+    assert_eq!(h.service.outbound_runs.load(Ordering::SeqCst), 1);
+    still_serving(&h).await;
+}
