@@ -298,13 +298,34 @@ async fn outbound(call: &mut Call) -> Result<(ResponseFrame, Option<Pending>), S
     };
     // The write is posted now; the response, sent after it on the same connection, arrives
     // after the bytes. The buffer returns to the pool when the write completes.
-    let pushed = call
+    let mut pushed = call
         .channel
         .conn()
         .write(SendData::Registered(buf), &dst, None);
+    // A write the transport refused when it was posted (its queue full) has failed already:
+    // answer with that, never with a success whose bytes were not sent.
+    let pending = match poll_once(&mut pushed) {
+        Some(Err(e)) => {
+            return Err(Status::unavailable(format!(
+                "the result of {} bytes could not be pushed: {e}",
+                len
+            )))
+        }
+        Some(Ok(())) => None,
+        None => Some(pushed),
+    };
     let mut response = ok(call.id, metadata, None);
     response.pushed_len = len as u64;
-    Ok((response, Some(pushed)))
+    Ok((response, pending))
+}
+
+/// Polls `f` once, without waiting: its output if it is ready now.
+fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::pin::Pin::new(f).poll(&mut cx) {
+        std::task::Poll::Ready(output) => Some(output),
+        std::task::Poll::Pending => None,
+    }
 }
 
 /// A buffer of the endpoint's pool, waiting no longer than the client does.

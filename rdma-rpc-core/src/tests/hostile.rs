@@ -412,3 +412,56 @@ async fn an_unacknowledged_push_frees_its_buffer() {
     assert_eq!(h.service.outbound_runs.load(Ordering::SeqCst), 1);
     still_serving(&h).await;
 }
+
+/// A pushed result the transport refuses when it is posted (its send queue full) is answered
+/// with an error, never with a success whose bytes were not sent (before: the client got
+/// `OK, pushed_len = n` and handed out whatever its window held).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_push_is_never_reported_as_a_success() {
+    use crate::transport::tcp::{TcpConfig, TcpTransport};
+    let transport = std::sync::Arc::new(TcpTransport::with_config(TcpConfig {
+        max_outstanding: 1,
+        rnr_timeout: std::time::Duration::from_secs(5),
+        ..TcpConfig::default()
+    }));
+    let config = ServerConfig {
+        write_slots: 0,
+        ..ServerConfig::default()
+    };
+    let h = Harness::start(transport, config).await;
+    let client = h.client().await;
+    let len = 100_000;
+    read_exact_once(&client, len, 0).await.unwrap(); // the client learns the result size
+    let calls: Vec<_> = (1..=16u32)
+        .map(|seed| {
+            let client = client.clone();
+            tokio::spawn(async move { read_exact_once(&client, len, seed).await })
+        })
+        .collect();
+    let mut refused = 0;
+    for call in calls {
+        match call.await.unwrap() {
+            Ok(()) => {}
+            Err(status) => {
+                assert_eq!(status.code(), Code::Unavailable, "{status}");
+                refused += 1;
+            }
+        }
+    }
+    // Concurrent pushes against a queue of one: some were refused, none lied.
+    assert!(refused > 0, "the test never filled the send queue");
+}
+
+/// One read of `len` bytes: `Ok` only with exactly the bytes the handler produced.
+async fn read_exact_once(
+    client: &crate::Client,
+    len: usize,
+    seed: u32,
+) -> Result<(), crate::Status> {
+    let data = super::e2e::outbound(client, super::e2e::BLOB_READ, len, seed).await?;
+    assert!(
+        data == super::pattern(len, seed),
+        "a successful read returned wrong bytes"
+    );
+    Ok(())
+}

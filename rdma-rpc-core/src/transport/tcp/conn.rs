@@ -192,15 +192,15 @@ impl Shared {
             return Err(e.duplicate());
         }
         let queued = self.unsignaled.fetch_add(1, Ordering::AcqRel) + 1;
-        if queued > self.config.max_outstanding {
+        if queued > self.config.max_queued_sends {
             // The peer does not read what was sent: fail the connection, never queue more.
             let err = Error::Protocol {
                 peer: self.peer.clone(),
                 reason: format!(
                     "the peer reads nothing: {} sends wait for the socket \
-                     (max_outstanding = {}); connection closed",
+                     (max_queued_sends = {}); connection closed",
                     queued - 1,
-                    self.config.max_outstanding
+                    self.config.max_queued_sends
                 ),
             };
             self.fail(err.duplicate());

@@ -34,10 +34,13 @@ pub struct TcpConfig {
     /// Largest single send, write or read, in bytes. Checked before anything is allocated or
     /// read. Default 1 GiB.
     pub max_message: u64,
-    /// Most operations outstanding on one connection (its send queue depth), unsignaled sends
-    /// not yet written to the socket included: past it the connection fails, as a peer that
-    /// does not read would otherwise make this side queue without bound. Default 4096.
+    /// Most operations outstanding on one connection (its send queue depth): one more is
+    /// refused when posted. Default 4096.
     pub max_outstanding: usize,
+    /// Most unsignaled sends waiting for the socket on one connection: past it the
+    /// connection fails, as a peer that does not read would otherwise make this side queue
+    /// without bound. Default 4096.
+    pub max_queued_sends: usize,
     /// Time allowed for the connection preamble. Default 10 s.
     pub handshake_timeout: Duration,
     /// Longest one packet may stall on the socket, in either direction, before the
@@ -53,6 +56,7 @@ impl Default for TcpConfig {
             rnr_timeout: Duration::from_millis(500),
             max_message: 1 << 30,
             max_outstanding: 4096,
+            max_queued_sends: 4096,
             handshake_timeout: Duration::from_secs(10),
             stall_timeout: Duration::from_secs(30),
         }

@@ -338,13 +338,13 @@ async fn peer_that_reads_nothing(t: &TcpTransport) -> (tokio::net::TcpStream, Ar
     (raw, listener.accept().await.unwrap())
 }
 
-/// Unsignaled sends to a peer that reads nothing fail once `max_outstanding` of them wait for
+/// Unsignaled sends to a peer that reads nothing fail once `max_queued_sends` of them wait for
 /// the socket, and the connection ends, instead of queueing without bound (before: every
 /// send was queued, gigabytes of them).
 #[tokio::test]
 async fn unsignaled_sends_to_a_peer_that_reads_nothing_are_bounded() {
     let t = TcpTransport::with_config(TcpConfig {
-        max_outstanding: 64,
+        max_queued_sends: 64,
         ..TcpConfig::default()
     });
     let (_raw, ours) = peer_that_reads_nothing(&t).await;
@@ -357,7 +357,7 @@ async fn unsignaled_sends_to_a_peer_that_reads_nothing_are_bounded() {
         }
     }
     let err = refused.expect("the queue towards a silent peer is bounded");
-    assert!(err.to_string().contains("max_outstanding = 64"), "{err}");
+    assert!(err.to_string().contains("max_queued_sends = 64"), "{err}");
     assert!(ours.closed().await.is_connection_fatal());
 }
 
