@@ -412,3 +412,17 @@ async fn a_write_that_stalls_mid_payload_frees_the_window() {
         .expect("revocation ends");
     assert!(buf.is_some(), "the owner gets its buffer back");
 }
+
+proptest::proptest! {
+    /// Any 56 bytes decode to a header or a reason, never a panic; every header that decodes
+    /// encodes back to the same bytes (the reader trusts nothing it did not check).
+    #[test]
+    fn arbitrary_headers_decode_or_are_refused(raw in proptest::array::uniform32(proptest::num::u8::ANY), rest in proptest::collection::vec(proptest::num::u8::ANY, 24)) {
+        let mut bytes = [0u8; super::wire::HEADER_LEN];
+        bytes[..32].copy_from_slice(&raw);
+        bytes[32..].copy_from_slice(&rest);
+        if let Ok(header) = super::wire::Header::decode(&bytes) {
+            proptest::prop_assert_eq!(super::wire::Header::decode(&header.encode()), Ok(header));
+        }
+    }
+}
