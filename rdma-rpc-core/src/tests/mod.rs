@@ -6,6 +6,7 @@ mod doca;
 mod e2e;
 mod fast_paths;
 mod faults;
+mod faulty;
 mod fuzz;
 mod hostile;
 mod raw;

@@ -1,0 +1,325 @@
+//! A fault-injection transport over the software transport, and a randomized test on it:
+//! operations are delayed (which reorders what different connections do) and connections are
+//! dropped at random points, on both sides; every call still completes exactly once, with
+//! its exact bytes or a status, and no server buffer leaks.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::e2e::{inbound, outbound, BLOB_READ, BLOB_WRITE, MSG_RECEIVE, MSG_SEND};
+use super::{bounded, pattern, tcp, Harness};
+use crate::error::{Error, Result};
+use crate::memory::{Access, RegisteredBuf};
+use crate::transport::{
+    BoxFuture, Connection, Descriptor, Fencing, Grant, Listener, RecvCompletion, SendData,
+    Transport,
+};
+use crate::ServerConfig;
+
+/// A small deterministic generator (xorshift), one per connection, seeded by the test.
+#[derive(Debug)]
+struct Dice(AtomicU64);
+
+impl Dice {
+    fn roll(&self, below: u64) -> u64 {
+        let mut x = self.0.load(Ordering::Relaxed);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0.store(x, Ordering::Relaxed);
+        x % below.max(1)
+    }
+}
+
+/// How often things go wrong: one operation in `disconnect_one_in` drops the connection
+/// before it is posted; every operation's completion is delayed up to `max_delay_us`. Both
+/// 0: no faults.
+#[derive(Debug, Default)]
+struct Faults {
+    disconnect_one_in: AtomicU64,
+    max_delay_us: AtomicU64,
+}
+
+impl Faults {
+    fn set(&self, disconnect_one_in: u64, max_delay_us: u64) {
+        self.disconnect_one_in
+            .store(disconnect_one_in, Ordering::Relaxed);
+        self.max_delay_us.store(max_delay_us, Ordering::Relaxed);
+    }
+}
+
+#[derive(Debug)]
+struct FaultyTransport {
+    inner: Arc<dyn Transport>,
+    faults: Arc<Faults>,
+    seeds: AtomicU64,
+}
+
+impl FaultyTransport {
+    fn wrap(&self, conn: Arc<dyn Connection>) -> Arc<dyn Connection> {
+        let seed = self
+            .seeds
+            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
+            | 1;
+        Arc::new(FaultyConnection {
+            inner: conn,
+            faults: self.faults.clone(),
+            dice: Dice(AtomicU64::new(seed)),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct FaultyListener {
+    inner: Box<dyn Listener>,
+    transport: Arc<FaultyTransport>,
+}
+
+impl Listener for FaultyListener {
+    fn accept(&self) -> BoxFuture<'_, Result<Arc<dyn Connection>>> {
+        Box::pin(async move { Ok(self.transport.wrap(self.inner.accept().await?)) })
+    }
+
+    fn local_addr(&self) -> String {
+        self.inner.local_addr()
+    }
+}
+
+/// The transport, shared so that listeners wrap what they accept.
+#[derive(Debug, Clone)]
+struct Faulty(Arc<FaultyTransport>);
+
+impl Transport for Faulty {
+    fn listen(&self, addr: &str) -> BoxFuture<'_, Result<Box<dyn Listener>>> {
+        let addr = addr.to_owned();
+        Box::pin(async move {
+            let inner = self.0.inner.listen(&addr).await?;
+            Ok(Box::new(FaultyListener {
+                inner,
+                transport: self.0.clone(),
+            }) as Box<dyn Listener>)
+        })
+    }
+
+    fn connect(&self, addr: &str) -> BoxFuture<'_, Result<Arc<dyn Connection>>> {
+        let addr = addr.to_owned();
+        Box::pin(async move { Ok(self.0.wrap(self.0.inner.connect(&addr).await?)) })
+    }
+
+    fn fencing(&self) -> Fencing {
+        self.0.inner.fencing()
+    }
+}
+
+#[derive(Debug)]
+struct FaultyConnection {
+    inner: Arc<dyn Connection>,
+    faults: Arc<Faults>,
+    dice: Dice,
+}
+
+impl FaultyConnection {
+    /// Maybe drops the connection; returns the delay to wait before posting.
+    fn strike(&self) -> Duration {
+        let one_in = self.faults.disconnect_one_in.load(Ordering::Relaxed);
+        if one_in > 0 && self.dice.roll(one_in) == 0 {
+            self.inner.close();
+        }
+        let max = self.faults.max_delay_us.load(Ordering::Relaxed);
+        Duration::from_micros(self.dice.roll(max + 1))
+    }
+
+    /// Posts `op` after the delay (the operation keeps its place in this connection's order:
+    /// RDMA never reorders one connection's operations, only connections among each other).
+    fn delayed<T: Send + 'static>(
+        &self,
+        op: BoxFuture<'static, Result<T>>,
+    ) -> BoxFuture<'static, Result<T>> {
+        let delay = self.strike();
+        Box::pin(async move {
+            let result = op.await;
+            tokio::time::sleep(delay).await;
+            result
+        })
+    }
+}
+
+impl Connection for FaultyConnection {
+    fn peer(&self) -> &str {
+        self.inner.peer()
+    }
+
+    fn post_recv(&self, buf: RegisteredBuf) -> Result<()> {
+        self.inner.post_recv(buf)
+    }
+
+    fn recv(&self) -> BoxFuture<'_, Result<RecvCompletion>> {
+        self.inner.recv()
+    }
+
+    fn send(&self, data: SendData, imm: Option<u32>) -> BoxFuture<'static, Result<()>> {
+        self.delayed(self.inner.send(data, imm))
+    }
+
+    fn send_unsignaled(&self, data: SendData, imm: Option<u32>) -> Result<()> {
+        self.strike();
+        self.inner.send_unsignaled(data, imm)
+    }
+
+    fn write(
+        &self,
+        src: SendData,
+        dst: &Descriptor,
+        imm: Option<u32>,
+    ) -> BoxFuture<'static, Result<()>> {
+        self.delayed(self.inner.write(src, dst, imm))
+    }
+
+    fn read(
+        &self,
+        src: &Descriptor,
+        dst: RegisteredBuf,
+    ) -> BoxFuture<'static, Result<RegisteredBuf>> {
+        self.delayed(self.inner.read(src, dst))
+    }
+
+    fn compare_and_swap(
+        &self,
+        dst: &Descriptor,
+        expected: u64,
+        new: u64,
+    ) -> BoxFuture<'static, Result<u64>> {
+        self.delayed(self.inner.compare_and_swap(dst, expected, new))
+    }
+
+    fn fetch_and_add(&self, dst: &Descriptor, add: u64) -> BoxFuture<'static, Result<u64>> {
+        self.delayed(self.inner.fetch_and_add(dst, add))
+    }
+
+    fn grant(
+        &self,
+        buf: RegisteredBuf,
+        offset: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<Grant> {
+        self.inner.grant(buf, offset, len, access)
+    }
+
+    fn fencing(&self) -> Fencing {
+        self.inner.fencing()
+    }
+
+    fn close(&self) {
+        self.inner.close()
+    }
+
+    fn closed(&self) -> BoxFuture<'_, Error> {
+        self.inner.closed()
+    }
+}
+
+/// Calls of every operation and size from several clients while connections drop at random
+/// and operations are delayed: each call ends once, byte-exact or with a status, and after
+/// the storm every server buffer is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_completes_once_and_no_buffer_leaks_under_faults() {
+    for seed in 1..=4u64 {
+        let faults = Arc::new(Faults::default());
+        let transport = Arc::new(Faulty(Arc::new(FaultyTransport {
+            inner: tcp(),
+            faults: faults.clone(),
+            seeds: AtomicU64::new(seed.wrapping_mul(0x2545_f491_4f6c_dd1d)),
+        })));
+        let config = ServerConfig {
+            min_buffers: 2,
+            max_buffers: 2,
+            transfer_timeout: Duration::from_secs(2),
+            buffer_wait: Duration::from_secs(2),
+            ..ServerConfig::default()
+        };
+        let h = Harness::start(transport.clone(), config).await;
+        faults.set(40, 300);
+        let (mut ok, mut failed) = (0u32, 0u32);
+        for round in 0..6u32 {
+            let Ok(client) = crate::Client::builder()
+                .transport(transport.clone())
+                .connect(&h.addr)
+                .await
+            else {
+                failed += 8;
+                continue;
+            };
+            let calls: Vec<_> = (0..8u32)
+                .map(|i| {
+                    let client = client.clone();
+                    let seed = round * 8 + i;
+                    let len = [10, 9_000, 70_000, 300_000][i as usize % 4];
+                    let small = len.min(4000);
+                    tokio::spawn(async move {
+                        match i % 4 {
+                            0 => inbound(&client, MSG_SEND, small, seed)
+                                .await
+                                .map(|r| r.exact),
+                            1 => inbound(&client, BLOB_WRITE, len, seed)
+                                .await
+                                .map(|r| r.exact),
+                            2 => outbound(&client, MSG_RECEIVE, small, seed)
+                                .await
+                                .map(|d| d == pattern(small, seed)),
+                            _ => outbound(&client, BLOB_READ, len, seed)
+                                .await
+                                .map(|d| d == pattern(len, seed)),
+                        }
+                    })
+                })
+                .collect();
+            for call in calls {
+                match bounded("a call under faults", call).await.unwrap() {
+                    Ok(exact) => {
+                        assert!(exact, "a call that succeeded returned wrong bytes");
+                        ok += 1;
+                    }
+                    Err(_status) => failed += 1,
+                }
+            }
+        }
+        assert_eq!(ok + failed, 6 * 8, "every call ended once");
+        // No leak: with the faults off, two calls hold both buffers of the blob path at once.
+        faults.set(0, 0);
+        let client = crate::Client::builder()
+            .transport(transport.clone())
+            .connect(&h.addr)
+            .await
+            .expect("a connection without faults");
+        let before = h.service.inbound_runs.load(Ordering::SeqCst)
+            + h.service.outbound_runs.load(Ordering::SeqCst);
+        let held: Vec<_> = (0..2u32)
+            .map(|i| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let mut r = super::e2e::req(100_000, i);
+                    r.gated = true;
+                    crate::codegen::call_inbound::<_, super::service::TestResponse>(
+                        &client,
+                        &super::service::ENDPOINTS[BLOB_WRITE],
+                        crate::Request::new(r),
+                        bytes::Bytes::from(pattern(100_000, i)),
+                    )
+                    .await
+                })
+            })
+            .collect();
+        bounded("both buffers taken", h.service.entered(before + 2)).await;
+        h.service.open_gate();
+        for call in held {
+            let resp = bounded("a held call", call).await.unwrap();
+            assert_eq!(
+                resp.map(|r| r.exact).map_err(|s| s.code()),
+                Ok(true),
+                "seed {seed}"
+            );
+        }
+    }
+}
