@@ -242,7 +242,7 @@ impl Client {
                     Fencing::Revocable => buf.freeze(),
                     // The server can still write the window (it outlives `revoke`): the
                     // caller gets a copy, never memory that may change under it.
-                    _ => Bytes::copy_from_slice(buf.as_slice()),
+                    _ => inner.copies.copy(buf.as_slice()),
                 }
             }
             _ => {

@@ -10,6 +10,7 @@
 //! ```
 
 mod call;
+mod copies;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -49,6 +50,7 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// Memory kept registered for results (the windows receive and read calls offer) and
     /// pulled payloads, per power-of-two size class; buffers beyond it are allocated per call.
+    /// Over DOCA it also bounds the plain buffers kept warm for the copies of pushed results.
     /// Default 64 MiB.
     pub staging_budget: usize,
 }
@@ -188,6 +190,8 @@ pub(crate) struct Inner {
     /// Size of the window offered for results, per outbound endpoint: its last result.
     reply_sizes: Mutex<HashMap<(&'static str, u32), usize>>,
     staging: StagingPools,
+    /// Warm buffers for copies of pushed results over unfenced transports.
+    copies: Arc<copies::CopyPool>,
     config: ClientConfig,
     driver: AbortHandle,
 }
@@ -343,6 +347,7 @@ impl Client {
             let driver = tokio::spawn(drive(weak.clone(), channel.clone()));
             Inner {
                 staging: StagingPools::new(config.staging_budget),
+                copies: copies::CopyPool::new(config.staging_budget),
                 inline_threshold: ack.inline_threshold.min(config.inline_threshold) as usize,
                 slots: Mutex::new(slots),
                 pull_writes: ack.pull_writes,
