@@ -309,15 +309,18 @@ async fn waiting_for_a_buffer_is_bounded() {
     waiting_for_a_buffer_is_bounded_on(&tcp_backend()).await;
 }
 
-/// Pull mode: a client that offers a window and never answers the server's read of it loses
-/// its connection after `transfer_timeout`, and the pool buffer the read held comes back
-/// (before: the read had no deadline, and a few such requests pinned every buffer of a path).
-#[tokio::test]
-async fn an_unanswered_pull_frees_its_buffer() {
+/// A wire-level peer of a one-buffer server with `transfer_timeout` of 200 ms: it says
+/// Hello, then sends a 100,000-byte call of `op` on `/blob` whose window (rights `access`)
+/// does not exist on its side; `window` puts it in the request.
+async fn peer_with_a_dead_window(
+    op: OpKind,
+    access: Access,
+    window: fn(&mut RequestFrame, crate::protocol::frames::DescriptorFrame),
+    pull_writes: Option<bool>,
+) -> (Harness, crate::transport::tcp::raw_peer::RawPeer) {
     use crate::protocol::frames::{DescriptorFrame, Frame};
-    use crate::transport::tcp::raw_peer::{RawPeer, READ_REQUEST};
     let config = ServerConfig {
-        pull_writes: Some(true),
+        pull_writes,
         min_buffers: 1,
         max_buffers: 1,
         write_slots: 0,
@@ -325,7 +328,7 @@ async fn an_unanswered_pull_frees_its_buffer() {
         ..ServerConfig::default()
     };
     let h = Harness::start(super::tcp(), config).await;
-    let mut peer = RawPeer::connect(&h.addr).await;
+    let mut peer = crate::transport::tcp::raw_peer::RawPeer::connect(&h.addr).await;
     let frame = |kind| {
         prost::Message::encode_to_vec(&Frame {
             kind: Some(kind),
@@ -334,21 +337,40 @@ async fn an_unanswered_pull_frees_its_buffer() {
     };
     peer.send(&frame(Kind::Hello(RawClient::hello()))).await;
     let len = 100_000u64;
-    peer.send(&frame(Kind::Request(RequestFrame {
+    let mut request = RequestFrame {
         id: 1,
         path: "/blob".into(),
-        op: OpKind::Write.as_u32(),
+        op: op.as_u32(),
         metadata: Bytes::from(prost::Message::encode_to_vec(&req(len as usize, 1))),
-        payload_len: len,
-        source: Some(DescriptorFrame {
-            addr: 0x10000,
-            len,
-            rkey: 7,
-            access: Access::REMOTE_READ.bits(),
-            blob: Bytes::new(),
-        }),
         ..Default::default()
-    })))
+    };
+    let dead = DescriptorFrame {
+        addr: 0x10000,
+        len,
+        rkey: 7,
+        access: access.bits(),
+        blob: Bytes::new(),
+    };
+    window(&mut request, dead);
+    peer.send(&frame(Kind::Request(request))).await;
+    (h, peer)
+}
+
+/// Pull mode: a client that offers a window and never answers the server's read of it loses
+/// its connection after `transfer_timeout`, and the pool buffer the read held comes back
+/// (before: the read had no deadline, and a few such requests pinned every buffer of a path).
+#[tokio::test]
+async fn an_unanswered_pull_frees_its_buffer() {
+    use crate::transport::tcp::raw_peer::READ_REQUEST;
+    let (h, mut peer) = peer_with_a_dead_window(
+        OpKind::Write,
+        Access::REMOTE_READ,
+        |r, w| {
+            r.payload_len = w.len;
+            r.source = Some(w);
+        },
+        Some(true),
+    )
     .await;
     // The server asks for the window's bytes; the peer never answers.
     loop {
@@ -371,38 +393,12 @@ async fn an_unanswered_pull_frees_its_buffer() {
 /// task waited forever, holding the buffer).
 #[tokio::test]
 async fn an_unacknowledged_push_frees_its_buffer() {
-    use crate::protocol::frames::{DescriptorFrame, Frame};
-    use crate::transport::tcp::raw_peer::RawPeer;
-    let config = ServerConfig {
-        min_buffers: 1,
-        max_buffers: 1,
-        transfer_timeout: std::time::Duration::from_millis(200),
-        ..ServerConfig::default()
-    };
-    let h = Harness::start(super::tcp(), config).await;
-    let mut peer = RawPeer::connect(&h.addr).await;
-    let frame = |kind| {
-        prost::Message::encode_to_vec(&Frame {
-            kind: Some(kind),
-            credits: 0,
-        })
-    };
-    peer.send(&frame(Kind::Hello(RawClient::hello()))).await;
-    let len = 100_000u64;
-    peer.send(&frame(Kind::Request(RequestFrame {
-        id: 1,
-        path: "/blob".into(),
-        op: OpKind::Read.as_u32(),
-        metadata: Bytes::from(prost::Message::encode_to_vec(&req(len as usize, 1))),
-        reply_to: Some(DescriptorFrame {
-            addr: 0x10000,
-            len,
-            rkey: 7,
-            access: Access::REMOTE_WRITE.bits(),
-            blob: Bytes::new(),
-        }),
-        ..Default::default()
-    })))
+    let (h, mut peer) = peer_with_a_dead_window(
+        OpKind::Read,
+        Access::REMOTE_WRITE,
+        |r, w| r.reply_to = Some(w),
+        None,
+    )
     .await;
     // The peer reads what comes (the pushed bytes, the response) but acknowledges nothing.
     while bounded("the server closes the connection", peer.next())
