@@ -27,9 +27,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
+use super::share::Share;
 use super::slots::SharedSlots;
 use crate::memory::{Access, BufferPool, RegisteredBuf};
 use crate::protocol::channel::FrameChannel;
@@ -93,6 +94,10 @@ pub(super) struct Call {
     pub(super) index: usize,
     pub(super) endpoint: EndpointDef,
     pub(super) pool: BufferPool,
+    /// This connection's share of `pool`.
+    pub(super) share: Share,
+    /// Held while the call holds a buffer of `pool`.
+    pub(super) share_permit: Option<OwnedSemaphorePermit>,
     pub(super) request: RawRequest,
     pub(super) payload_len: u64,
     pub(super) inline_payload: Option<Bytes>,
@@ -328,21 +333,50 @@ fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
     }
 }
 
-/// A buffer of the endpoint's pool, waiting no longer than the client does.
+/// A buffer of the endpoint's pool, within this connection's share of it, waiting no longer
+/// than the client does.
 async fn take_buffer(call: &mut Call) -> Result<RegisteredBuf, Status> {
     let endpoint = call.endpoint;
     let patience = Instant::now() + call.buffer_wait;
     let limit = call.deadline.map_or(patience, |d| d.min(patience));
+    let deadline_first = call.deadline.is_some_and(|d| d <= patience);
+    if call.share_permit.is_none() {
+        let share = call.share.clone();
+        match tokio::time::timeout_at(limit, share.enter()).await {
+            Ok(permit) => call.share_permit = Some(permit),
+            Err(_) if deadline_first => {
+                return Err(Status::deadline_exceeded(format!(
+                    "this connection holds its share of {} of the {} buffers of {} {} until \
+                     the deadline",
+                    share.limit(),
+                    share.pool(),
+                    endpoint.op,
+                    endpoint.path
+                )))
+            }
+            Err(_) => {
+                let status = Status::resource_exhausted(format!(
+                    "no buffer for {} {} within {:?} (buffer_wait): this connection already \
+                     holds its share, {} of the {} buffers (pool_share_percent)",
+                    endpoint.op,
+                    endpoint.path,
+                    call.buffer_wait,
+                    share.limit(),
+                    share.pool()
+                ));
+                tracing::warn!(peer = %call.request.peer, reason = status.message(), "call refused");
+                return Err(status);
+            }
+        }
+    }
     match tokio::time::timeout_at(limit, call.pool.acquire()).await {
         Ok(buf) => Ok(buf),
-        Err(_) if call.deadline.is_some_and(|d| d <= patience) => {
-            Err(Status::deadline_exceeded(format!(
-                "no free buffer for {} {} before the deadline (all {} in use)",
-                endpoint.op,
-                endpoint.path,
-                call.pool.count()
-            )))
-        }
+        Err(_) if deadline_first => Err(Status::deadline_exceeded(format!(
+            "no free buffer for {} {} before the deadline (all {} in use)",
+            endpoint.op,
+            endpoint.path,
+            call.pool.count()
+        ))),
         Err(_) => {
             let status = Status::resource_exhausted(format!(
                 "no free buffer for {} {} within {:?} (buffer_wait): all {} are in use, by \

@@ -9,6 +9,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::call::{self, error_response, ClientEvent, InFlight};
+use super::share::PoolShares;
 use super::slots::{SharedSlots, Slots};
 use super::Shared;
 use crate::error::Error;
@@ -160,6 +161,7 @@ async fn run(
     channel.send_priority(Kind::HelloAck(ack)).await?;
 
     let calls = InFlight::default();
+    let mut shares = PoolShares::new(cfg.pool_share_percent);
     let mut task_ids = HashMap::new();
     let mut tasks = JoinSet::new();
     let mut stopping = *stop.borrow_and_update();
@@ -222,7 +224,7 @@ async fn run(
                         };
                         let id = req.id;
                         let started = refusal.map_or_else(
-                            || start_call(&shared, &channel, &calls, &slots, req, inline_threshold, pull_writes),
+                            || start_call(&shared, &channel, &calls, &slots, &mut shares, req, Negotiated { inline_threshold, pull_writes }),
                             Err,
                         );
                         match started {
@@ -288,15 +290,25 @@ fn frame_name(kind: &Kind) -> &'static str {
     }
 }
 
+/// What the handshake settled for the connection's calls.
+#[derive(Clone, Copy)]
+struct Negotiated {
+    inline_threshold: u32,
+    pull_writes: bool,
+}
+
 /// Checks a request against its endpoint and prepares the call.
 fn start_call(
     shared: &Shared,
     channel: &Arc<FrameChannel>,
     in_flight: &InFlight,
     slots: &SharedSlots,
+    shares: &mut PoolShares,
     req: RequestFrame,
-    inline_threshold: u32,
-    pull_writes: bool,
+    Negotiated {
+        inline_threshold,
+        pull_writes,
+    }: Negotiated,
 ) -> Result<(call::Call, mpsc::UnboundedSender<ClientEvent>), Status> {
     // Take the slot first: whatever happens to the request, the client used it.
     let slot = req
@@ -363,6 +375,8 @@ fn start_call(
         index: route.index,
         endpoint: ep,
         pool: route.pool.clone(),
+        share: shares.of(ep.path, &route.pool),
+        share_permit: None,
         request: RawRequest {
             metadata: req.metadata,
             peer: channel.conn().peer().to_owned(),

@@ -14,6 +14,7 @@
 mod admission;
 mod call;
 mod conn;
+mod share;
 mod slots;
 
 pub use admission::ConnectionCount;
@@ -87,6 +88,11 @@ pub struct ServerConfig {
     pub pull_writes: Option<bool>,
     /// Longest wait for a client to finish an RDMA transfer and ack it. Default 30 s.
     pub transfer_timeout: Duration,
+    /// Most of a path's pool one connection holds at once, in percent of its buffers (rounded
+    /// up, at least one): a client that keeps its transfers open until `transfer_timeout`
+    /// cannot take a whole pool from the other connections. Calls over the share wait for one
+    /// of their own connection's buffers, within `buffer_wait`. 1 to 100; default 50.
+    pub pool_share_percent: u32,
     /// Longest a call waits for a free buffer of its path's pool before it fails with
     /// `RESOURCE_EXHAUSTED` naming the path (or with `DEADLINE_EXCEEDED` if its own deadline
     /// comes first). A handler that keeps its payload (`Bytes`) holds that buffer. Default 10 s.
@@ -114,6 +120,7 @@ impl Default for ServerConfig {
             slot_size: 64 << 10,
             pull_writes: None,
             transfer_timeout: Duration::from_secs(30),
+            pool_share_percent: 50,
             buffer_wait: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(30),
@@ -233,6 +240,8 @@ impl ServerBuilder {
         pull_writes: Option<bool>,
         /// See [`ServerConfig::transfer_timeout`].
         transfer_timeout: Duration,
+        /// See [`ServerConfig::pool_share_percent`].
+        pool_share_percent: u32,
         /// See [`ServerConfig::buffer_wait`].
         buffer_wait: Duration,
         /// See [`ServerConfig::shutdown_grace`].
@@ -253,6 +262,13 @@ impl ServerBuilder {
                 "slot_size of {} bytes is over the {} byte limit of one buffer",
                 config.slot_size,
                 crate::memory::MAX_BUFFER
+            )));
+        }
+        if !(1..=100).contains(&config.pool_share_percent) {
+            return Err(Error::InvalidArgument(format!(
+                "pool_share_percent of {} is not a share: give 1 to 100 (percent of a path's \
+                 buffers one connection may hold)",
+                config.pool_share_percent
             )));
         }
         let routes = Routes::build(&self.services, &config)?;

@@ -309,6 +309,74 @@ async fn waiting_for_a_buffer_is_bounded() {
     waiting_for_a_buffer_is_bounded_on(&tcp_backend()).await;
 }
 
+/// One connection holds at most its share of a path's pool (`pool_share_percent`, half by
+/// default): a client that takes grants and never finishes them gets `RESOURCE_EXHAUSTED`
+/// past its share, and other clients are still served (before: it could hold the whole pool
+/// until `transfer_timeout`, again and again).
+pub(crate) async fn one_connection_cannot_hold_a_whole_pool_on(b: &Backend) {
+    let config = ServerConfig {
+        pull_writes: Some(false),
+        min_buffers: 4,
+        max_buffers: 4,
+        write_slots: 0,
+        buffer_wait: std::time::Duration::from_millis(200),
+        ..ServerConfig::default()
+    };
+    let h = Harness::start_on(b, config).await;
+    let hog = RawClient::connect(&h).await;
+    for id in 1..=4 {
+        hog.request(id, "/blob", OpKind::Write, 100_000).await;
+    }
+    let (mut grants, mut refused) = (0, 0);
+    while grants + refused < 4 {
+        match bounded("the hog's answers", hog.next()).await {
+            Kind::Grant(_) => grants += 1,
+            Kind::Response(r) => {
+                let status = r.status.expect("an error");
+                assert_eq!(
+                    Code::from_u32(status.code),
+                    Code::ResourceExhausted,
+                    "{status:?}"
+                );
+                assert!(status.message.contains("pool_share_percent"), "{status:?}");
+                assert!(status.message.contains("2 of the 4"), "{status:?}");
+                refused += 1;
+            }
+            other => panic!("expected a grant or a response, got {other:?}"),
+        }
+    }
+    assert_eq!((grants, refused), (2, 2));
+    // The hog still holds two buffers (it never acks): everyone else has the other two.
+    bounded("another client's call", still_serving(&h)).await;
+    let other = h.client().await;
+    let (a, b2) = tokio::join!(
+        inbound(&other, BLOB_WRITE, 100_000, 1),
+        inbound(&other, BLOB_WRITE, 100_000, 2)
+    );
+    assert!(a.unwrap().exact && b2.unwrap().exact);
+}
+
+#[tokio::test]
+async fn one_connection_cannot_hold_a_whole_pool() {
+    one_connection_cannot_hold_a_whole_pool_on(&tcp_backend()).await;
+}
+
+/// The share is a percentage: 0 and more than 100 are refused when the server binds.
+#[tokio::test]
+async fn a_pool_share_outside_one_to_a_hundred_percent_is_refused() {
+    for percent in [0, 101] {
+        let err = crate::Server::builder()
+            .pool_share_percent(percent)
+            .add_service(super::TestService::default())
+            .bind("tcp://127.0.0.1:0")
+            .await
+            .map(drop)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pool_share_percent"), "{err}");
+    }
+}
+
 /// A wire-level peer of a one-buffer server with `transfer_timeout` of 200 ms: it says
 /// Hello, then sends a 100,000-byte call of `op` on `/blob` whose window (rights `access`)
 /// does not exist on its side; `window` puts it in the request.
