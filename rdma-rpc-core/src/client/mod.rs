@@ -335,6 +335,9 @@ impl Client {
                 theirs: ack.version,
             });
         }
+        if let Some(reason) = crate::protocol::unusable_hello(&ack) {
+            return Err(Error::Protocol { peer, reason });
+        }
         // The Hello used the one credit every side starts with.
         channel.set_peer(ack.credits.saturating_sub(1), ack.credits, ack.max_frame);
         let max_in_flight = ack.max_in_flight.max(1);

@@ -22,3 +22,22 @@ pub(crate) const FRAME_OVERHEAD: usize = 512;
 /// Bounds the frames one side may have in flight towards a peer that never reads (at most
 /// `MAX_PEER_CREDITS * max_frame` bytes queued per connection).
 pub(crate) const MAX_PEER_CREDITS: u32 = 1024;
+
+/// Checks the parts of a peer's Hello (or HelloAck) this side could not work with: a peer
+/// that posted no receive could never be sent a frame, and frames smaller than
+/// `2 * FRAME_OVERHEAD` cannot hold a request or a response. `Some` is the reason.
+pub(crate) fn unusable_hello(hello: &frames::Hello) -> Option<String> {
+    if hello.credits == 0 {
+        return Some(
+            "the handshake announces no receives (credits = 0): no frame could ever be sent".into(),
+        );
+    }
+    if (hello.max_frame as usize) < 2 * FRAME_OVERHEAD {
+        return Some(format!(
+            "the handshake announces frames of {} bytes (max_frame); at least {} are needed",
+            hello.max_frame,
+            2 * FRAME_OVERHEAD
+        ));
+    }
+    None
+}

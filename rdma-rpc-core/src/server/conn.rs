@@ -80,12 +80,8 @@ async fn handshake_hello(channel: &FrameChannel, limit: Duration) -> Result<Hell
             reason: "the first frame is not a Hello".into(),
         });
     };
-    if hello.credits == 0 {
-        return Err(Error::Protocol {
-            peer,
-            reason: "the Hello announces no receives (credits = 0): the server could never answer"
-                .into(),
-        });
+    if let Some(reason) = crate::protocol::unusable_hello(&hello) {
+        return Err(Error::Protocol { peer, reason });
     }
     channel.set_peer(hello.credits, hello.credits, hello.max_frame);
     Ok(hello)

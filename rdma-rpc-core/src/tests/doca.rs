@@ -22,6 +22,7 @@ use super::e2e::{
 use super::fast_paths::*;
 use super::faults::*;
 use super::hostile::*;
+use super::malicious::*;
 use super::{bounded, Backend, Harness};
 use crate::transport::doca::{DocaConfig, DocaTransport, ProgressMode};
 
@@ -162,6 +163,14 @@ macro_rules! doca_suite {
                 the_count_is_exact_when_clients_leave_on,
                 idle_connections_are_closed_on,
                 waiting_for_a_buffer_is_bounded_on,
+                a_forged_window_ends_the_call_with_a_status_on,
+                a_result_window_larger_than_the_endpoint_is_refused_on,
+                a_pushed_length_outside_the_window_is_refused_on,
+                responses_to_unknown_calls_are_ignored_on,
+                frames_a_server_must_not_send_end_the_connection_on,
+                an_unusable_handshake_is_refused_on,
+                a_silent_server_is_bounded_by_the_deadline_on,
+                a_kept_pull_window_never_shows_another_connections_data_on,
             );
         }
     };

@@ -9,6 +9,7 @@ mod faults;
 mod faulty;
 mod fuzz;
 mod hostile;
+mod malicious;
 mod raw;
 mod service;
 
