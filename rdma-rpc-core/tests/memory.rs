@@ -1,0 +1,193 @@
+//! What refused connections cost the server, counted by a global allocator. Its own test
+//! binary with one test, so no other test's allocations are counted.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rdma_rpc_core::service::{EndpointDef, OpKind, ServerCall, Service};
+use rdma_rpc_core::transport::tcp::TcpTransport;
+use rdma_rpc_core::transport::{BoxFuture, Transport};
+use rdma_rpc_core::{Client, Server, Status};
+
+/// Bytes allocated and not freed, and the highest that figure reached since the last reset.
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+static PEAK: AtomicIsize = AtomicIsize::new(0);
+
+struct Counting;
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the counters are only
+// bookkeeping.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note(layout.size() as isize);
+        // SAFETY: the caller's contract for `layout` is passed on as is.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note(layout.size() as isize);
+        // SAFETY: as for `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation goes through
+        // this allocator).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note(new_size as isize - layout.size() as isize);
+        // SAFETY: as for `dealloc`; `new_size` is the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+fn note(delta: isize) {
+    let live = LIVE.fetch_add(delta, Ordering::Relaxed) + delta;
+    PEAK.fetch_max(live, Ordering::Relaxed);
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
+
+/// Starts a measurement: the peak becomes what is live now.
+fn reset_peak() -> isize {
+    let live = LIVE.load(Ordering::Relaxed);
+    PEAK.store(live, Ordering::Relaxed);
+    live
+}
+
+static ENDPOINTS: &[EndpointDef] = &[EndpointDef {
+    path: "/echo",
+    op: OpKind::Send,
+    buffer_size: 1 << 20,
+    method: "echo",
+    timeout_ms: None,
+}];
+
+struct Echo;
+
+impl Service for Echo {
+    fn name(&self) -> &'static str {
+        "Echo"
+    }
+
+    fn endpoints(&self) -> &'static [EndpointDef] {
+        ENDPOINTS
+    }
+
+    fn call<'a>(&'a self, _: usize, call: ServerCall<'a>) -> BoxFuture<'a, Result<Bytes, Status>> {
+        Box::pin(async move {
+            match call {
+                ServerCall::Inbound { data, .. } => Ok(Bytes::from(data.len().to_string())),
+                _ => Err(Status::unimplemented("only send")),
+            }
+        })
+    }
+}
+
+/// Opens `n` transport connections to `addr` at once, none saying Hello; once `settled`
+/// says the far end has done all it does with them, returns the peak of live memory above
+/// what was live before, all of them open.
+async fn peak_of_connections(
+    transport: &Arc<TcpTransport>,
+    addr: &str,
+    n: usize,
+    settled: impl std::future::Future<Output = ()>,
+    refused: bool,
+) -> isize {
+    let before = reset_peak();
+    let mut sockets = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let (t, addr) = (transport.clone(), addr.to_owned());
+        sockets.spawn(async move {
+            let conn = t.connect(&addr).await.unwrap();
+            if refused {
+                // The server closes a refused connection once its Hello wait is over: by
+                // then it has allocated all it ever does for it.
+                let _ = conn.closed().await;
+            }
+            conn
+        });
+    }
+    let mut open = Vec::new();
+    while let Some(conn) = sockets.join_next().await {
+        open.push(conn.unwrap());
+    }
+    settled.await;
+    let peak = PEAK.load(Ordering::Relaxed) - before;
+    drop(open);
+    peak
+}
+
+/// Connections over `max_connections` that never say Hello cost the server next to nothing
+/// beyond the transport connection itself: measured against as many plain transport
+/// connections to a listener that only holds them. Before the lean refusal each registered
+/// the full receive pool, 1 MiB (+1.26 GB for 1,000 sockets then). All 60 are told why at
+/// once (at most 64 are), so all are alive together in both measurements. The admitted client
+/// is served all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_connections_cost_next_to_nothing_beyond_the_transport() {
+    const N: usize = 60;
+    let transport = Arc::new(TcpTransport::new());
+
+    // The control: plain transport connections, held by a bare listener.
+    let listener = transport.listen("tcp://127.0.0.1:0").await.unwrap();
+    let plain_addr = listener.local_addr();
+    let mut held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while held.len() < N {
+            held.push(listener.accept().await.unwrap());
+        }
+        held
+    });
+    let mut accepted = None;
+    let all_accepted = async { accepted = Some((&mut held).await.unwrap()) };
+    let plain = peak_of_connections(&transport, &plain_addr, N, all_accepted, false).await;
+    drop(accepted);
+
+    let server = Server::builder()
+        .max_connections(1)
+        .add_service(Echo)
+        .transport(transport.clone())
+        .bind("tcp://127.0.0.1:0")
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    let count = server.connection_count();
+    tokio::spawn(server.serve());
+    let admitted = Client::builder()
+        .transport(transport.clone())
+        .connect(&addr)
+        .await
+        .unwrap();
+    let call = || {
+        admitted.call_raw(
+            &ENDPOINTS[0],
+            Bytes::new(),
+            Some(Bytes::from_static(b"hi")),
+            None,
+        )
+    };
+    call().await.unwrap();
+    let refused = peak_of_connections(&transport, &addr, N, async {}, true).await;
+    call()
+        .await
+        .expect("the admitted client is served during the flood");
+    assert_eq!(count.current(), 1, "refused connections are never counted");
+    let extra = (refused - plain) / N as isize;
+    println!(
+        "{N} connections: plain {} KiB each, refused {} KiB each (both ends), {} KiB more",
+        plain / N as isize / 1024,
+        refused / N as isize / 1024,
+        extra / 1024
+    );
+    assert!(
+        extra < 64 << 10,
+        "a refused connection cost {extra} bytes more than a plain one"
+    );
+}
