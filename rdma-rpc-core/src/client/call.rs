@@ -27,7 +27,9 @@ use crate::memory::Access;
 use crate::protocol::frames::{
     AckFrame, CallId, DescriptorFrame, GrantFrame, Kind, RequestFrame, ResponseFrame,
 };
-use crate::protocol::FRAME_OVERHEAD;
+use crate::protocol::route::{
+    check_granted_window, check_result_window, fits_inline, outgoing, Outgoing,
+};
 use crate::service::EndpointDef;
 use crate::status::Status;
 use crate::transport::{Descriptor, Fencing, Grant, SendData};
@@ -143,41 +145,52 @@ impl Client {
         };
         let conn = inner.channel.conn();
 
-        let inline = data.len() <= inner.inline_threshold
-            && data.len() + metadata.len() + FRAME_OVERHEAD <= inner.channel.peer_max_frame();
         let inbound = endpoint.op.is_inbound();
+        let inline = fits_inline(
+            data.len(),
+            metadata.len(),
+            inner.inline_threshold,
+            inner.channel.peer_max_frame(),
+        );
+        let slot = (inbound && !inline)
+            .then(|| inner.take_slot(data.len()))
+            .flatten();
+        let route = outgoing(inline, slot.is_some(), inner.pull_writes);
         let mut request = RequestFrame {
             id,
             path: endpoint.path.to_owned(),
             op: endpoint.op.as_u32(),
             metadata,
             payload_len: data.len() as u64,
-            inline_payload: (inbound && inline).then(|| data.clone()),
+            inline_payload: (inbound && route == Outgoing::Inline).then(|| data.clone()),
             timeout_us: timeout.map_or(0, |t| t.as_micros().max(1) as u64),
             ..Default::default()
         };
         let mut slot_write = None;
-        if inbound && !inline {
-            if let Some((index, window)) = inner.take_slot(data.len()) {
-                // Posted before the request on the same connection: the bytes are in the slot
-                // when the request arrives.
-                slot_write = Some(conn.write(SendData::Bytes(data.clone()), &window, None));
-                request.slot = Some(index);
-            } else if inner.pull_writes {
-                let mut buf = inner.staging.acquire(data.len()).map_err(Status::from)?;
-                buf.fill_from(&data).map_err(Status::from)?;
-                let window = conn
-                    .grant(buf, 0, data.len(), Access::REMOTE_READ)
-                    .map_err(Status::from)?;
-                request.source = Some(DescriptorFrame::from(window.descriptor()));
-                guard.windows.push(window);
+        if inbound {
+            match (route, slot) {
+                (Outgoing::Slot, Some((index, window))) => {
+                    // Posted before the request on the same connection: the bytes are in the
+                    // slot when the request arrives.
+                    slot_write = Some(conn.write(SendData::Bytes(data.clone()), &window, None));
+                    request.slot = Some(index);
+                }
+                (Outgoing::Pull, _) => {
+                    let mut buf = inner.staging.acquire(data.len()).map_err(Status::from)?;
+                    buf.fill_from(&data).map_err(Status::from)?;
+                    let window = conn
+                        .grant(buf, 0, data.len(), Access::REMOTE_READ)
+                        .map_err(Status::from)?;
+                    request.source = Some(DescriptorFrame::from(window.descriptor()));
+                    guard.windows.push(window);
+                }
+                // Inline, or the server grants a window for it once it has a buffer.
+                _ => {}
             }
-        } else if !inbound {
-            if let Some(size) = inner.reply_size(endpoint) {
-                let window = reply_window(inner, size)?;
-                request.reply_to = Some(DescriptorFrame::from(window.descriptor()));
-                guard.windows.push(window);
-            }
+        } else if let Some(size) = inner.reply_size(endpoint) {
+            let window = reply_window(inner, size)?;
+            request.reply_to = Some(DescriptorFrame::from(window.descriptor()));
+            guard.windows.push(window);
         }
         inner
             .channel
@@ -276,9 +289,12 @@ impl Client {
                 return Err(violation("granted no window"));
             };
             let window = Descriptor::from(window);
-            if window.len != data.len() as u64 || !window.access.contains(Access::REMOTE_WRITE) {
-                return Err(violation("granted a window that does not fit the payload"));
-            }
+            check_granted_window(
+                data.len(),
+                window.len,
+                window.access.contains(Access::REMOTE_WRITE),
+            )
+            .map_err(violation)?;
             self.inner
                 .channel
                 .conn()
@@ -288,9 +304,7 @@ impl Client {
             Ok(None)
         } else {
             let len = grant.need_buffer;
-            if len == 0 || len > endpoint.buffer_size {
-                return Err(violation("asked for a buffer larger than the endpoint's"));
-            }
+            check_result_window(endpoint, len).map_err(violation)?;
             let window = reply_window(&self.inner, len as usize)?;
             let offered = DescriptorFrame::from(window.descriptor());
             guard.windows.push(window);

@@ -6,36 +6,27 @@
 //! unblock the peer (handshake, credit updates, goaway), so two sides that both run out can
 //! always tell each other about re-posted receives.
 
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::{BufMut, BytesMut};
 use prost::Message;
 use tokio::sync::Notify;
 
+use super::credits::{Credits, Need};
 use super::frames::{Frame, Kind};
 use crate::error::{Error, Result};
 use crate::memory::{Access, BufferPool};
 use crate::transport::{BoxFuture, Connection, RecvOpcode, SendData};
-
-/// Credits a side may use before the handshake told it the peer's receive count: the first
-/// frame (Hello) always has a receive waiting.
-const INITIAL_CREDITS: u32 = 1;
 
 /// Protobuf key of `Frame.credits` (field 15, varint).
 const CREDITS_KEY: u8 = 15 << 3;
 
 pub(crate) struct FrameChannel {
     conn: Arc<dyn Connection>,
-    credits: Mutex<u32>,
-    /// Most credits the peer can have given: the receives it announced (clamped to
-    /// [`super::MAX_PEER_CREDITS`]). Returned credits beyond it are a lie and are ignored, so
-    /// a peer cannot make this side queue frames it will never read.
-    credit_cap: AtomicU32,
+    /// The credit rules live in [`Credits`], without I/O.
+    credits: Mutex<Credits>,
     credit_wake: Notify,
-    /// Receives re-posted and not yet announced to the peer.
-    owed: AtomicU32,
-    announce_at: u32,
     peer_max_frame: AtomicUsize,
     /// Keeps the receive buffers registered for the channel's life.
     _recv_pool: BufferPool,
@@ -66,11 +57,8 @@ impl FrameChannel {
         }
         Ok(FrameChannel {
             conn,
-            credits: Mutex::new(if initial_credits { INITIAL_CREDITS } else { 0 }),
-            credit_cap: AtomicU32::new(u32::MAX),
+            credits: Mutex::new(Credits::new(recv_count, initial_credits)),
             credit_wake: Notify::new(),
-            owed: AtomicU32::new(0),
-            announce_at: (recv_count / 4).max(1),
             // Until the handshake says otherwise, frames stay within the smallest size any
             // build posts.
             peer_max_frame: AtomicUsize::new(super::FRAME_OVERHEAD * 2),
@@ -88,15 +76,29 @@ impl FrameChannel {
     pub(crate) fn set_peer(&self, credits: u32, announced: u32, max_frame: u32) {
         self.peer_max_frame
             .store(max_frame as usize, Ordering::Relaxed);
-        let cap = announced.min(super::MAX_PEER_CREDITS);
-        self.credit_cap.store(cap, Ordering::Relaxed);
-        self.add_credits(credits.min(cap));
+        let ignored = self.credits().handshake(credits, announced);
+        self.ignored(ignored);
+        self.credit_wake.notify_waiters();
+    }
+
+    fn credits(&self) -> MutexGuard<'_, Credits> {
+        self.credits.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Credits this side holds now.
     #[cfg(test)]
-    pub(crate) fn credits(&self) -> u32 {
-        *self.credits.lock().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn available_credits(&self) -> u32 {
+        self.credits().available()
+    }
+
+    fn ignored(&self, n: u32) {
+        if n > 0 {
+            tracing::debug!(
+                peer = self.conn.peer(),
+                ignored = n,
+                "the peer returned more credits than receives it announced; ignored"
+            );
+        }
     }
 
     pub(crate) fn peer_max_frame(&self) -> usize {
@@ -107,40 +109,17 @@ impl FrameChannel {
         if n == 0 {
             return;
         }
-        let cap = self.credit_cap.load(Ordering::Relaxed);
-        {
-            let mut credits = self.credits.lock().unwrap_or_else(|e| e.into_inner());
-            let sum = credits.saturating_add(n);
-            if sum > cap {
-                tracing::debug!(
-                    peer = self.conn.peer(),
-                    returned = n,
-                    cap,
-                    "the peer returned more credits than receives it announced; ignored"
-                );
-            }
-            *credits = sum.min(cap);
-        }
+        let ignored = self.credits().returned(n);
+        self.ignored(ignored);
         self.credit_wake.notify_waiters();
     }
 
-    fn try_take_credit(&self, floor: u32) -> bool {
-        let mut c = self.credits.lock().unwrap_or_else(|e| e.into_inner());
-        if *c > floor {
-            *c -= 1;
-            true
-        } else {
-            false
-        }
-    }
-
-    async fn take_credit(&self, priority: bool) -> Result<()> {
-        let floor = u32::from(!priority);
+    async fn take_credit(&self, need: Need) -> Result<()> {
         loop {
             let notified = self.credit_wake.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.try_take_credit(floor) {
+            if self.credits().try_take(need) {
                 return Ok(());
             }
             tokio::select! {
@@ -170,7 +149,7 @@ impl FrameChannel {
 
     /// Appends the credits owed to the peer.
     fn with_credits(&self, mut out: BytesMut) -> SendData {
-        let owed = self.owed.swap(0, Ordering::AcqRel);
+        let owed = self.credits().take_owed();
         if owed > 0 {
             out.put_u8(CREDITS_KEY);
             prost::encoding::encode_varint(u64::from(owed), &mut out);
@@ -189,7 +168,7 @@ impl FrameChannel {
     /// Sends a frame, waiting for a credit.
     pub(crate) async fn send(&self, kind: Kind) -> Result<()> {
         let out = self.encode(Some(kind))?;
-        self.take_credit(false).await?;
+        self.take_credit(Need::Ordinary).await?;
         self.send_encoded(out);
         Ok(())
     }
@@ -197,7 +176,7 @@ impl FrameChannel {
     /// Sends a handshake or goaway frame; may use the reserved last credit.
     pub(crate) async fn send_priority(&self, kind: Kind) -> Result<()> {
         let out = self.encode(Some(kind))?;
-        self.take_credit(true).await?;
+        self.take_credit(Need::Priority).await?;
         self.send_encoded(out);
         Ok(())
     }
@@ -207,7 +186,7 @@ impl FrameChannel {
     /// await it before closing the connection.
     pub(crate) fn try_send_last(&self, kind: Kind) -> Option<BoxFuture<'static, Result<()>>> {
         let out = self.encode(Some(kind)).ok()?;
-        if !self.try_take_credit(0) {
+        if !self.credits().try_take(Need::Priority) {
             return None;
         }
         Some(self.conn.send(self.with_credits(out), None))
@@ -227,8 +206,11 @@ impl FrameChannel {
         self.conn.post_recv(completion.buf)?;
         let frame = decoded.map_err(|e| self.malformed(format!("undecodable frame: {e}")))?;
         self.add_credits(frame.credits);
-        let owed = self.owed.fetch_add(1, Ordering::AcqRel) + 1;
-        if owed >= self.announce_at && self.try_take_credit(0) {
+        let update = {
+            let mut credits = self.credits();
+            credits.reposted() && credits.try_take(Need::Priority)
+        };
+        if update {
             if let Ok(out) = self.encode(None) {
                 self.send_encoded(out);
             }

@@ -9,7 +9,9 @@
 //! (server side) and `client/call.rs` (client side).
 
 pub(crate) mod channel;
+pub(crate) mod credits;
 pub(crate) mod frames;
+pub(crate) mod route;
 
 /// The protocol version this build speaks (2: write slots, pushed results, pulled payloads).
 pub const PROTOCOL_VERSION: u32 = 2;

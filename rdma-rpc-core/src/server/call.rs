@@ -35,7 +35,7 @@ use super::slots::SharedSlots;
 use crate::memory::{Access, BufferPool, RegisteredBuf};
 use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{DescriptorFrame, GrantFrame, Kind, ResponseFrame, StatusFrame};
-use crate::protocol::FRAME_OVERHEAD;
+use crate::protocol::route::{fits_inline, result_route, Incoming, ResultRoute};
 use crate::service::{EndpointDef, RawRequest, ServerCall, Service};
 use crate::status::Status;
 use crate::transport::{BoxFuture, Descriptor, Fencing, Grant, SendData};
@@ -99,6 +99,8 @@ pub(super) struct Call {
     /// Held while the call holds a buffer of `pool`.
     pub(super) share_permit: Option<OwnedSemaphorePermit>,
     pub(super) request: RawRequest,
+    /// How the payload comes (decided by `protocol::route::incoming`).
+    pub(super) incoming: Incoming,
     pub(super) payload_len: u64,
     pub(super) inline_payload: Option<Bytes>,
     /// The write slot holding the payload, taken from the connection's slots.
@@ -187,71 +189,12 @@ fn transfer_failed(e: crate::error::Error) -> Status {
 
 /// Send and write: get the bytes, then run the handler on them.
 async fn inbound(call: &mut Call) -> Result<ResponseFrame, Status> {
-    let len = call.payload_len as usize;
-    let data = if let Some(data) = call.inline_payload.take() {
-        data
-    } else if len == 0 {
-        Bytes::new()
-    } else if let Some(slot) = call.slot.take() {
-        // The client wrote the slot before sending the request: the bytes are in place.
-        let mut buf = slot
-            .revoke()
-            .await
-            .ok_or_else(|| Status::unavailable("connection closed"))?;
-        buf.set_len(len);
-        match call.channel.conn().fencing() {
-            Fencing::Revocable => buf.freeze(),
-            // The client can still write the slot (the window outlives `revoke`): the handler
-            // gets a copy, and the slot goes back to the connection at once.
-            _ => Bytes::copy_from_slice(buf.as_slice()),
-        }
-    } else if let Some(source) = call.source.take() {
-        let source = source.slice(0, len as u64).map_err(|_| {
-            Status::invalid_argument(format!(
-                "the offered window of {} bytes is shorter than the {len} byte payload",
-                source.len
-            ))
-        })?;
-        let buf = take_buffer(call).await?;
-        let read = call.channel.conn().read(&source, buf);
-        // A client that never lets the read complete would keep the pool buffer: after
-        // transfer_timeout its connection goes, and with it the read and the buffer.
-        match tokio::time::timeout(call.transfer_timeout, read).await {
-            Ok(read) => read.map_err(transfer_failed)?.freeze(),
-            Err(_) => {
-                call.channel.conn().close();
-                let status = Status::unavailable(format!(
-                    "the client's window was not readable within {:?} (transfer_timeout); \
-                     connection closed",
-                    call.transfer_timeout
-                ));
-                tracing::warn!(peer = %call.request.peer, reason = status.message(), "connection dropped");
-                return Err(status);
-            }
-        }
-    } else {
-        let mut buf = take_buffer(call).await?;
-        // The server cannot see one-sided writes complete (on RDMA hardware no more than
-        // here): a client that acks without writing every byte must find its own zeros, never
-        // what the buffer's previous call left in it.
-        buf.as_mut_capacity()[..len].fill(0);
-        let grant = call
-            .channel
-            .conn()
-            .grant(buf, 0, len, Access::REMOTE_WRITE)
-            .map_err(Status::from)?;
-        let frame = GrantFrame {
-            id: call.id,
-            window: Some(DescriptorFrame::from(grant.descriptor())),
-            need_buffer: 0,
-        };
-        let reply = ask(call, frame).await;
-        // Revoke first, whatever happened: from here the descriptor is dead.
-        let buf = grant.revoke().await;
-        reply?;
-        let mut buf = buf.ok_or_else(|| Status::unavailable("connection closed"))?;
-        buf.set_len(len);
-        buf.freeze()
+    let data = match call.incoming {
+        Incoming::Nothing => Bytes::new(),
+        Incoming::Inline => call.inline_payload.take().unwrap_or_default(),
+        Incoming::Slot => from_slot(call).await?,
+        Incoming::Pull => pull(call).await?,
+        Incoming::Grant => through_grant(call).await?,
     };
     let request = call.request.clone();
     let metadata = call
@@ -259,6 +202,84 @@ async fn inbound(call: &mut Call) -> Result<ResponseFrame, Status> {
         .call(call.index, ServerCall::Inbound { request, data })
         .await?;
     Ok(ok(call.id, metadata, None))
+}
+
+/// The payload the client wrote into a write slot before it sent the request.
+async fn from_slot(call: &mut Call) -> Result<Bytes, Status> {
+    let slot = call
+        .slot
+        .take()
+        .ok_or_else(|| Status::internal("a slot call without its slot"))?;
+    let mut buf = slot
+        .revoke()
+        .await
+        .ok_or_else(|| Status::unavailable("connection closed"))?;
+    buf.set_len(call.payload_len as usize);
+    Ok(match call.channel.conn().fencing() {
+        Fencing::Revocable => buf.freeze(),
+        // The client can still write the slot (the window outlives `revoke`): the handler
+        // gets a copy, and the slot goes back to the connection at once.
+        _ => Bytes::copy_from_slice(buf.as_slice()),
+    })
+}
+
+/// The payload read from the window the client offered.
+async fn pull(call: &mut Call) -> Result<Bytes, Status> {
+    let len = call.payload_len;
+    let source = call
+        .source
+        .take()
+        .ok_or_else(|| Status::internal("a pull call without its window"))?;
+    let source = source.slice(0, len).map_err(|_| {
+        Status::invalid_argument(format!(
+            "the offered window of {} bytes is shorter than the {len} byte payload",
+            source.len
+        ))
+    })?;
+    let buf = take_buffer(call).await?;
+    let read = call.channel.conn().read(&source, buf);
+    // A client that never lets the read complete would keep the pool buffer: after
+    // transfer_timeout its connection goes, and with it the read and the buffer.
+    match tokio::time::timeout(call.transfer_timeout, read).await {
+        Ok(read) => Ok(read.map_err(transfer_failed)?.freeze()),
+        Err(_) => {
+            call.channel.conn().close();
+            let status = Status::unavailable(format!(
+                "the client's window was not readable within {:?} (transfer_timeout); \
+                 connection closed",
+                call.transfer_timeout
+            ));
+            tracing::warn!(peer = %call.request.peer, reason = status.message(), "connection dropped");
+            Err(status)
+        }
+    }
+}
+
+/// The payload the client wrote into a window granted for this call.
+async fn through_grant(call: &mut Call) -> Result<Bytes, Status> {
+    let len = call.payload_len as usize;
+    let mut buf = take_buffer(call).await?;
+    // The server cannot see one-sided writes complete (on RDMA hardware no more than
+    // here): a client that acks without writing every byte must find its own zeros, never
+    // what the buffer's previous call left in it.
+    buf.as_mut_capacity()[..len].fill(0);
+    let grant = call
+        .channel
+        .conn()
+        .grant(buf, 0, len, Access::REMOTE_WRITE)
+        .map_err(Status::from)?;
+    let frame = GrantFrame {
+        id: call.id,
+        window: Some(DescriptorFrame::from(grant.descriptor())),
+        need_buffer: 0,
+    };
+    let reply = ask(call, frame).await;
+    // Revoke first, whatever happened: from here the descriptor is dead.
+    let buf = grant.revoke().await;
+    reply?;
+    let mut buf = buf.ok_or_else(|| Status::unavailable("connection closed"))?;
+    buf.set_len(len);
+    Ok(buf.freeze())
 }
 
 /// Receive and read: run the handler to fill a buffer, then let the client have the bytes.
@@ -277,22 +298,30 @@ async fn outbound(call: &mut Call) -> Result<(ResponseFrame, Option<Pending>), S
         )
         .await?;
     let len = buf.len();
-    let fits_frame = metadata.len() + len + FRAME_OVERHEAD <= call.channel.peer_max_frame();
-    if len == 0 || (len <= call.inline_threshold && fits_frame) {
-        let payload = Bytes::copy_from_slice(buf.as_slice());
-        return Ok((ok(call.id, metadata, Some(payload)), None));
-    }
-    let dst = match call.reply_to.take().filter(|d| d.len >= len as u64) {
-        Some(dst) => dst,
-        None => {
-            // The client's window is missing or too small: ask for one that fits.
+    let inline = fits_inline(
+        len,
+        metadata.len(),
+        call.inline_threshold,
+        call.channel.peer_max_frame(),
+    );
+    let offered = call.reply_to.as_ref().map(|d| d.len);
+    let dst = match result_route(inline, len, offered) {
+        ResultRoute::Inline => {
+            let payload = Bytes::copy_from_slice(buf.as_slice());
+            return Ok((ok(call.id, metadata, Some(payload)), None));
+        }
+        ResultRoute::Push => call
+            .reply_to
+            .take()
+            .ok_or_else(|| Status::internal("a pushed result without its window"))?,
+        ResultRoute::AskForWindow => {
             let frame = GrantFrame {
                 id: call.id,
                 window: None,
                 need_buffer: len as u64,
             };
             match ask(call, frame).await? {
-                Some(dst) if dst.len >= len as u64 => dst,
+                Some(dst) if result_route(false, len, Some(dst.len)) == ResultRoute::Push => dst,
                 _ => {
                     return Err(Status::invalid_argument(format!(
                         "the client offered no window of the {len} bytes the result needs"

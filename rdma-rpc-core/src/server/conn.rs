@@ -15,6 +15,7 @@ use super::Shared;
 use crate::error::Error;
 use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{Hello, Kind, RequestFrame, StatusFrame};
+use crate::protocol::route::RequestShape;
 use crate::protocol::PROTOCOL_VERSION;
 use crate::service::RawRequest;
 use crate::status::Status;
@@ -313,54 +314,13 @@ fn start_call(
         .transpose()?;
     let route = shared.routes.find(&req.path, req.op)?;
     let ep = route.endpoint;
-    if req.payload_len > ep.buffer_size {
-        return Err(Status::resource_exhausted(format!(
-            "request of {} bytes exceeds the {} byte buffer of {} {}",
-            req.payload_len, ep.buffer_size, ep.op, ep.path
-        )));
-    }
-    let ways = [
-        req.inline_payload.is_some(),
-        slot.is_some(),
-        req.source.is_some(),
-    ];
-    if ways.iter().filter(|&&w| w).count() > 1 {
-        return Err(Status::invalid_argument(
-            "a request carries its payload one way: inline, in a write slot, or in a window",
-        ));
-    }
-    if !pull_writes && req.source.is_some() {
-        // The handshake said this server does not pull: a window offered anyway is never
-        // read (an RDMA read of a client's window would hold a pool buffer on its behalf).
-        return Err(Status::invalid_argument(format!(
-            "{} {}: this server does not pull payloads (pull_writes is off in its handshake); \
-             send the payload inline, in a write slot, or ask for a grant",
-            ep.op, ep.path
-        )));
-    }
-    if pull_writes && ep.op.is_inbound() && req.payload_len > 0 && !ways.contains(&true) {
-        // In pull mode the server never exposes a pool buffer to a client.
-        return Err(Status::invalid_argument(format!(
-            "{} {}: this server pulls payloads larger than the inline threshold; offer a \
-             window in the request or use a write slot",
-            ep.op, ep.path
-        )));
-    }
-    if !ep.op.is_inbound() && (req.payload_len != 0 || ways.contains(&true)) {
-        return Err(Status::invalid_argument(format!(
-            "{} {} takes no payload from the client",
-            ep.op, ep.path
-        )));
-    }
-    if let Some(inline) = &req.inline_payload {
-        if inline.len() as u64 != req.payload_len {
-            return Err(Status::invalid_argument(format!(
-                "inline payload of {} bytes announced as {}",
-                inline.len(),
-                req.payload_len
-            )));
-        }
-    }
+    let shape = RequestShape {
+        payload_len: req.payload_len,
+        inline_len: req.inline_payload.as_ref().map(|p| p.len()),
+        slot: slot.is_some(),
+        source: req.source.is_some(),
+    };
+    let incoming = crate::protocol::route::incoming(&ep, &shape, pull_writes)?;
     let timeout = (req.timeout_us > 0).then(|| Duration::from_micros(req.timeout_us));
     let (tx, events) = mpsc::unbounded_channel();
     let call = call::Call {
@@ -378,6 +338,7 @@ fn start_call(
             peer: channel.conn().peer().to_owned(),
             timeout,
         },
+        incoming,
         payload_len: req.payload_len,
         inline_payload: req.inline_payload,
         slot,

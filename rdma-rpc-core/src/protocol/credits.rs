@@ -1,0 +1,196 @@
+//! Credit accounting of one side of a connection, without I/O: how many frames it may send
+//! into the peer's posted receives, and when it must tell the peer about receives it
+//! re-posted. [`super::channel::FrameChannel`] drives it.
+//!
+//! Rules:
+//! - a frame uses one credit (one receive of the peer);
+//! - the last credit is kept for frames that unblock the peer (handshake, credit updates,
+//!   goaway), so two sides that both ran out can always tell each other about re-posted
+//!   receives;
+//! - a peer is believed for at most the receives it announced (itself clamped to
+//!   [`super::MAX_PEER_CREDITS`]): credits returned beyond that are ignored, so a lying peer
+//!   cannot make this side queue frames it will never read;
+//! - receives re-posted by this side are owed to the peer and travel with the next frame;
+//!   once `announce_at` are owed and no frame carried them, a credit update is due.
+
+/// Credits a side may use before the handshake told it the peer's receive count: the first
+/// frame (Hello) always has a receive waiting.
+pub(crate) const INITIAL_CREDITS: u32 = 1;
+
+/// What a frame to send needs: an ordinary frame leaves the last credit alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// Requests, responses, grants, acks: never the last credit.
+    Ordinary,
+    /// Handshake, credit updates, goaway: may use the last credit.
+    Priority,
+}
+
+/// One side's credits.
+#[derive(Debug, Clone)]
+pub(crate) struct Credits {
+    /// Frames this side may send now.
+    available: u32,
+    /// Most credits the peer can have given: its announced receives (clamped).
+    cap: u32,
+    /// Receives re-posted here and not yet announced to the peer.
+    owed: u32,
+    /// Owed credits that make an update due.
+    announce_at: u32,
+}
+
+impl Credits {
+    /// A side that posted `recv_count` receives; `initial` holds for a client, whose Hello
+    /// always finds a receive.
+    pub(crate) fn new(recv_count: u32, initial: bool) -> Credits {
+        Credits {
+            available: if initial { INITIAL_CREDITS } else { 0 },
+            cap: u32::MAX,
+            owed: 0,
+            announce_at: (recv_count / 4).max(1),
+        }
+    }
+
+    /// Applies the peer's handshake: it announced `announced` receives, of which `usable` may
+    /// be used now. Returns the credits that were ignored (a peer that claims more than it
+    /// may).
+    pub(crate) fn handshake(&mut self, usable: u32, announced: u32) -> u32 {
+        self.cap = announced.min(super::MAX_PEER_CREDITS);
+        self.returned(usable.min(self.cap))
+    }
+
+    /// The peer returned `n` credits. Returns how many were ignored because they would
+    /// exceed what the peer announced.
+    pub(crate) fn returned(&mut self, n: u32) -> u32 {
+        let sum = self.available.saturating_add(n);
+        let kept = sum.min(self.cap);
+        let ignored = sum - kept;
+        self.available = kept;
+        ignored
+    }
+
+    /// Takes a credit for a frame, if one is free for it.
+    pub(crate) fn try_take(&mut self, need: Need) -> bool {
+        let floor = match need {
+            Need::Ordinary => 1,
+            Need::Priority => 0,
+        };
+        if self.available > floor {
+            self.available -= 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Frames this side may send now.
+    #[cfg(test)]
+    pub(crate) fn available(&self) -> u32 {
+        self.available
+    }
+
+    /// A frame arrived and its receive was re-posted: the peer is owed one credit. Returns
+    /// whether a credit update is due now (none of the frames sent since carried them).
+    pub(crate) fn reposted(&mut self) -> bool {
+        self.owed += 1;
+        self.owed >= self.announce_at
+    }
+
+    /// The credits owed to the peer, cleared: they travel with the frame being sent.
+    pub(crate) fn take_owed(&mut self) -> u32 {
+        std::mem::take(&mut self.owed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::MAX_PEER_CREDITS;
+
+    #[test]
+    fn the_client_may_send_its_hello_before_the_handshake_and_the_server_nothing() {
+        let mut client = Credits::new(64, true);
+        let mut server = Credits::new(64, false);
+        assert!(client.try_take(Need::Priority));
+        assert!(!client.try_take(Need::Priority));
+        assert!(!server.try_take(Need::Priority));
+    }
+
+    #[test]
+    fn the_last_credit_is_kept_for_frames_that_unblock_the_peer() {
+        let mut c = Credits::new(8, false);
+        c.handshake(3, 3);
+        assert!(c.try_take(Need::Ordinary));
+        assert!(c.try_take(Need::Ordinary));
+        assert!(
+            !c.try_take(Need::Ordinary),
+            "starved: the last one is reserved"
+        );
+        assert!(c.try_take(Need::Priority));
+        assert!(!c.try_take(Need::Priority));
+        c.returned(1);
+        assert!(!c.try_take(Need::Ordinary));
+        assert!(c.try_take(Need::Priority));
+    }
+
+    #[test]
+    fn a_peer_is_believed_only_for_the_receives_it_announced() {
+        let mut c = Credits::new(8, false);
+        assert_eq!(
+            c.handshake(10, 4),
+            0,
+            "usable beyond announced is clamped first"
+        );
+        assert_eq!(c.available(), 4);
+        assert_eq!(c.returned(3), 3, "returned beyond the announced receives");
+        assert_eq!(c.available(), 4);
+        let mut greedy = Credits::new(8, false);
+        greedy.handshake(u32::MAX, u32::MAX);
+        assert_eq!(greedy.available(), MAX_PEER_CREDITS);
+        assert!(greedy.returned(u32::MAX) >= u32::MAX - MAX_PEER_CREDITS);
+        assert_eq!(greedy.available(), MAX_PEER_CREDITS);
+    }
+
+    #[test]
+    fn credit_updates_are_due_every_quarter_of_the_receives() {
+        let mut c = Credits::new(16, false);
+        assert!(!c.reposted());
+        assert!(!c.reposted());
+        assert!(!c.reposted());
+        assert!(c.reposted(), "4 of 16 owed");
+        assert_eq!(c.take_owed(), 4);
+        assert_eq!(c.take_owed(), 0, "owed credits travel once");
+        let mut few = Credits::new(2, false);
+        assert!(few.reposted(), "at least every receive when there are few");
+    }
+
+    /// Two sides that each used every ordinary credit can still unblock each other: each
+    /// sends a credit update with its reserved last credit, and the updates restore the
+    /// other's credits. A deterministic replay of the deadlock the reserve prevents.
+    #[test]
+    fn two_starved_sides_unblock_each_other() {
+        let (mut a, mut b) = (Credits::new(4, false), Credits::new(4, false));
+        a.handshake(4, 4);
+        b.handshake(4, 4);
+        // Each sends three ordinary frames; the other receives and re-posts them.
+        for _ in 0..3 {
+            assert!(a.try_take(Need::Ordinary));
+            b.reposted();
+            assert!(b.try_take(Need::Ordinary));
+            a.reposted();
+        }
+        assert!(!a.try_take(Need::Ordinary) && !b.try_take(Need::Ordinary));
+        // Both owe credits; the updates use the reserved credit.
+        assert!(a.try_take(Need::Priority));
+        let to_b = a.take_owed();
+        assert!(b.try_take(Need::Priority));
+        let to_a = b.take_owed();
+        b.returned(to_b);
+        a.returned(to_a);
+        // The updates themselves were received and re-posted as well.
+        b.reposted();
+        a.reposted();
+        assert!(a.try_take(Need::Ordinary), "a can send again");
+        assert!(b.try_take(Need::Ordinary), "b can send again");
+    }
+}
