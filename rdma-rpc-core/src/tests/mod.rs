@@ -10,6 +10,7 @@ mod faulty;
 mod fuzz;
 mod hostile;
 mod malicious;
+mod mem;
 mod raw;
 mod service;
 

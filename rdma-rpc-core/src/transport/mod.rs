@@ -18,6 +18,11 @@
 //! Any error on one-sided access, receiver-not-ready or a malformed packet puts that
 //! connection in error (as an RDMA queue pair moves to the error state); other connections
 //! are not affected.
+//!
+//! Three transports implement the model, chosen by the address's scheme ([`transport_for`]):
+//! [`tcp`] (`tcp://host:port`, the software transport), [`mem`] (`mem://NAME`, two ends in
+//! one process with no I/O, to measure or test the framework alone) and, with the `doca`
+//! feature, `doca` (`doca://`, `doca+oob://`: DOCA RDMA).
 
 use std::fmt;
 use std::future::Future;
@@ -34,6 +39,7 @@ mod common;
 pub(crate) mod conformance;
 #[cfg(feature = "doca")]
 pub mod doca;
+pub mod mem;
 pub mod tcp;
 
 /// A boxed, `Send` future: what the object-safe transport traits return.
@@ -308,10 +314,12 @@ pub trait Transport: Send + Sync + fmt::Debug {
     fn fencing(&self) -> Fencing;
 }
 
-/// The transport an address names: `tcp://` (or no scheme) is the software transport.
+/// The transport an address names: `tcp://` (or no scheme) is the software transport,
+/// `mem://` the in-process transport, `doca://` and `doca+oob://` DOCA RDMA.
 pub fn transport_for(addr: &str) -> Result<Arc<dyn Transport>> {
     match addr.split_once("://").map(|(scheme, _)| scheme) {
         None | Some("tcp") => Ok(Arc::new(tcp::TcpTransport::new())),
+        Some("mem") => Ok(Arc::new(mem::MemTransport::new())),
         #[cfg(feature = "doca")]
         Some(scheme) if scheme.starts_with("doca") => doca::transport_for(addr),
         #[cfg(not(feature = "doca"))]
@@ -321,7 +329,7 @@ pub fn transport_for(addr: &str) -> Result<Arc<dyn Transport>> {
         }),
         Some(other) => Err(Error::InvalidAddress {
             addr: addr.to_owned(),
-            reason: format!("unknown transport `{other}` (known: tcp, doca)"),
+            reason: format!("unknown transport `{other}` (known: tcp, mem, doca)"),
         }),
     }
 }

@@ -1,0 +1,224 @@
+//! The end-to-end suite over the in-process transport (`mem://`). Its windows are revocable
+//! like the software transport's, so every suite test that takes a backend runs here, in
+//! both write modes (pulled and granted). Not here:
+//! - `one_peer_cannot_take_every_connection_on`: the per-peer limit is keyed by the peer's IP
+//!   address, and an in-process peer has none (as over RDMA CM), so the limit does not apply.
+//! - the tests that speak the TCP wire format by hand (`an_unanswered_pull_frees_its_buffer`,
+//!   `an_unacknowledged_push_frees_its_buffer`), or are built on a TCP transport or its
+//!   settings (`a_refused_push_is_never_reported_as_a_success`, the fault-injection test,
+//!   `announced_and_returned_credits_are_bounded`, `a_window_that_does_not_fit_the_payload_is_refused`,
+//!   and the two window tests of `faults.rs` that are not written against a backend).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::e2e::{
+    all_operations_all_sizes, deadlines_end_calls_with_deadline_exceeded_on,
+    graceful_shutdown_drains_calls_in_flight_on,
+    many_calls_in_flight_on_one_connection_complete_out_of_order_on, many_connections_mixed,
+};
+use super::fast_paths::*;
+use super::faults::*;
+use super::hostile::*;
+use super::malicious::*;
+use super::{bounded, Backend, Harness};
+use crate::transport::mem::{MemConfig, MemTransport};
+
+/// A fresh `mem://` name per server, so tests run in parallel.
+fn b() -> Backend {
+    Backend {
+        transport: Arc::new(MemTransport::with_config(MemConfig {
+            rnr_timeout: Duration::from_secs(5),
+            ..MemConfig::default()
+        })),
+        bind: "mem://".into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_operations_all_sizes_byte_exact() {
+    let h = Harness::default_on(&b()).await;
+    bounded("all operations", all_operations_all_sizes(&h)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_64_mixed_operations() {
+    let h = Harness::default_on(&b()).await;
+    bounded("64 connections", many_connections_mixed(&h)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trips_per_path_with_pulled_writes() {
+    bounded("round trips", round_trips_per_path_on(&b(), true)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trips_per_path_with_granted_writes() {
+    bounded("round trips", round_trips_per_path_on(&b(), false)).await;
+}
+
+/// Server and client on two single-threaded runtimes on two threads, as the benchmark runs
+/// them.
+#[test]
+fn server_and_client_on_two_runtimes() {
+    let rt = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let server_rt = rt();
+    let h = server_rt.block_on(Harness::default_on(&b()));
+    let (addr, transport) = (h.addr.clone(), h.transport.clone());
+    // The server's tasks run on its runtime, driven by its own thread.
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = std::thread::spawn(move || {
+        server_rt.block_on(async move {
+            let _ = stopped.await;
+            drop(h);
+        })
+    });
+    rt().block_on(async move {
+        let client = crate::Client::builder()
+            .transport(transport)
+            .connect(&addr)
+            .await
+            .expect("connect");
+        bounded("calls across runtimes", async {
+            for i in 0..200u32 {
+                let len = [0, 64, 9000, 70_000][i as usize % 4];
+                let resp = super::e2e::inbound(&client, super::e2e::MSG_SEND, len, i)
+                    .await
+                    .unwrap();
+                assert!(resp.exact);
+                let data = super::e2e::outbound(&client, super::e2e::BLOB_READ, len, i)
+                    .await
+                    .unwrap();
+                assert!(data == super::pattern(len, i));
+            }
+        })
+        .await;
+    });
+    stop.send(()).unwrap();
+    server.join().unwrap();
+}
+
+/// Each test of the suite that takes a backend, over `mem://`.
+macro_rules! mem_suite {
+    ($($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            bounded(stringify!($name), super::$name(&b())).await;
+        }
+    )*};
+}
+
+mod suite {
+    use super::*;
+
+    mem_suite!(
+        many_calls_in_flight_on_one_connection_complete_out_of_order_on,
+        deadlines_end_calls_with_deadline_exceeded_on,
+        graceful_shutdown_drains_calls_in_flight_on,
+        calls_without_a_free_slot_take_the_other_path_on,
+        slots_off_and_growing_results_stay_exact_on,
+        abandoned_reads_keep_their_window_until_the_response_on,
+        concurrent_mixed_sizes_on,
+        well_behaved_clients_wait_instead_of_exceeding_the_in_flight_limit_on,
+        malformed_frames_close_that_connection_only_on,
+        frames_a_client_must_not_send_close_the_connection_on,
+        unknown_endpoints_wrong_operations_and_oversized_requests_get_statuses_on,
+        handler_panic_is_an_internal_error_and_the_server_goes_on_on,
+        client_dying_mid_write_never_reaches_the_handler_and_frees_the_buffer_on,
+        server_death_ends_pending_calls_promptly_on,
+        in_flight_limit_is_enforced_and_named_on,
+        connection_limit_is_enforced_and_named_on,
+        oversized_metadata_is_refused_with_the_limit_named_on,
+        protocol_version_mismatch_is_reported_on,
+        silent_clients_time_out_in_the_handshake_on,
+        misused_write_slots_get_statuses_on,
+        stale_descriptors_never_reach_another_connection_on,
+        slot_bytes_never_change_under_a_handler_on,
+        pull_windows_are_refused_when_pull_is_off_on,
+        a_hello_without_credits_is_refused_on,
+        the_count_is_exact_when_clients_leave_on,
+        idle_connections_are_closed_on,
+        an_unwritten_grant_discloses_nothing_on,
+        waiting_for_a_buffer_is_bounded_on,
+        one_connection_cannot_hold_a_whole_pool_on,
+        a_forged_window_ends_the_call_with_a_status_on,
+        a_result_window_larger_than_the_endpoint_is_refused_on,
+        a_pushed_length_outside_the_window_is_refused_on,
+        responses_to_unknown_calls_are_ignored_on,
+        frames_a_server_must_not_send_end_the_connection_on,
+        an_unusable_handshake_is_refused_on,
+        a_silent_server_is_bounded_by_the_deadline_on,
+        a_kept_pull_window_never_shows_another_connections_data_on,
+    );
+}
+
+/// Calls per second of the whole stack over `mem://` (64-byte sends, the test service): one
+/// after another and 32 at a time, with server and client on one thread and on two runtimes
+/// on two threads. A measurement, not a check.
+#[test]
+#[ignore = "a measurement: cargo test --release -p rdma-rpc-core --lib tests::mem::measure -- --ignored --nocapture"]
+fn measure_calls_per_second() {
+    const N: u32 = 20_000;
+    let rt = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    async fn run(client: crate::Client, what: &str) {
+        use super::e2e::{inbound, MSG_SEND};
+        let start = std::time::Instant::now();
+        for i in 0..N {
+            assert!(inbound(&client, MSG_SEND, 64, i).await.unwrap().exact);
+        }
+        let rate = f64::from(N) / start.elapsed().as_secs_f64();
+        println!("{what}, one call at a time: {rate:.0} calls per second");
+        let start = std::time::Instant::now();
+        let tasks: Vec<_> = (0..32u32)
+            .map(|t| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    for i in 0..N / 32 {
+                        assert!(inbound(&client, MSG_SEND, 64, t + i).await.unwrap().exact);
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let rate = f64::from(N / 32 * 32) / start.elapsed().as_secs_f64();
+        println!("{what}, 32 in flight: {rate:.0} calls per second");
+    }
+
+    rt().block_on(async {
+        let h = Harness::default_on(&b()).await;
+        run(h.client().await, "one thread").await;
+    });
+
+    let server_rt = rt();
+    let h = server_rt.block_on(Harness::default_on(&b()));
+    let (addr, transport) = (h.addr.clone(), h.transport.clone());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = std::thread::spawn(move || {
+        server_rt.block_on(async move {
+            let _ = stopped.await;
+            drop(h);
+        })
+    });
+    rt().block_on(async move {
+        let client = crate::Client::builder()
+            .transport(transport)
+            .connect(&addr)
+            .await
+            .expect("connect");
+        run(client, "two runtimes on two threads").await;
+    });
+    stop.send(()).unwrap();
+    server.join().unwrap();
+}
