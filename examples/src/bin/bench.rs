@@ -6,6 +6,9 @@
 //! [--depth N] [--connections N] [--runtime split|shared|single]
 //! [--doca-progress event|busy-poll]`
 //!
+//! `--transport mem://` runs the rdma-rpc figures over the in-process transport: no I/O, so
+//! they show what the framework itself costs per call (the baselines stay on TCP).
+//!
 //! `--doca-progress` (with a `doca://` or `doca+oob://` ADDR) says how DOCA's progress engines
 //! are driven: by their notification fd (`event`, the default) or by a polling thread per
 //! context (`busy-poll`).
@@ -69,7 +72,8 @@ impl RuntimeMode {
 
 fn usage() -> &'static str {
     "usage: bench [--quick] [--transport ADDR] [--out DIR] [--depth N] [--connections N] [--runtime split|shared|single] [--doca-progress event|busy-poll]\n\
-     ADDR: where the rdma-rpc server listens (default tcp://127.0.0.1:0; doca://IP:PORT for DOCA)"
+     ADDR: where the rdma-rpc server listens (default tcp://127.0.0.1:0; mem:// for the in-process\n\
+           transport, which measures the framework alone; doca://IP:PORT for DOCA)"
 }
 
 fn parse_args() -> Result<Options, String> {
