@@ -57,17 +57,21 @@ async fn round_trips_per_path_with_granted_writes() {
     bounded("round trips", round_trips_per_path_on(&b(), false)).await;
 }
 
-/// Server and client on two single-threaded runtimes on two threads, as the benchmark runs
-/// them.
-#[test]
-fn server_and_client_on_two_runtimes() {
-    let rt = || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    };
-    let server_rt = rt();
+fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Runs a default server over `mem://` on its own thread and runtime, and `body` with a
+/// client of it on a second runtime on this thread, as the benchmark runs them.
+fn across_two_runtimes<F, Fut>(body: F)
+where
+    F: FnOnce(crate::Client) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let server_rt = current_thread_runtime();
     let h = server_rt.block_on(Harness::default_on(&b()));
     let (addr, transport) = (h.addr.clone(), h.transport.clone());
     // The server's tasks run on its runtime, driven by its own thread.
@@ -78,12 +82,23 @@ fn server_and_client_on_two_runtimes() {
             drop(h);
         })
     });
-    rt().block_on(async move {
+    current_thread_runtime().block_on(async move {
         let client = crate::Client::builder()
             .transport(transport)
             .connect(&addr)
             .await
             .expect("connect");
+        body(client).await;
+    });
+    stop.send(()).unwrap();
+    server.join().unwrap();
+}
+
+/// Server and client on two single-threaded runtimes on two threads, as the benchmark runs
+/// them.
+#[test]
+fn server_and_client_on_two_runtimes() {
+    across_two_runtimes(|client| async move {
         bounded("calls across runtimes", async {
             for i in 0..200u32 {
                 let len = [0, 64, 9000, 70_000][i as usize % 4];
@@ -99,8 +114,6 @@ fn server_and_client_on_two_runtimes() {
         })
         .await;
     });
-    stop.send(()).unwrap();
-    server.join().unwrap();
 }
 
 /// Each test of the suite that takes a backend, over `mem://`.
@@ -164,12 +177,6 @@ mod suite {
 #[ignore = "a measurement: cargo test --release -p rdma-rpc-core --lib tests::mem::measure -- --ignored --nocapture"]
 fn measure_calls_per_second() {
     const N: u32 = 20_000;
-    let rt = || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    };
     async fn run(client: crate::Client, what: &str) {
         use super::e2e::{inbound, MSG_SEND};
         let start = std::time::Instant::now();
@@ -196,29 +203,9 @@ fn measure_calls_per_second() {
         println!("{what}, 32 in flight: {rate:.0} calls per second");
     }
 
-    rt().block_on(async {
+    current_thread_runtime().block_on(async {
         let h = Harness::default_on(&b()).await;
         run(h.client().await, "one thread").await;
     });
-
-    let server_rt = rt();
-    let h = server_rt.block_on(Harness::default_on(&b()));
-    let (addr, transport) = (h.addr.clone(), h.transport.clone());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = std::thread::spawn(move || {
-        server_rt.block_on(async move {
-            let _ = stopped.await;
-            drop(h);
-        })
-    });
-    rt().block_on(async move {
-        let client = crate::Client::builder()
-            .transport(transport)
-            .connect(&addr)
-            .await
-            .expect("connect");
-        run(client, "two runtimes on two threads").await;
-    });
-    stop.send(()).unwrap();
-    server.join().unwrap();
+    across_two_runtimes(|client| run(client, "two runtimes on two threads"));
 }
