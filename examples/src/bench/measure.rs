@@ -67,8 +67,11 @@ where
 
 /// Runs `calls` calls of `payload` bytes spread over `workers` concurrent workers;
 /// `make(worker)` gives each worker its call function (its own connection or a shared one).
-/// Each worker makes one untimed call first (warming its connection's buffers), and the clock
-/// starts when all of them are done.
+/// Each worker makes one untimed call first (warming its connection's buffers); the clock
+/// runs from the moment the first worker is released after all of them are warm to the moment
+/// the last one finishes. Both ends are taken inside the workers: the task awaiting them may
+/// be polled only after a scheduler has run many other tasks (a current-thread runtime polls
+/// its `block_on` future between batches), which would leave calls outside the clock.
 pub async fn throughput<F, Fut>(
     calls: usize,
     payload: usize,
@@ -80,7 +83,7 @@ where
     Fut: Future<Output = Result<(), BenchError>> + Send,
 {
     let left = Arc::new(AtomicUsize::new(calls));
-    let warm = Arc::new(tokio::sync::Barrier::new(workers + 1));
+    let warm = Arc::new(tokio::sync::Barrier::new(workers));
     let mut tasks = Vec::with_capacity(workers);
     for w in 0..workers {
         let mut f = make(w);
@@ -89,6 +92,7 @@ where
         tasks.push(tokio::spawn(async move {
             let warmed = f().await;
             warm.wait().await;
+            let released = Instant::now();
             warmed?;
             while left
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
@@ -96,15 +100,20 @@ where
             {
                 f().await?;
             }
-            Ok::<_, BenchError>(())
+            Ok::<_, BenchError>((released, Instant::now()))
         }));
     }
-    warm.wait().await;
-    let start = Instant::now();
+    let (mut start, mut end) = (None::<Instant>, None::<Instant>);
     for t in tasks {
-        t.await??;
+        let (released, finished) = t.await??;
+        start = Some(start.map_or(released, |s| s.min(released)));
+        end = Some(end.map_or(finished, |e| e.max(finished)));
     }
-    let secs = start.elapsed().as_secs_f64().max(1e-9);
+    let secs = match (start, end) {
+        (Some(s), Some(e)) => (e - s).as_secs_f64(),
+        _ => 0.0,
+    }
+    .max(1e-9);
     Ok(Throughput {
         calls_per_s: calls as f64 / secs,
         gb_per_s: (calls * payload) as f64 / secs / 1e9,
