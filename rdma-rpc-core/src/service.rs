@@ -6,6 +6,7 @@
 //! hand, as `examples/src/hand_written.rs` shows.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -98,7 +99,7 @@ impl EndpointDef {
 pub struct Request<T> {
     message: T,
     timeout: Option<Duration>,
-    peer: Option<String>,
+    peer: Option<Arc<str>>,
 }
 
 impl<T> Request<T> {
@@ -148,7 +149,7 @@ impl<T> Request<T> {
         self.message
     }
 
-    pub(crate) fn from_parts(message: T, timeout: Option<Duration>, peer: String) -> Request<T> {
+    pub(crate) fn from_parts(message: T, timeout: Option<Duration>, peer: Arc<str>) -> Request<T> {
         Request {
             message,
             timeout,
@@ -180,8 +181,8 @@ impl<T> IntoRequest<T> for Request<T> {
 pub struct RawRequest {
     /// The encoded request message (prost).
     pub metadata: Bytes,
-    /// The peer's address.
-    pub peer: String,
+    /// The peer's address (shared by the calls of a connection).
+    pub peer: Arc<str>,
     /// The time the client has left, if it set a deadline.
     pub timeout: Option<Duration>,
 }

@@ -20,13 +20,13 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
 
 use super::{lock, Client, Entry, Inner, ServerEvent};
 use crate::memory::Access;
 use crate::protocol::frames::{
     AckFrame, CallId, DescriptorFrame, GrantFrame, Kind, RequestFrame, ResponseFrame,
 };
+use crate::protocol::mailbox::mailbox;
 use crate::protocol::route::{
     check_granted_window, check_result_window, fits_inline, outgoing, Outgoing,
 };
@@ -128,7 +128,7 @@ impl Client {
             return Err(status);
         }
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, mut events) = mpsc::unbounded_channel();
+        let (tx, mut events) = mailbox();
         lock(&inner.calls).insert(
             id,
             Entry {

@@ -18,13 +18,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::AbortHandle;
 
 use crate::error::{Error, Result};
 use crate::memory::StagingPools;
 use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{GrantFrame, Hello, Kind, ResponseFrame, SlotFrame};
+use crate::protocol::mailbox;
 use crate::protocol::PROTOCOL_VERSION;
 use crate::service::EndpointDef;
 use crate::status::Status;
@@ -163,7 +164,7 @@ pub(crate) enum ServerEvent {
 /// window; it is released when the server's response arrives (also for calls the caller
 /// abandoned), so client and server always agree on what is in flight.
 struct Entry {
-    events: Option<mpsc::UnboundedSender<ServerEvent>>,
+    events: Option<mailbox::Sender<ServerEvent>>,
     /// Windows of an abandoned call, open until the server's response.
     hold: Vec<Grant>,
     _permit: OwnedSemaphorePermit,
@@ -409,7 +410,7 @@ async fn drive(inner: std::sync::Weak<Inner>, channel: Arc<FrameChannel>) {
             ServerEvent::Response(_) => {
                 if let Some(entry) = calls.remove(&id) {
                     if let Some(tx) = entry.events {
-                        let _ = tx.send(event);
+                        tx.send(event);
                     }
                 }
             }
@@ -418,7 +419,7 @@ async fn drive(inner: std::sync::Weak<Inner>, channel: Arc<FrameChannel>) {
                     events: Some(tx), ..
                 }) = calls.get(&id)
                 {
-                    let _ = tx.send(event);
+                    tx.send(event);
                 }
             }
         }

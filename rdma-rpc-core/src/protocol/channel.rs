@@ -6,6 +6,7 @@
 //! unblock the peer (handshake, credit updates, goaway), so two sides that both run out can
 //! always tell each other about re-posted receives.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -165,12 +166,20 @@ impl FrameChannel {
         }
     }
 
-    /// Sends a frame, waiting for a credit.
-    pub(crate) async fn send(&self, kind: Kind) -> Result<()> {
-        let out = self.encode(Some(kind))?;
-        self.take_credit(Need::Ordinary).await?;
-        self.send_encoded(out);
-        Ok(())
+    /// Sends a frame, waiting for a credit. The frame is encoded before the returned future
+    /// is first polled, so the future holds the bytes and not the frame; the wait for a credit
+    /// (rare) lives in a future of its own. Both keep the futures of calls small.
+    pub(crate) fn send(&self, kind: Kind) -> impl Future<Output = Result<()>> + Send + '_ {
+        let encoded = self.encode(Some(kind));
+        async move {
+            let out = encoded?;
+            let ready = self.credits().try_take(Need::Ordinary);
+            if !ready {
+                Box::pin(self.take_credit(Need::Ordinary)).await?;
+            }
+            self.send_encoded(out);
+            Ok(())
+        }
     }
 
     /// Sends a handshake or goaway frame; may use the reserved last credit.

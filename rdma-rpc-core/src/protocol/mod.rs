@@ -11,6 +11,7 @@
 pub(crate) mod channel;
 pub(crate) mod credits;
 pub(crate) mod frames;
+pub(crate) mod mailbox;
 pub(crate) mod route;
 
 /// The protocol version this build speaks (2: write slots, pushed results, pulled payloads).

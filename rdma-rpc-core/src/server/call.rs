@@ -23,11 +23,12 @@
 //! sides agree on what is in flight.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::share::Share;
@@ -35,6 +36,7 @@ use super::slots::SharedSlots;
 use crate::memory::{Access, BufferPool, RegisteredBuf};
 use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{DescriptorFrame, GrantFrame, Kind, ResponseFrame, StatusFrame};
+use crate::protocol::mailbox::{Mailbox, Sender};
 use crate::protocol::route::{fits_inline, result_route, Incoming, ResultRoute};
 use crate::service::{EndpointDef, RawRequest, ServerCall, Service};
 use crate::status::Status;
@@ -53,10 +55,10 @@ pub(super) enum ClientEvent {
 /// client's acks and cancels) and the call tasks (which leave it just before answering, so a
 /// client that sends its next request on seeing a response is never over the limit).
 #[derive(Clone, Default)]
-pub(super) struct InFlight(Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<ClientEvent>>>>);
+pub(super) struct InFlight(Arc<Mutex<HashMap<u64, Sender<ClientEvent>>>>);
 
 impl InFlight {
-    fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<u64, mpsc::UnboundedSender<ClientEvent>>> {
+    fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Sender<ClientEvent>>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -68,7 +70,7 @@ impl InFlight {
         self.calls().contains_key(&id)
     }
 
-    pub(super) fn insert(&self, id: u64, events: mpsc::UnboundedSender<ClientEvent>) {
+    pub(super) fn insert(&self, id: u64, events: Sender<ClientEvent>) {
         self.calls().insert(id, events);
     }
 
@@ -80,7 +82,7 @@ impl InFlight {
     /// Routes a client event to its call, if the call is still in flight.
     pub(super) fn route(&self, id: u64, event: ClientEvent) {
         if let Some(events) = self.calls().get(&id) {
-            let _ = events.send(event);
+            events.send(event);
         }
     }
 }
@@ -111,7 +113,7 @@ pub(super) struct Call {
     pub(super) reply_to: Option<Descriptor>,
     /// The connection's write slots, re-armed with the response.
     pub(super) slots: SharedSlots,
-    pub(super) events: mpsc::UnboundedReceiver<ClientEvent>,
+    pub(super) events: Mailbox<ClientEvent>,
     /// When the client stops waiting (its deadline), if it set one.
     pub(super) deadline: Option<Instant>,
     /// Longest wait for the client's ack of a transfer.
@@ -125,43 +127,53 @@ pub(super) struct Call {
 /// A transfer still under way when the response is sent (a pushed result); awaited after.
 type Pending = BoxFuture<'static, crate::error::Result<()>>;
 
-/// Runs the call to its response frame.
-pub(super) async fn run(mut call: Call) {
-    let result = if call.endpoint.op.is_inbound() {
-        inbound(&mut call).await.map(|r| (r, None))
-    } else {
-        outbound(&mut call).await
-    };
-    let (mut response, pending) = match result {
-        Ok(done) => done,
-        Err(status) => (error_response(call.id, &status), None),
-    };
-    // Slots freed by this call (or earlier ones) go back to the client with the response.
-    let room = call
-        .channel
-        .peer_max_frame()
-        .saturating_sub(prost::Message::encoded_len(&response) + 64);
-    response.slots = call.slots.arm(call.channel.conn().as_ref(), room);
-    call.in_flight.remove(call.id);
-    if let Err(e) = call.channel.send(Kind::Response(response)).await {
-        tracing::debug!(call = call.id, error = %e, "response not sent: connection gone");
+/// Runs the call to its response frame. (A plain function around an `async move` block: an
+/// `async fn` would store the 500-byte `Call` twice in its future.)
+#[allow(clippy::manual_async_fn)]
+pub(super) fn run(mut call: Call) -> impl Future<Output = ()> + Send {
+    async move {
+        let (mut response, pending) = answer(&mut call).await;
+        // Slots freed by this call (or earlier ones) go back to the client with the response.
+        let room = call
+            .channel
+            .peer_max_frame()
+            .saturating_sub(prost::Message::encoded_len(&response) + 64);
+        response.slots = call.slots.arm(call.channel.conn().as_ref(), room);
+        call.in_flight.remove(call.id);
+        if let Err(e) = call.channel.send(Kind::Response(response)).await {
+            tracing::debug!(call = call.id, error = %e, "response not sent: connection gone");
+        }
+        if let Some(pending) = pending {
+            Box::pin(await_push(&call, pending)).await;
+        }
     }
-    if let Some(pending) = pending {
-        // The pushed bytes hold a pool buffer until the client's side acknowledges them: a
-        // client that never does loses its connection after transfer_timeout, which returns
-        // the buffer.
-        match tokio::time::timeout(call.transfer_timeout, pending).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::debug!(call = call.id, error = %e, "pushing the result failed"),
-            Err(_) => {
-                tracing::warn!(
-                    peer = %call.request.peer,
-                    "a pushed result was not acknowledged within {:?} (transfer_timeout); \
-                     connection dropped",
-                    call.transfer_timeout
-                );
-                call.channel.conn().close();
-            }
+}
+
+/// The call's response frame, and the push still under way, if any.
+async fn answer(call: &mut Call) -> (ResponseFrame, Option<Pending>) {
+    let result = if call.endpoint.op.is_inbound() {
+        inbound(call).await.map(|r| (r, None))
+    } else {
+        outbound(call).await
+    };
+    result.unwrap_or_else(|status| (error_response(call.id, &status), None))
+}
+
+/// Waits until a pushed result has left. The pushed bytes hold a pool buffer until the
+/// client's side acknowledges them: a client that never does loses its connection after
+/// `transfer_timeout`, which returns the buffer.
+async fn await_push(call: &Call, pending: Pending) {
+    match tokio::time::timeout(call.transfer_timeout, pending).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(call = call.id, error = %e, "pushing the result failed"),
+        Err(_) => {
+            tracing::warn!(
+                peer = %call.request.peer,
+                "a pushed result was not acknowledged within {:?} (transfer_timeout); \
+                 connection dropped",
+                call.transfer_timeout
+            );
+            call.channel.conn().close();
         }
     }
 }
@@ -193,8 +205,9 @@ async fn inbound(call: &mut Call) -> Result<ResponseFrame, Status> {
         Incoming::Nothing => Bytes::new(),
         Incoming::Inline => call.inline_payload.take().unwrap_or_default(),
         Incoming::Slot => from_slot(call).await?,
-        Incoming::Pull => pull(call).await?,
-        Incoming::Grant => through_grant(call).await?,
+        // The paths that wait for the client live in futures of their own.
+        Incoming::Pull => Box::pin(pull(call)).await?,
+        Incoming::Grant => Box::pin(through_grant(call)).await?,
     };
     let request = call.request.clone();
     let metadata = call
@@ -320,7 +333,7 @@ async fn outbound(call: &mut Call) -> Result<(ResponseFrame, Option<Pending>), S
                 window: None,
                 need_buffer: len as u64,
             };
-            match ask(call, frame).await? {
+            match Box::pin(ask(call, frame)).await? {
                 Some(dst) if result_route(false, len, Some(dst.len)) == ResultRoute::Push => dst,
                 _ => {
                     return Err(Status::invalid_argument(format!(
@@ -363,8 +376,21 @@ fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
 }
 
 /// A buffer of the endpoint's pool, within this connection's share of it, waiting no longer
-/// than the client does.
+/// than the client does. Taken at once when one is free; the wait (with its timers) lives in
+/// a future of its own, so the common call's future stays small.
 async fn take_buffer(call: &mut Call) -> Result<RegisteredBuf, Status> {
+    if call.share_permit.is_none() {
+        call.share_permit = call.share.try_enter();
+    }
+    if call.share_permit.is_some() {
+        if let Some(buf) = call.pool.try_acquire() {
+            return Ok(buf);
+        }
+    }
+    Box::pin(wait_for_buffer(call)).await
+}
+
+async fn wait_for_buffer(call: &mut Call) -> Result<RegisteredBuf, Status> {
     let endpoint = call.endpoint;
     let patience = Instant::now() + call.buffer_wait;
     let limit = call.deadline.map_or(patience, |d| d.min(patience));

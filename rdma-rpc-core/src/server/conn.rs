@@ -1,10 +1,12 @@
 //! One server connection: handshake, then frames in, calls out.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -15,6 +17,7 @@ use super::Shared;
 use crate::error::Error;
 use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{Hello, Kind, RequestFrame, StatusFrame};
+use crate::protocol::mailbox::{mailbox, Sender};
 use crate::protocol::route::RequestShape;
 use crate::protocol::PROTOCOL_VERSION;
 use crate::service::RawRequest;
@@ -157,6 +160,11 @@ async fn run(
     ack.slots = slots.arm(channel.conn().as_ref(), room);
     channel.send_priority(Kind::HelloAck(ack)).await?;
 
+    let negotiated = Negotiated {
+        inline_threshold,
+        pull_writes,
+        peer: Arc::from(channel.conn().peer()),
+    };
     let calls = InFlight::default();
     let mut shares = PoolShares::new(cfg.pool_share_percent);
     let mut task_ids = HashMap::new();
@@ -221,14 +229,29 @@ async fn run(
                         };
                         let id = req.id;
                         let started = refusal.map_or_else(
-                            || start_call(&shared, &channel, &calls, &slots, &mut shares, req, Negotiated { inline_threshold, pull_writes }),
+                            || start_call(&shared, &channel, &calls, &slots, &mut shares, req, &negotiated),
                             Err,
                         );
                         match started {
                             Ok((call, events)) => {
                                 calls.insert(id, events);
-                                let handle = tasks.spawn(call::run(call));
-                                task_ids.insert(handle.id(), id);
+                                let mut running = Box::pin(call::run(call));
+                                let first = if cfg.inline_handlers {
+                                    poll_inline(running.as_mut()).await
+                                } else {
+                                    Inline::Waiting
+                                };
+                                match first {
+                                    Inline::Done => {}
+                                    Inline::Waiting => {
+                                        let handle = tasks.spawn(running);
+                                        task_ids.insert(handle.id(), id);
+                                    }
+                                    Inline::Panicked => {
+                                        drop(running);
+                                        answer_panic(&channel, &calls, id).await?;
+                                    }
+                                }
                             }
                             Err(status) => {
                                 let mut frame = error_response(id, &status);
@@ -258,11 +281,10 @@ async fn run(
                     Err(e) => (e.id(), e.is_panic()),
                 };
                 if let Some(id) = task_ids.remove(&task) {
-                    // A call that panicked never answered: answer for it.
-                    if calls.remove(id) && panicked {
-                        tracing::error!(call = id, "handler panicked");
-                        let frame = error_response(id, &Status::internal("the handler panicked"));
-                        channel.send(Kind::Response(frame)).await?;
+                    if panicked {
+                        answer_panic(&channel, &calls, id).await?;
+                    } else {
+                        calls.remove(id);
                     }
                 }
             }
@@ -272,6 +294,42 @@ async fn run(
             }
         }
     }
+}
+
+/// How far the first poll of a call on the connection's task got.
+enum Inline {
+    /// Answered: nothing left to run.
+    Done,
+    /// Waiting for something: the call continues on a task of its own.
+    Waiting,
+    /// The handler panicked; the call never answered.
+    Panicked,
+}
+
+/// Polls a call once on the connection's own task (run to completion). A call that waits
+/// keeps the waker of this task until its own task polls it again, which costs at most a
+/// spurious wake-up of the connection loop.
+async fn poll_inline(mut call: std::pin::Pin<&mut (impl Future<Output = ()> + ?Sized)>) -> Inline {
+    std::future::poll_fn(|cx| {
+        let polled =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| call.as_mut().poll(cx)));
+        Poll::Ready(match polled {
+            Ok(Poll::Ready(())) => Inline::Done,
+            Ok(Poll::Pending) => Inline::Waiting,
+            Err(_) => Inline::Panicked,
+        })
+    })
+    .await
+}
+
+/// Answers for a call whose handler panicked, if it had not answered.
+async fn answer_panic(channel: &FrameChannel, calls: &InFlight, id: u64) -> Result<(), Error> {
+    if calls.remove(id) {
+        tracing::error!(call = id, "handler panicked");
+        let frame = error_response(id, &Status::internal("the handler panicked"));
+        channel.send(Kind::Response(frame)).await?;
+    }
+    Ok(())
 }
 
 fn frame_name(kind: &Kind) -> &'static str {
@@ -288,10 +346,11 @@ fn frame_name(kind: &Kind) -> &'static str {
 }
 
 /// What the handshake settled for the connection's calls.
-#[derive(Clone, Copy)]
 struct Negotiated {
     inline_threshold: u32,
     pull_writes: bool,
+    /// The client's address, shared by every call's request.
+    peer: Arc<str>,
 }
 
 /// Checks a request against its endpoint and prepares the call.
@@ -302,11 +361,12 @@ fn start_call(
     slots: &SharedSlots,
     shares: &mut PoolShares,
     req: RequestFrame,
-    Negotiated {
+    &Negotiated {
         inline_threshold,
         pull_writes,
-    }: Negotiated,
-) -> Result<(call::Call, mpsc::UnboundedSender<ClientEvent>), Status> {
+        ref peer,
+    }: &Negotiated,
+) -> Result<(call::Call, Sender<ClientEvent>), Status> {
     // Take the slot first: whatever happens to the request, the client used it.
     let slot = req
         .slot
@@ -322,7 +382,7 @@ fn start_call(
     };
     let incoming = crate::protocol::route::incoming(&ep, &shape, pull_writes)?;
     let timeout = (req.timeout_us > 0).then(|| Duration::from_micros(req.timeout_us));
-    let (tx, events) = mpsc::unbounded_channel();
+    let (tx, events) = mailbox();
     let call = call::Call {
         id: req.id,
         in_flight: in_flight.clone(),
@@ -335,7 +395,7 @@ fn start_call(
         share_permit: None,
         request: RawRequest {
             metadata: req.metadata,
-            peer: channel.conn().peer().to_owned(),
+            peer: peer.clone(),
             timeout,
         },
         incoming,

@@ -101,6 +101,16 @@ pub struct ServerConfig {
     pub handshake_timeout: Duration,
     /// On shutdown, longest wait for in-flight calls to finish. Default 30 s.
     pub shutdown_grace: Duration,
+    /// Runs each call on the connection's own task until it first waits (run to
+    /// completion): a handler that answers without waiting costs no task, no wake-up and no
+    /// channel. A call that waits (for a buffer, a transfer, or in the handler) moves to a
+    /// task of its own at that point. The catch: a handler's work before its first wait
+    /// holds up the other calls of its connection, so handlers that compute for long (more
+    /// than some microseconds: compression, hashing large blocks) should either move that
+    /// work off (`tokio::task::spawn_blocking`) or run with this off, where every call gets
+    /// its own task at once and a multi-threaded runtime spreads one connection's calls over
+    /// its threads. Default `true`.
+    pub inline_handlers: bool,
 }
 
 impl Default for ServerConfig {
@@ -124,6 +134,7 @@ impl Default for ServerConfig {
             buffer_wait: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(30),
+            inline_handlers: true,
         }
     }
 }
@@ -246,6 +257,8 @@ impl ServerBuilder {
         buffer_wait: Duration,
         /// See [`ServerConfig::shutdown_grace`].
         shutdown_grace: Duration,
+        /// See [`ServerConfig::inline_handlers`].
+        inline_handlers: bool,
     }
 
     /// Builds the routing table, registers every buffer pool, and binds `addr`.

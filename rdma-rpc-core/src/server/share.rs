@@ -70,6 +70,11 @@ impl Share {
             .expect("share semaphores are never closed")
     }
 
+    /// Room in the share now, without waiting.
+    pub(super) fn try_enter(&self) -> Option<OwnedSemaphorePermit> {
+        self.permits.clone().try_acquire_owned().ok()
+    }
+
     /// How many of the pool's buffers one connection may hold.
     pub(super) fn limit(&self) -> usize {
         self.limit

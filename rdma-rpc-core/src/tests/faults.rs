@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::e2e::{inbound, outbound, req, BLOB_READ, BLOB_WRITE, MSG_SEND};
 use super::raw::RawClient;
-use super::service::{TestResponse, ENDPOINTS};
+use super::service::{TestRequest, TestResponse, ENDPOINTS};
 use super::{bounded, pattern, tcp_backend, Backend, Harness};
 use crate::codegen::call_inbound;
 use crate::protocol::channel::FrameChannel;
@@ -139,19 +139,34 @@ async fn unknown_endpoints_wrong_operations_and_oversized_requests_get_statuses(
     unknown_endpoints_wrong_operations_and_oversized_requests_get_statuses_on(&tcp_backend()).await;
 }
 
+/// A handler that panics before it first waits (on the connection's task, run to
+/// completion), one that panics after waiting (on a task of its own), and both with every call
+/// on its own task (`inline_handlers` off): each call ends `INTERNAL`, the connection goes on.
 pub(crate) async fn handler_panic_is_an_internal_error_and_the_server_goes_on_on(b: &Backend) {
-    let h = Harness::default_on(b).await;
-    let client = h.client().await;
-    let err = call_inbound::<_, TestResponse>(
-        &client,
-        &ENDPOINTS[5],
-        Request::new(req(1, 1)),
-        Bytes::from_static(b"x"),
-    )
-    .await
-    .unwrap_err();
-    assert_eq!(err.code(), Code::Internal, "{err}");
-    assert!(inbound(&client, MSG_SEND, 10, 1).await.unwrap().exact);
+    for inline_handlers in [true, false] {
+        let config = ServerConfig {
+            inline_handlers,
+            ..ServerConfig::default()
+        };
+        let h = Harness::start_on(b, config).await;
+        let client = h.client().await;
+        for delay_ms in [0, 1] {
+            let call = call_inbound::<_, TestResponse>(
+                &client,
+                &ENDPOINTS[5],
+                Request::new(TestRequest {
+                    delay_ms,
+                    ..req(1, 1)
+                }),
+                Bytes::from_static(b"x"),
+            );
+            let err = bounded("the call of a panicking handler", call)
+                .await
+                .unwrap_err();
+            assert_eq!(err.code(), Code::Internal, "{err}");
+            assert!(inbound(&client, MSG_SEND, 10, 1).await.unwrap().exact);
+        }
+    }
 }
 
 #[tokio::test]

@@ -206,9 +206,12 @@ impl Service for TestService {
                 let response = self.outbound(request.into_inner(), buf).await?;
                 Ok(encode_message(&response))
             }),
-            (5, ServerCall::Inbound { .. }) => {
-                Box::pin(async move { panic!("the handler panics on purpose") })
-            }
+            // Panics at once, or (with a delay) after waiting, on a task of its own.
+            (5, ServerCall::Inbound { request, .. }) => Box::pin(async move {
+                let request = decode_request::<TestRequest>(request)?;
+                self.wait(request.get_ref()).await;
+                panic!("the handler panics on purpose")
+            }),
             (index, call) => mismatched_call("TestService", index, call),
         }
     }
