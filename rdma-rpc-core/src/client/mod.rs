@@ -15,7 +15,7 @@ mod copies;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -40,7 +40,8 @@ pub struct ClientConfig {
     pub max_in_flight: u32,
     /// Size of each receive posted for control frames. Default 16 KiB.
     pub max_frame: usize,
-    /// Receives posted for control frames. Default 64.
+    /// Most receives posted for control frames: 8 at first, one more with each frame
+    /// received until this many. Default 64.
     pub recv_credits: u32,
     /// Send payloads up to this size travel inside the request frame. Default 8 KiB (the
     /// server may lower it).
@@ -194,7 +195,8 @@ pub(crate) struct Inner {
     /// Warm buffers for copies of pushed results over unfenced transports.
     copies: Arc<copies::CopyPool>,
     config: ClientConfig,
-    driver: AbortHandle,
+    /// The task reading the connection (set once, right after construction).
+    driver: OnceLock<AbortHandle>,
 }
 
 impl Inner {
@@ -240,7 +242,9 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.driver.abort();
+        if let Some(driver) = self.driver.get() {
+            driver.abort();
+        }
         self.channel.conn().close();
     }
 }
@@ -297,8 +301,10 @@ impl Client {
         conn: Arc<dyn crate::transport::Connection>,
         config: ClientConfig,
     ) -> Result<Client> {
-        let channel = Arc::new(FrameChannel::new(
+        let initial = crate::protocol::INITIAL_RECEIVES.min(config.recv_credits);
+        let channel = Arc::new(FrameChannel::growing(
             conn,
+            initial,
             config.recv_credits,
             config.max_frame,
             true,
@@ -307,7 +313,8 @@ impl Client {
             .send_priority(Kind::Hello(Hello {
                 version: PROTOCOL_VERSION,
                 max_frame: config.max_frame as u32,
-                credits: config.recv_credits,
+                credits: initial,
+                max_credits: config.recv_credits,
                 max_in_flight: config.max_in_flight,
                 inline_threshold: config.inline_threshold,
                 ..Default::default()
@@ -340,33 +347,39 @@ impl Client {
             return Err(Error::Protocol { peer, reason });
         }
         // The Hello used the one credit every side starts with.
-        channel.set_peer(ack.credits.saturating_sub(1), ack.credits, ack.max_frame);
+        channel.set_peer(
+            ack.credits.saturating_sub(1),
+            ack.credits.max(ack.max_credits),
+            ack.max_frame,
+        );
         let max_in_flight = ack.max_in_flight.max(1);
         let slots = ack
             .slots
             .into_iter()
             .filter_map(|s| Some((s.index, s.window?.into())))
             .collect();
-        let inner = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
-            let driver = tokio::spawn(drive(weak.clone(), channel.clone()));
-            Inner {
-                staging: StagingPools::new(config.staging_budget),
-                copies: copies::CopyPool::new(config.staging_budget),
-                inline_threshold: ack.inline_threshold.min(config.inline_threshold) as usize,
-                slots: Mutex::new(slots),
-                pull_writes: ack.pull_writes,
-                reply_sizes: Mutex::new(HashMap::new()),
-                channel,
-                calls: Mutex::new(HashMap::new()),
-                closed: Mutex::new(None),
-                in_flight: Arc::new(Semaphore::new(max_in_flight as usize)),
-                next_id: AtomicU64::new(1),
-                completed: AtomicU64::new(0),
-                transfers: AtomicU64::new(0),
-                config,
-                driver: driver.abort_handle(),
-            }
+        let inner = Arc::new(Inner {
+            staging: StagingPools::new(config.staging_budget),
+            copies: copies::CopyPool::new(config.staging_budget),
+            inline_threshold: ack.inline_threshold.min(config.inline_threshold) as usize,
+            slots: Mutex::new(slots),
+            pull_writes: ack.pull_writes,
+            reply_sizes: Mutex::new(HashMap::new()),
+            channel: channel.clone(),
+            calls: Mutex::new(HashMap::new()),
+            closed: Mutex::new(None),
+            in_flight: Arc::new(Semaphore::new(max_in_flight as usize)),
+            next_id: AtomicU64::new(1),
+            completed: AtomicU64::new(0),
+            transfers: AtomicU64::new(0),
+            config,
+            driver: OnceLock::new(),
         });
+        // Spawned once `inner` exists: a driver started inside `Arc::new_cyclic` could read a
+        // frame (a credit update, a goaway) before its weak reference upgrades, and would
+        // take that for a client that is gone.
+        let driver = tokio::spawn(drive(Arc::downgrade(&inner), channel));
+        let _ = inner.driver.set(driver.abort_handle());
         Ok(Client { inner })
     }
 }
@@ -383,7 +396,11 @@ async fn drive(inner: std::sync::Weak<Inner>, channel: Arc<FrameChannel>) {
             Ok(frame) => frame,
             Err(e) => break Status::unavailable(format!("connection lost: {e}")),
         };
-        let Some(inner) = inner.upgrade() else { return };
+        let Some(inner) = inner.upgrade() else {
+            // Every handle of the client is gone: nobody waits for this frame.
+            channel.conn().close();
+            return;
+        };
         let (id, event) = match frame.kind {
             None => continue,
             Some(Kind::Grant(g)) => (g.id, ServerEvent::Grant(g)),

@@ -1,8 +1,11 @@
 //! A frame channel over one connection: posted receives, credits, encode and decode.
 //!
-//! Each side posts `recv_count` receives of `max_frame` bytes and tells the peer in the
-//! handshake. Sending a frame uses one credit (one receive of the peer); each frame returns
-//! the credits for the receives its sender re-posted. The last credit is kept for frames that
+//! Each side posts a few receives of `max_frame` bytes ([`super::INITIAL_RECEIVES`]) and adds
+//! one with each frame it receives, up to its `recv_credits`; the handshake tells the peer
+//! both figures (`Hello.credits`, `Hello.max_credits`). An idle connection so holds little
+//! memory for receives and a busy one all it announced. Sending a frame uses one credit (one
+//! receive of the peer); each frame returns the credits for the receives its sender re-posted
+//! or added. The last credit is kept for frames that
 //! unblock the peer (handshake, credit updates, goaway), so two sides that both run out can
 //! always tell each other about re-posted receives.
 
@@ -17,7 +20,7 @@ use tokio::sync::Notify;
 use super::credits::{Credits, Need};
 use super::frames::{Frame, Kind};
 use crate::error::{Error, Result};
-use crate::memory::{Access, BufferPool};
+use crate::memory::{Access, RegisteredBuf};
 use crate::transport::{BoxFuture, Connection, RecvOpcode, SendData};
 
 /// Protobuf key of `Frame.credits` (field 15, varint).
@@ -29,8 +32,8 @@ pub(crate) struct FrameChannel {
     credits: Mutex<Credits>,
     credit_wake: Notify,
     peer_max_frame: AtomicUsize,
-    /// Keeps the receive buffers registered for the channel's life.
-    _recv_pool: BufferPool,
+    /// Size of each receive posted.
+    max_frame: usize,
 }
 
 impl std::fmt::Debug for FrameChannel {
@@ -49,21 +52,31 @@ impl FrameChannel {
         max_frame: usize,
         initial_credits: bool,
     ) -> Result<FrameChannel> {
-        let pool = BufferPool::new(max_frame, recv_count as usize, Access::LOCAL_WRITE)?;
-        for _ in 0..recv_count {
-            let buf = pool
-                .try_acquire()
-                .expect("a new pool has every buffer free");
-            conn.post_recv(buf)?;
+        FrameChannel::growing(conn, recv_count, recv_count, max_frame, initial_credits)
+    }
+
+    /// Posts `initial` receives of `max_frame` bytes, and one more with each frame received
+    /// until `max` are posted: an idle connection keeps little memory, a busy one gets every
+    /// receive it announced (`Hello::max_credits`).
+    pub(crate) fn growing(
+        conn: Arc<dyn Connection>,
+        initial: u32,
+        max: u32,
+        max_frame: usize,
+        initial_credits: bool,
+    ) -> Result<FrameChannel> {
+        let initial = initial.min(max);
+        for _ in 0..initial {
+            conn.post_recv(RegisteredBuf::new(max_frame, Access::LOCAL_WRITE)?)?;
         }
         Ok(FrameChannel {
             conn,
-            credits: Mutex::new(Credits::new(recv_count, initial_credits)),
+            credits: Mutex::new(Credits::new(initial, max, initial_credits)),
             credit_wake: Notify::new(),
             // Until the handshake says otherwise, frames stay within the smallest size any
             // build posts.
             peer_max_frame: AtomicUsize::new(super::FRAME_OVERHEAD * 2),
-            _recv_pool: pool,
+            max_frame,
         })
     }
 
@@ -215,8 +228,14 @@ impl FrameChannel {
         self.conn.post_recv(completion.buf)?;
         let frame = decoded.map_err(|e| self.malformed(format!("undecodable frame: {e}")))?;
         self.add_credits(frame.credits);
+        // Only this task receives, so the decision to grow holds until it is carried out.
+        let grow = self.credits().should_grow();
+        let grew = grow && self.post_one_more();
         let update = {
             let mut credits = self.credits();
+            if grew {
+                credits.grew();
+            }
             credits.reposted() && credits.try_take(Need::Priority)
         };
         if update {
@@ -225,6 +244,15 @@ impl FrameChannel {
             }
         }
         Ok(frame)
+    }
+
+    /// Posts one more receive; whether it was posted (the peer gets a credit for it with the
+    /// next frame).
+    fn post_one_more(&self) -> bool {
+        match RegisteredBuf::new(self.max_frame, Access::LOCAL_WRITE) {
+            Ok(buf) => self.conn.post_recv(buf).is_ok(),
+            Err(_) => false,
+        }
     }
 
     pub(crate) fn malformed(&self, reason: String) -> Error {

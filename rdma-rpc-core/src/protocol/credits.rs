@@ -33,22 +33,52 @@ pub(crate) struct Credits {
     available: u32,
     /// Most credits the peer can have given: its announced receives (clamped).
     cap: u32,
-    /// Receives re-posted here and not yet announced to the peer.
+    /// Receives re-posted (or added) here and not yet announced to the peer.
     owed: u32,
     /// Owed credits that make an update due.
     announce_at: u32,
+    /// Receives this side has posted.
+    posted: u32,
+    /// Most receives this side posts (what its handshake announced as its ceiling).
+    max_posted: u32,
+}
+
+/// Owed credits that make an update due with `posted` receives: a quarter of them.
+fn announce_at(posted: u32) -> u32 {
+    (posted / 4).max(1)
 }
 
 impl Credits {
-    /// A side that posted `recv_count` receives; `initial` holds for a client, whose Hello
-    /// always finds a receive.
-    pub(crate) fn new(recv_count: u32, initial: bool) -> Credits {
+    /// A side that posted `posted` receives and adds one with each frame it receives until it
+    /// has `max_posted`; `initial` holds for a client, whose Hello always finds a receive.
+    pub(crate) fn new(posted: u32, max_posted: u32, initial: bool) -> Credits {
         Credits {
             available: if initial { INITIAL_CREDITS } else { 0 },
             cap: u32::MAX,
             owed: 0,
-            announce_at: (recv_count / 4).max(1),
+            announce_at: announce_at(posted),
+            posted,
+            max_posted: max_posted.max(posted),
         }
+    }
+
+    /// Whether this side should post one more receive now (it has fewer than its ceiling).
+    /// Receives grow with use: an idle connection keeps few, a busy one all it announced.
+    pub(crate) fn should_grow(&self) -> bool {
+        self.posted < self.max_posted
+    }
+
+    /// One more receive was posted: the peer is owed a credit for it.
+    pub(crate) fn grew(&mut self) {
+        self.posted += 1;
+        self.owed += 1;
+        self.announce_at = announce_at(self.posted);
+    }
+
+    /// Receives this side has posted.
+    #[cfg(test)]
+    pub(crate) fn posted(&self) -> u32 {
+        self.posted
     }
 
     /// Applies the peer's handshake: it announced `announced` receives, of which `usable` may
@@ -109,8 +139,8 @@ mod tests {
 
     #[test]
     fn the_client_may_send_its_hello_before_the_handshake_and_the_server_nothing() {
-        let mut client = Credits::new(64, true);
-        let mut server = Credits::new(64, false);
+        let mut client = Credits::new(64, 64, true);
+        let mut server = Credits::new(64, 64, false);
         assert!(client.try_take(Need::Priority));
         assert!(!client.try_take(Need::Priority));
         assert!(!server.try_take(Need::Priority));
@@ -118,7 +148,7 @@ mod tests {
 
     #[test]
     fn the_last_credit_is_kept_for_frames_that_unblock_the_peer() {
-        let mut c = Credits::new(8, false);
+        let mut c = Credits::new(8, 8, false);
         c.handshake(3, 3);
         assert!(c.try_take(Need::Ordinary));
         assert!(c.try_take(Need::Ordinary));
@@ -135,7 +165,7 @@ mod tests {
 
     #[test]
     fn a_peer_is_believed_only_for_the_receives_it_announced() {
-        let mut c = Credits::new(8, false);
+        let mut c = Credits::new(8, 8, false);
         assert_eq!(
             c.handshake(10, 4),
             0,
@@ -144,7 +174,7 @@ mod tests {
         assert_eq!(c.available(), 4);
         assert_eq!(c.returned(3), 3, "returned beyond the announced receives");
         assert_eq!(c.available(), 4);
-        let mut greedy = Credits::new(8, false);
+        let mut greedy = Credits::new(8, 8, false);
         greedy.handshake(u32::MAX, u32::MAX);
         assert_eq!(greedy.available(), MAX_PEER_CREDITS);
         assert!(greedy.returned(u32::MAX) >= u32::MAX - MAX_PEER_CREDITS);
@@ -153,14 +183,14 @@ mod tests {
 
     #[test]
     fn credit_updates_are_due_every_quarter_of_the_receives() {
-        let mut c = Credits::new(16, false);
+        let mut c = Credits::new(16, 16, false);
         assert!(!c.reposted());
         assert!(!c.reposted());
         assert!(!c.reposted());
         assert!(c.reposted(), "4 of 16 owed");
         assert_eq!(c.take_owed(), 4);
         assert_eq!(c.take_owed(), 0, "owed credits travel once");
-        let mut few = Credits::new(2, false);
+        let mut few = Credits::new(2, 2, false);
         assert!(few.reposted(), "at least every receive when there are few");
     }
 
@@ -169,7 +199,7 @@ mod tests {
     /// other's credits. A deterministic replay of the deadlock the reserve prevents.
     #[test]
     fn two_starved_sides_unblock_each_other() {
-        let (mut a, mut b) = (Credits::new(4, false), Credits::new(4, false));
+        let (mut a, mut b) = (Credits::new(4, 4, false), Credits::new(4, 4, false));
         a.handshake(4, 4);
         b.handshake(4, 4);
         // Each sends three ordinary frames; the other receives and re-posts them.
@@ -192,5 +222,159 @@ mod tests {
         a.reposted();
         assert!(a.try_take(Need::Ordinary), "a can send again");
         assert!(b.try_take(Need::Ordinary), "b can send again");
+    }
+
+    #[test]
+    fn receives_grow_with_use_and_each_added_one_is_owed_to_the_peer() {
+        let mut c = Credits::new(8, 12, false);
+        assert!(c.should_grow());
+        for _ in 0..4 {
+            c.grew();
+        }
+        assert_eq!(c.posted(), 12);
+        assert!(!c.should_grow(), "never beyond the announced ceiling");
+        assert_eq!(c.take_owed(), 4, "a credit for every receive added");
+        // Updates are due every quarter of the receives posted now (12 / 4).
+        assert!(!c.reposted() && !c.reposted());
+        assert!(c.reposted());
+        let fixed = Credits::new(8, 4, false);
+        assert!(
+            !fixed.should_grow(),
+            "a ceiling below the start is the start"
+        );
+    }
+
+    /// What one simulated side holds: its credits and the frames that reached its receives.
+    struct Side {
+        credits: Credits,
+        /// Receives posted and not holding a frame.
+        free: u32,
+        inbox: std::collections::VecDeque<(u32, Sim)>,
+    }
+
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    enum Sim {
+        Hello,
+        HelloAck,
+        Update,
+        Request,
+        Response,
+    }
+
+    impl Side {
+        fn new(initial: u32, max: u32, client: bool) -> Side {
+            Side {
+                credits: Credits::new(initial, max, client),
+                free: initial,
+                inbox: Default::default(),
+            }
+        }
+    }
+
+    /// Sends a frame from `from` into a receive of `to`: a frame with no receive waiting for
+    /// it is the failure the credits exist to prevent.
+    fn deliver(from: &mut Side, to: &mut Side, kind: Sim) {
+        assert!(to.free > 0, "{kind:?} sent with no receive posted");
+        to.free -= 1;
+        let owed = from.credits.take_owed();
+        to.inbox.push_back((owed, kind));
+    }
+
+    /// Takes the next frame from `me`'s receives, as `FrameChannel::recv` does: re-post, apply
+    /// the credits, grow, and send a credit update if one is due.
+    fn receive(me: &mut Side, peer: &mut Side) -> Option<Sim> {
+        let (credits, kind) = me.inbox.pop_front()?;
+        me.free += 1;
+        me.credits.returned(credits);
+        if me.credits.should_grow() {
+            me.free += 1;
+            me.credits.grew();
+        }
+        if me.credits.reposted() && me.credits.try_take(Need::Priority) {
+            deliver(me, peer, Sim::Update);
+        }
+        Some(kind)
+    }
+
+    /// A client and a server whose receives start at 8 and grow to 64 exchange 2,000 calls, up
+    /// to 16 in flight, in a pseudo-random but fixed interleaving of every step each side may
+    /// take. No frame ever finds no receive, and the exchange never stalls with calls left.
+    #[test]
+    fn growing_receives_never_overrun_and_never_stall_a_simulated_connection() {
+        for seed in 1..=20u64 {
+            let mut client = Side::new(8, 64, true);
+            let mut server = Side::new(8, 64, false);
+            let mut rng = seed;
+            let mut next = move || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng
+            };
+            // The handshake, as the client and the server run it.
+            assert!(client.credits.try_take(Need::Priority));
+            deliver(&mut client, &mut server, Sim::Hello);
+            assert_eq!(receive(&mut server, &mut client), Some(Sim::Hello));
+            server.credits.handshake(8, 64);
+            assert!(server.credits.try_take(Need::Priority));
+            deliver(&mut server, &mut client, Sim::HelloAck);
+            // The client applies the HelloAck's credits in `recv`, then the handshake.
+            assert_eq!(receive(&mut client, &mut server), Some(Sim::HelloAck));
+            client.credits.handshake(8 - 1, 64);
+
+            let (mut to_send, mut in_flight, mut answered, mut to_answer) = (2000u32, 0u32, 0, 0);
+            let mut idle_rounds = 0;
+            while answered < 2000 {
+                let progressed = match next() % 4 {
+                    0 if to_send > 0 && in_flight < 16 => {
+                        let ok = client.credits.try_take(Need::Ordinary);
+                        if ok {
+                            deliver(&mut client, &mut server, Sim::Request);
+                            to_send -= 1;
+                            in_flight += 1;
+                        }
+                        ok
+                    }
+                    1 if to_answer > 0 => {
+                        let ok = server.credits.try_take(Need::Ordinary);
+                        if ok {
+                            deliver(&mut server, &mut client, Sim::Response);
+                            to_answer -= 1;
+                        }
+                        ok
+                    }
+                    2 => match receive(&mut server, &mut client) {
+                        Some(Sim::Request) => {
+                            to_answer += 1;
+                            true
+                        }
+                        other => other.is_some(),
+                    },
+                    3 => match receive(&mut client, &mut server) {
+                        Some(Sim::Response) => {
+                            in_flight -= 1;
+                            answered += 1;
+                            true
+                        }
+                        other => other.is_some(),
+                    },
+                    _ => false,
+                };
+                idle_rounds = if progressed { 0 } else { idle_rounds + 1 };
+                assert!(
+                    idle_rounds < 1000,
+                    "seed {seed}: stalled with {answered} answered, {in_flight} in flight, \
+                     client {:?}, server {:?}",
+                    client.credits,
+                    server.credits
+                );
+            }
+            assert_eq!(
+                client.credits.posted(),
+                64,
+                "a busy side grows to its ceiling"
+            );
+            assert_eq!(server.credits.posted(), 64);
+        }
     }
 }

@@ -52,6 +52,10 @@ pub(crate) struct Hello {
     /// Number of receives the sender posted (initial credits for the peer).
     #[prost(uint32, tag = "3")]
     pub(crate) credits: u32,
+    /// Most receives the sender posts as the connection gets busy (it starts with `credits`
+    /// and returns a credit for each one it adds); 0 means `credits`.
+    #[prost(uint32, tag = "8")]
+    pub(crate) max_credits: u32,
     /// Client: calls it wants in flight; server: calls it allows in flight.
     #[prost(uint32, tag = "4")]
     pub(crate) max_in_flight: u32,

@@ -21,6 +21,11 @@ pub const PROTOCOL_VERSION: u32 = 2;
 /// bound of the prost overhead of a request or response frame).
 pub(crate) const FRAME_OVERHEAD: usize = 512;
 
+/// Receives each side posts for control frames when a connection opens; it adds one with
+/// each frame it receives, up to its `recv_credits`, so an idle connection holds
+/// `INITIAL_RECEIVES * max_frame` bytes of receives and a busy one all it announced.
+pub(crate) const INITIAL_RECEIVES: u32 = 8;
+
 /// Most receives a peer's handshake may announce: what it claims beyond this is not believed.
 /// Bounds the frames one side may have in flight towards a peer that never reads (at most
 /// `MAX_PEER_CREDITS * max_frame` bytes queued per connection).

@@ -19,7 +19,7 @@ use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{Hello, Kind, RequestFrame, StatusFrame};
 use crate::protocol::mailbox::{mailbox, Sender};
 use crate::protocol::route::RequestShape;
-use crate::protocol::PROTOCOL_VERSION;
+use crate::protocol::{INITIAL_RECEIVES, PROTOCOL_VERSION};
 use crate::service::RawRequest;
 use crate::status::Status;
 use crate::transport::{Connection, Fencing};
@@ -47,12 +47,18 @@ pub(super) async fn refuse(
 }
 
 fn open(shared: &Shared, conn: Arc<dyn Connection>) -> Result<FrameChannel, Error> {
-    FrameChannel::new(
+    FrameChannel::growing(
         conn,
+        initial_receives(shared),
         shared.config.recv_credits,
         shared.config.max_frame,
         false,
     )
+}
+
+/// Receives posted when a connection opens (the rest come as it gets busy).
+fn initial_receives(shared: &Shared) -> u32 {
+    INITIAL_RECEIVES.min(shared.config.recv_credits)
 }
 
 /// Longest wait for the client to receive the last frames before the connection closes.
@@ -87,7 +93,11 @@ async fn handshake_hello(channel: &FrameChannel, limit: Duration) -> Result<Hell
     if let Some(reason) = crate::protocol::unusable_hello(&hello) {
         return Err(Error::Protocol { peer, reason });
     }
-    channel.set_peer(hello.credits, hello.credits, hello.max_frame);
+    channel.set_peer(
+        hello.credits,
+        hello.credits.max(hello.max_credits),
+        hello.max_frame,
+    );
     Ok(hello)
 }
 
@@ -148,7 +158,10 @@ async fn run(
     let mut ack = Hello {
         version: PROTOCOL_VERSION,
         max_frame: cfg.max_frame as u32,
-        credits: cfg.recv_credits,
+        // What was posted before the Hello arrived: the receives added since travel as
+        // credits of the HelloAck frame itself.
+        credits: initial_receives(&shared),
+        max_credits: cfg.recv_credits,
         max_in_flight,
         inline_threshold,
         slots: Vec::new(),

@@ -54,8 +54,9 @@ pub struct ServerConfig {
     /// Size of each receive posted for control frames: the largest frame a client may send.
     /// Default 16 KiB.
     pub max_frame: usize,
-    /// Receives posted per connection for control frames (the client's credits).
-    /// Default 64.
+    /// Most receives posted per connection for control frames (the client's credits). A
+    /// connection starts with 8 and adds one with each frame it receives until it has this
+    /// many, so idle connections hold 8 × `max_frame`. Default 64.
     pub recv_credits: u32,
     /// Send payloads and receive results up to this size travel inside control frames
     /// instead of through RDMA. Default 8 KiB.

@@ -27,6 +27,7 @@ fn honest_ack() -> Hello {
         version: PROTOCOL_VERSION,
         max_frame: 16 * 1024,
         credits: 16,
+        max_credits: 16,
         max_in_flight: 16,
         inline_threshold: 8 * 1024,
         slots: Vec::new(),
