@@ -1,94 +1,15 @@
 //! What refused connections cost the server, counted by a global allocator. Its own test
 //! binary with one test, so no other test's allocations are counted.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+mod common;
+
 use std::sync::Arc;
 
 use bytes::Bytes;
-use rdma_rpc_core::service::{EndpointDef, OpKind, ServerCall, Service};
+use common::{peak, reset_peak, Echo, ENDPOINTS};
 use rdma_rpc_core::transport::tcp::TcpTransport;
-use rdma_rpc_core::transport::{BoxFuture, Transport};
-use rdma_rpc_core::{Client, Server, Status};
-
-/// Bytes allocated and not freed, and the highest that figure reached since the last reset.
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-static PEAK: AtomicIsize = AtomicIsize::new(0);
-
-struct Counting;
-
-// SAFETY: every call is forwarded to the system allocator unchanged; the counters are only
-// bookkeeping.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size() as isize);
-        // SAFETY: the caller's contract for `layout` is passed on as is.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size() as isize);
-        // SAFETY: as for `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation goes through
-        // this allocator).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size as isize - layout.size() as isize);
-        // SAFETY: as for `dealloc`; `new_size` is the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-fn note(delta: isize) {
-    let live = LIVE.fetch_add(delta, Ordering::Relaxed) + delta;
-    PEAK.fetch_max(live, Ordering::Relaxed);
-}
-
-#[global_allocator]
-static COUNTING: Counting = Counting;
-
-/// Starts a measurement: the peak becomes what is live now.
-fn reset_peak() -> isize {
-    let live = LIVE.load(Ordering::Relaxed);
-    PEAK.store(live, Ordering::Relaxed);
-    live
-}
-
-static ENDPOINTS: &[EndpointDef] = &[EndpointDef {
-    path: "/echo",
-    op: OpKind::Send,
-    buffer_size: 1 << 20,
-    method: "echo",
-    timeout_ms: None,
-}];
-
-struct Echo;
-
-impl Service for Echo {
-    fn name(&self) -> &'static str {
-        "Echo"
-    }
-
-    fn endpoints(&self) -> &'static [EndpointDef] {
-        ENDPOINTS
-    }
-
-    fn call<'a>(&'a self, _: usize, call: ServerCall<'a>) -> BoxFuture<'a, Result<Bytes, Status>> {
-        Box::pin(async move {
-            match call {
-                ServerCall::Inbound { data, .. } => Ok(Bytes::from(data.len().to_string())),
-                _ => Err(Status::unimplemented("only send")),
-            }
-        })
-    }
-}
+use rdma_rpc_core::transport::Transport;
+use rdma_rpc_core::{Client, Server};
 
 /// Opens `n` transport connections to `addr` at once, none saying Hello; once `settled`
 /// says the far end has done all it does with them, returns the peak of live memory above
@@ -119,7 +40,7 @@ async fn peak_of_connections(
         open.push(conn.unwrap());
     }
     settled.await;
-    let peak = PEAK.load(Ordering::Relaxed) - before;
+    let peak = peak() - before;
     drop(open);
     peak
 }

@@ -40,7 +40,7 @@ pub struct ClientConfig {
     pub max_in_flight: u32,
     /// Size of each receive posted for control frames. Default 16 KiB.
     pub max_frame: usize,
-    /// Most receives posted for control frames: 8 at first, one more with each frame
+    /// Most receives posted for control frames: 4 at first, one more with each frame
     /// received until this many. Default 64.
     pub recv_credits: u32,
     /// Send payloads up to this size travel inside the request frame. Default 8 KiB (the
@@ -111,6 +111,15 @@ impl ClientBuilder {
 
     /// Connects and runs the handshake.
     pub async fn connect(self, addr: &str) -> Result<Client> {
+        let min_receives = crate::protocol::credits::MIN_RECEIVES;
+        if self.config.max_frame < 2 * crate::protocol::FRAME_OVERHEAD
+            || self.config.recv_credits < min_receives
+        {
+            return Err(Error::InvalidArgument(format!(
+                "max_frame must be at least {} bytes and recv_credits at least {min_receives}",
+                2 * crate::protocol::FRAME_OVERHEAD
+            )));
+        }
         let transport = match self.transport {
             Some(t) => t,
             None => transport_for(addr)?,

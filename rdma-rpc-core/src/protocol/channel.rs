@@ -1,7 +1,7 @@
 //! A frame channel over one connection: posted receives, credits, encode and decode.
 //!
 //! Each side posts a few receives of `max_frame` bytes ([`super::INITIAL_RECEIVES`]) and adds
-//! one with each frame it receives, up to its `recv_credits`; the handshake tells the peer
+//! one with each frame it receives (other than a credit update), up to its `recv_credits`; the handshake tells the peer
 //! both figures (`Hello.credits`, `Hello.max_credits`). An idle connection so holds little
 //! memory for receives and a busy one all it announced. Sending a frame uses one credit (one
 //! receive of the peer); each frame returns the credits for the receives its sender re-posted
@@ -228,8 +228,10 @@ impl FrameChannel {
         self.conn.post_recv(completion.buf)?;
         let frame = decoded.map_err(|e| self.malformed(format!("undecodable frame: {e}")))?;
         self.add_credits(frame.credits);
-        // Only this task receives, so the decision to grow holds until it is carried out.
-        let grow = self.credits().should_grow();
+        // Receives grow with the frames that carry work, never with credit updates (which
+        // would otherwise answer each other until both sides had grown). Only this task
+        // receives, so the decision holds until it is carried out.
+        let grow = frame.kind.is_some() && self.credits().should_grow();
         let grew = grow && self.post_one_more();
         let update = {
             let mut credits = self.credits();
@@ -252,6 +254,32 @@ impl FrameChannel {
         match RegisteredBuf::new(self.max_frame, Access::LOCAL_WRITE) {
             Ok(buf) => self.conn.post_recv(buf).is_ok(),
             Err(_) => false,
+        }
+    }
+
+    /// Sends `kind` as a peer that keeps reading would: frames that arrive while it waits for
+    /// a credit are read (credit updates applied) and handed to `arrived`. For tests whose
+    /// hand-written peers send several frames in a row: receives start small and grow as
+    /// frames arrive, so such a peer must read to get its credits back.
+    #[cfg(test)]
+    pub(crate) async fn send_reading(
+        &self,
+        kind: Kind,
+        mut arrived: impl FnMut(Kind),
+    ) -> Result<()> {
+        loop {
+            tokio::select! {
+                sent = self.send(kind.clone()) => return sent,
+                frame = self.recv() => match frame {
+                    Ok(frame) => {
+                        if let Some(kind) = frame.kind {
+                            arrived(kind);
+                        }
+                    }
+                    // The connection is over: the send does what it does on such a one.
+                    Err(_) => return self.send(kind).await,
+                },
+            }
         }
     }
 

@@ -43,10 +43,18 @@ pub(crate) struct Credits {
     max_posted: u32,
 }
 
-/// Owed credits that make an update due with `posted` receives: a quarter of them.
+/// Owed credits that make an update due with `posted` receives: a quarter of them, and at
+/// least two. Receiving an update makes its receiver owe one credit (the re-posted receive),
+/// and sending one clears what the sender owed; with a threshold of one, two sides would
+/// answer each other's updates forever. Liveness needs the threshold below `posted`: a side
+/// blocked on its last credit means the peer owes at least `posted - 1`, which then made an
+/// update due ([`MIN_RECEIVES`] keeps that true).
 fn announce_at(posted: u32) -> u32 {
-    (posted / 4).max(1)
+    (posted / 4).max(2)
 }
+
+/// Fewest receives a side may announce for ordinary frames (see [`announce_at`]).
+pub(crate) const MIN_RECEIVES: u32 = 4;
 
 impl Credits {
     /// A side that posted `posted` receives and adds one with each frame it receives until it
@@ -190,8 +198,12 @@ mod tests {
         assert!(c.reposted(), "4 of 16 owed");
         assert_eq!(c.take_owed(), 4);
         assert_eq!(c.take_owed(), 0, "owed credits travel once");
-        let mut few = Credits::new(2, 2, false);
-        assert!(few.reposted(), "at least every receive when there are few");
+        let mut few = Credits::new(4, 4, false);
+        assert!(!few.reposted());
+        assert!(
+            few.reposted(),
+            "every second receive when there are few, never every one"
+        );
     }
 
     /// Two sides that each used every ordinary credit can still unblock each other: each
@@ -237,6 +249,7 @@ mod tests {
         // Updates are due every quarter of the receives posted now (12 / 4).
         assert!(!c.reposted() && !c.reposted());
         assert!(c.reposted());
+        assert_eq!(c.take_owed(), 3);
         let fixed = Credits::new(8, 4, false);
         assert!(
             !fixed.should_grow(),
@@ -286,7 +299,7 @@ mod tests {
         let (credits, kind) = me.inbox.pop_front()?;
         me.free += 1;
         me.credits.returned(credits);
-        if me.credits.should_grow() {
+        if kind != Sim::Update && me.credits.should_grow() {
             me.free += 1;
             me.credits.grew();
         }
@@ -296,14 +309,14 @@ mod tests {
         Some(kind)
     }
 
-    /// A client and a server whose receives start at 8 and grow to 64 exchange 2,000 calls, up
+    /// A client and a server whose receives start at 4 and grow to 64 exchange 2,000 calls, up
     /// to 16 in flight, in a pseudo-random but fixed interleaving of every step each side may
     /// take. No frame ever finds no receive, and the exchange never stalls with calls left.
     #[test]
     fn growing_receives_never_overrun_and_never_stall_a_simulated_connection() {
         for seed in 1..=20u64 {
-            let mut client = Side::new(8, 64, true);
-            let mut server = Side::new(8, 64, false);
+            let mut client = Side::new(4, 64, true);
+            let mut server = Side::new(4, 64, false);
             let mut rng = seed;
             let mut next = move || {
                 rng ^= rng << 13;
@@ -315,12 +328,12 @@ mod tests {
             assert!(client.credits.try_take(Need::Priority));
             deliver(&mut client, &mut server, Sim::Hello);
             assert_eq!(receive(&mut server, &mut client), Some(Sim::Hello));
-            server.credits.handshake(8, 64);
+            server.credits.handshake(4, 64);
             assert!(server.credits.try_take(Need::Priority));
             deliver(&mut server, &mut client, Sim::HelloAck);
             // The client applies the HelloAck's credits in `recv`, then the handshake.
             assert_eq!(receive(&mut client, &mut server), Some(Sim::HelloAck));
-            client.credits.handshake(8 - 1, 64);
+            client.credits.handshake(4 - 1, 64);
 
             let (mut to_send, mut in_flight, mut answered, mut to_answer) = (2000u32, 0u32, 0, 0);
             let mut idle_rounds = 0;
@@ -375,6 +388,29 @@ mod tests {
                 "a busy side grows to its ceiling"
             );
             assert_eq!(server.credits.posted(), 64);
+        }
+    }
+
+    /// Two idle sides that exchange credit updates stop: an update makes its receiver owe
+    /// one credit, never enough for an update of its own.
+    #[test]
+    fn credit_updates_never_answer_each_other_forever() {
+        let mut a = Side::new(4, 64, false);
+        let mut b = Side::new(4, 64, false);
+        a.credits.handshake(4, 64);
+        b.credits.handshake(4, 64);
+        // `a` owes enough for an update and sends it.
+        a.credits.reposted();
+        assert!(a.credits.reposted());
+        assert!(a.credits.try_take(Need::Priority));
+        deliver(&mut a, &mut b, Sim::Update);
+        let mut frames = 0;
+        while receive(&mut b, &mut a)
+            .or_else(|| receive(&mut a, &mut b))
+            .is_some()
+        {
+            frames += 1;
+            assert!(frames < 10, "updates answered each other {frames} times");
         }
     }
 }

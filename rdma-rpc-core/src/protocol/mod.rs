@@ -3,7 +3,7 @@
 //! Control frames (prost, `frames.rs`) travel as two-sided sends into receives each side
 //! posted in advance; credits returned in every frame keep a side from ever sending into a
 //! peer with no receive posted. Bulk bytes move by one-sided RDMA write and read: into the
-//! connection's write slots (announced in the handshake), from and into windows the client
+//! connection's write slots (announced with a response once the connection needs them), from and into windows the client
 //! offers in its request, or, in grant mode, into a window the server grants for one call.
 //! The per-operation sequences are in the README ("Protocol") and in `server/call.rs`
 //! (server side) and `client/call.rs` (client side).
@@ -22,9 +22,10 @@ pub const PROTOCOL_VERSION: u32 = 2;
 pub(crate) const FRAME_OVERHEAD: usize = 512;
 
 /// Receives each side posts for control frames when a connection opens; it adds one with
-/// each frame it receives, up to its `recv_credits`, so an idle connection holds
-/// `INITIAL_RECEIVES * max_frame` bytes of receives and a busy one all it announced.
-pub(crate) const INITIAL_RECEIVES: u32 = 8;
+/// each frame it receives (other than a credit update), up to its `recv_credits`, so an idle
+/// connection holds about `INITIAL_RECEIVES * max_frame` bytes of receives (one more after
+/// the handshake) and a busy one all it announced.
+pub(crate) const INITIAL_RECEIVES: u32 = 4;
 
 /// Most receives a peer's handshake may announce: what it claims beyond this is not believed.
 /// Bounds the frames one side may have in flight towards a peer that never reads (at most

@@ -149,13 +149,13 @@ async fn run(
     let cfg = &shared.config;
     let max_in_flight = hello.max_in_flight.clamp(1, cfg.max_in_flight);
     let inline_threshold = cfg.inline_threshold.min(hello.inline_threshold);
-    // Memory of this connection only: registered now, before any request.
-    let slots: SharedSlots = Arc::new(Slots::new(cfg.write_slots, cfg.slot_size)?);
+    // Memory of this connection only, registered when its first large payload comes.
+    let slots: SharedSlots = Arc::new(Slots::new(cfg.write_slots, cfg.slot_size));
     // Pull by default where a granted pool buffer could not be fenced off again.
     let pull_writes = cfg
         .pull_writes
         .unwrap_or(channel.conn().fencing() == Fencing::Unfenced);
-    let mut ack = Hello {
+    let ack = Hello {
         version: PROTOCOL_VERSION,
         max_frame: cfg.max_frame as u32,
         // What was posted before the Hello arrived: the receives added since travel as
@@ -167,10 +167,6 @@ async fn run(
         slots: Vec::new(),
         pull_writes,
     };
-    let room = channel
-        .peer_max_frame()
-        .saturating_sub(prost::Message::encoded_len(&ack) + 64);
-    ack.slots = slots.arm(channel.conn().as_ref(), room);
     channel.send_priority(Kind::HelloAck(ack)).await?;
 
     let negotiated = Negotiated {
@@ -387,6 +383,10 @@ fn start_call(
         .transpose()?;
     let route = shared.routes.find(&req.path, req.op)?;
     let ep = route.endpoint;
+    if ep.op.is_inbound() && req.payload_len > u64::from(inline_threshold) {
+        // Slots would have saved this payload a round trip: arm them with the response.
+        slots.want();
+    }
     let shape = RequestShape {
         payload_len: req.payload_len,
         inline_len: req.inline_payload.as_ref().map(|p| p.len()),

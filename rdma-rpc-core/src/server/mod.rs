@@ -55,8 +55,8 @@ pub struct ServerConfig {
     /// Default 16 KiB.
     pub max_frame: usize,
     /// Most receives posted per connection for control frames (the client's credits). A
-    /// connection starts with 8 and adds one with each frame it receives until it has this
-    /// many, so idle connections hold 8 × `max_frame`. Default 64.
+    /// connection starts with 4 and adds one with each frame it receives until it has this
+    /// many, so an idle connection holds 5 × `max_frame` (80 KiB). Default 64.
     pub recv_credits: u32,
     /// Send payloads and receive results up to this size travel inside control frames
     /// instead of through RDMA. Default 8 KiB.
@@ -71,8 +71,10 @@ pub struct ServerConfig {
     pub max_buffers: usize,
     /// Write slots per connection: buffers the client may RDMA-write without asking, so a
     /// send or write larger than the inline threshold and at most `slot_size` takes one round
-    /// trip. Registered when the connection is accepted: `write_slots * slot_size` bytes per
-    /// connection (0 turns slots off). Default 4.
+    /// trip. Registered when the connection's first payload too large to travel inline comes
+    /// (that call takes the other path and its response brings the slots): `write_slots *
+    /// slot_size` bytes per connection that moves such payloads, none for the others (0
+    /// turns slots off). Default 4.
     pub write_slots: u32,
     /// Size of each write slot. Default 64 KiB, which is also the most a transport that
     /// cannot revoke windows (DOCA) accepts: there each slot payload is copied before the
@@ -265,9 +267,12 @@ impl ServerBuilder {
     /// Builds the routing table, registers every buffer pool, and binds `addr`.
     pub async fn bind(self, addr: &str) -> Result<BoundServer> {
         let config = self.config;
-        if config.max_frame < 2 * crate::protocol::FRAME_OVERHEAD || config.recv_credits < 2 {
+        let min_receives = crate::protocol::credits::MIN_RECEIVES;
+        if config.max_frame < 2 * crate::protocol::FRAME_OVERHEAD
+            || config.recv_credits < min_receives
+        {
             return Err(Error::InvalidArgument(format!(
-                "max_frame must be at least {} bytes and recv_credits at least 2",
+                "max_frame must be at least {} bytes and recv_credits at least {min_receives}",
                 2 * crate::protocol::FRAME_OVERHEAD
             )));
         }

@@ -1,7 +1,9 @@
 //! Per-connection write slots: server buffers a client may RDMA-write without asking first.
 //!
-//! At the handshake the server arms `write_slots` buffers of `slot_size` bytes, each with a
-//! write-only window, and sends their descriptors in the `HelloAck`. A client with a payload
+//! When the first payload too large to travel inline arrives on a connection, the server
+//! registers `write_slots` buffers of `slot_size` bytes for it, arms each with a write-only
+//! window, and sends their descriptors with that call's response; a connection that only
+//! makes small calls (or none) never holds them. A client with a payload
 //! that fits a free slot writes it there and then sends a request naming the slot: one round
 //! trip instead of two. The server takes the slot (revoking its window; over a transport that
 //! cannot revoke, `Fencing::Unfenced`, the handler gets a copy instead, since the client could
@@ -14,9 +16,9 @@
 //! connection's own peer can write its slots, and only bytes the handler never sees.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::error::Result;
 use crate::memory::{Access, BufferPool};
 use crate::protocol::frames::{DescriptorFrame, SlotFrame};
 use crate::status::Status;
@@ -24,7 +26,13 @@ use crate::transport::{Connection, Grant};
 
 /// The write slots of one connection.
 pub(super) struct Slots {
-    pool: Option<BufferPool>,
+    count: u32,
+    size: usize,
+    /// Registered when the connection first needs slots (`None`: registering failed, or
+    /// the connection has none).
+    pool: OnceLock<Option<BufferPool>>,
+    /// A payload too large to travel inline came: slots would have saved a round trip.
+    wanted: AtomicBool,
     state: Mutex<State>,
 }
 
@@ -37,24 +45,42 @@ struct State {
 }
 
 impl Slots {
-    /// Registers `count` buffers of `size` bytes (none when either is 0).
-    pub(super) fn new(count: u32, size: usize) -> Result<Slots> {
-        let pool = if count == 0 || size == 0 {
-            None
-        } else {
-            Some(BufferPool::new(
-                size,
-                count as usize,
-                Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-            )?)
-        };
-        Ok(Slots {
-            pool,
+    /// `count` slots of `size` bytes (none when either is 0), registered only once wanted.
+    pub(super) fn new(count: u32, size: usize) -> Slots {
+        Slots {
+            count,
+            size,
+            pool: OnceLock::new(),
+            wanted: AtomicBool::new(false),
             state: Mutex::new(State {
                 armed: HashMap::new(),
                 owed: (0..count).rev().collect(),
             }),
-        })
+        }
+    }
+
+    /// The client sent a payload too large to travel inline: arm the slots with the next
+    /// response.
+    pub(super) fn want(&self) {
+        self.wanted.store(true, Ordering::Relaxed);
+    }
+
+    fn pool(&self) -> Option<&BufferPool> {
+        self.pool
+            .get_or_init(|| {
+                if self.count == 0 || self.size == 0 {
+                    return None;
+                }
+                let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+                match BufferPool::new(self.size, self.count as usize, access) {
+                    Ok(pool) => Some(pool),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "write slots not registered; payloads take the other paths");
+                        None
+                    }
+                }
+            })
+            .as_ref()
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -82,7 +108,10 @@ impl Slots {
     /// Arms owed slots for which a buffer is free, as long as their descriptors fit in `room`
     /// bytes of a frame.
     pub(super) fn arm(&self, conn: &dyn Connection, mut room: usize) -> Vec<SlotFrame> {
-        let Some(pool) = &self.pool else {
+        if !self.wanted.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let Some(pool) = self.pool() else {
             return Vec::new();
         };
         let mut armed = Vec::new();

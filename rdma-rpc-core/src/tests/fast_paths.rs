@@ -42,6 +42,11 @@ pub(crate) async fn round_trips_per_path_on(b: &Backend, pull: bool) {
         round_trips(&client, write_exact(&client, BLOB_WRITE, 100, 1)).await,
         1.0
     );
+    // The first payload too large to travel inline finds no slot (a connection's slots are
+    // registered when it first needs them): pulled by the server (1) or written into a
+    // granted window (2). Its response brings the slots.
+    let rts = round_trips(&client, write_exact(&client, BLOB_WRITE, 60_000, 99)).await;
+    assert_eq!(rts, if pull { 1.0 } else { 2.0 }, "first large write");
     // Write slots: one round trip, also after more writes than the connection has slots
     // (each response arms the slot its call used again).
     for seed in 0..12 {

@@ -284,11 +284,15 @@ async fn server_death_ends_pending_calls_promptly() {
 /// Write slots are used once per announcement, and only as far as they reach.
 pub(crate) async fn misused_write_slots_get_statuses_on(b: &Backend) {
     let h = Harness::default_on(b).await;
-    let raw = RawClient::connect(&h).await;
+    assert!(
+        RawClient::connect(&h).await.ack.slots.is_empty(),
+        "no slots before a payload needs them"
+    );
+    let raw = RawClient::connect_with_slots(&h).await;
     assert_eq!(
         raw.ack.slots.len(),
         4,
-        "the default slots come with the handshake"
+        "the default slots come with the first response after a large payload"
     );
     let slot = raw.slot(0);
     assert_eq!(slot.len, 64 * 1024);
@@ -343,7 +347,7 @@ async fn misused_write_slots_get_statuses() {
 /// DOCA it lands in the slot, and the handler holds a copy.
 pub(crate) async fn slot_bytes_never_change_under_a_handler_on(b: &Backend) {
     let h = Harness::default_on(b).await;
-    let raw = RawClient::connect(&h).await;
+    let raw = RawClient::connect_with_slots(&h).await;
     let stale = raw.slot(0);
     let data = Bytes::from(pattern(20_000, 5));
     raw.conn()
@@ -401,7 +405,7 @@ pub(crate) async fn stale_descriptors_never_reach_another_connection_on(b: &Back
         ..ServerConfig::default()
     };
     let h = Harness::start_on(b, config).await;
-    let thief = RawClient::connect(&h).await;
+    let thief = RawClient::connect_with_slots(&h).await;
     let stale = thief.slot(0);
     thief
         .conn()

@@ -62,10 +62,23 @@ impl RawServer {
             Some(Kind::Hello(hello)) => hello,
             other => panic!("expected a Hello, got {other:?}"),
         };
-        channel.set_peer(hello.credits, hello.credits, hello.max_frame);
+        channel.set_peer(
+            hello.credits,
+            hello.credits.max(hello.max_credits),
+            hello.max_frame,
+        );
         channel.send_priority(Kind::HelloAck(ack)).await.unwrap();
         channel
     }
+}
+
+/// Sends a frame to the client, reading its credit updates meanwhile (its receives grow
+/// only as frames reach it); any other frame arriving then is a test failure.
+async fn send(channel: &FrameChannel, kind: Kind) {
+    channel
+        .send_reading(kind, |other| panic!("unexpected {other:?} while sending"))
+        .await
+        .unwrap();
 }
 
 /// The next request the client sends.
@@ -205,7 +218,7 @@ pub(crate) async fn a_pushed_length_outside_the_window_is_refused_on(b: &Backend
         let r = request(&channel).await;
         let mut frame = response(r.id);
         frame.pushed_len = pushed_len;
-        channel.send(Kind::Response(frame)).await.unwrap();
+        send(&channel, Kind::Response(frame)).await;
         let err = bounded("a call told of bytes outside its window", call)
             .await
             .unwrap()
@@ -231,11 +244,11 @@ pub(crate) async fn responses_to_unknown_calls_are_ignored_on(b: &Backend) {
     for id in [r.id + 1000, u64::MAX, 0] {
         let mut lie = response(id);
         lie.status = Some(StatusFrame::from(&Status::internal("a lie")));
-        channel.send(Kind::Response(lie)).await.unwrap();
+        send(&channel, Kind::Response(lie)).await;
     }
-    channel.send(Kind::Response(response(r.id))).await.unwrap();
+    send(&channel, Kind::Response(response(r.id))).await;
     // Twice: the second answers a call that is over.
-    channel.send(Kind::Response(response(r.id))).await.unwrap();
+    send(&channel, Kind::Response(response(r.id))).await;
     let resp = bounded("a call among lies", call).await.unwrap();
     assert!(resp.unwrap().exact);
     // The connection still serves.
@@ -243,7 +256,7 @@ pub(crate) async fn responses_to_unknown_calls_are_ignored_on(b: &Backend) {
     let next = tokio::spawn(async move { inbound(&c, MSG_SEND, 100, 2).await });
     let r2 = request(&channel).await;
     assert_ne!(r2.id, r.id);
-    channel.send(Kind::Response(response(r2.id))).await.unwrap();
+    send(&channel, Kind::Response(response(r2.id))).await;
     assert!(bounded("the next call", next).await.unwrap().unwrap().exact);
 }
 
@@ -268,7 +281,7 @@ pub(crate) async fn frames_a_server_must_not_send_end_the_connection_on(b: &Back
                 .await
                 .unwrap();
         } else {
-            channel.send(Kind::Request(r.clone())).await.unwrap();
+            send(&channel, Kind::Request(r.clone())).await;
         }
         let err = bounded("a call on a connection the server broke", call)
             .await
@@ -390,7 +403,7 @@ pub(crate) async fn a_kept_pull_window_never_shows_another_connections_data_on(b
         let buf = crate::RegisteredBuf::new(len, Access::LOCAL_WRITE).unwrap();
         let got = channel.conn().read(&source, buf).await.unwrap();
         assert_eq!(got.as_slice(), &super::pattern(len, seed)[..]);
-        channel.send(Kind::Response(response(r.id))).await.unwrap();
+        send(channel, Kind::Response(response(r.id))).await;
         assert!(bounded("a pulled call", call).await.unwrap().unwrap().exact);
         kept.get_or_insert(source);
     }

@@ -16,6 +16,8 @@ use crate::transport::{Connection, Descriptor};
 pub(crate) struct RawClient {
     pub(crate) channel: FrameChannel,
     pub(crate) ack: Hello,
+    /// Frames read while waiting for a credit to send, for [`RawClient::next`].
+    arrived: std::sync::Mutex<std::collections::VecDeque<Kind>>,
 }
 
 impl RawClient {
@@ -29,8 +31,38 @@ impl RawClient {
             Some(Kind::HelloAck(ack)) => ack,
             other => panic!("no HelloAck: {other:?}"),
         };
-        channel.set_peer(ack.credits - 1, ack.credits, ack.max_frame);
-        RawClient { channel, ack }
+        channel.set_peer(
+            ack.credits - 1,
+            ack.credits.max(ack.max_credits),
+            ack.max_frame,
+        );
+        RawClient {
+            channel,
+            ack,
+            arrived: Default::default(),
+        }
+    }
+
+    /// Connects, then makes the server arm this connection's write slots the way a client's
+    /// first payload too large to travel inline does (slots are registered only then); their
+    /// windows end up in `ack.slots`, as if the handshake had brought them.
+    pub(crate) async fn connect_with_slots(h: &Harness) -> RawClient {
+        let mut raw = RawClient::connect(h).await;
+        // Nothing travels inline for this client (its Hello's inline threshold is 0), so any
+        // payload counts; a granted window is acked unwritten, a pull without a window is
+        // refused: either way the response carries the slots.
+        let id = u64::MAX - 1;
+        raw.request(id, "/msg", OpKind::Send, 1).await;
+        loop {
+            match raw.next().await {
+                Kind::Grant(g) if g.id == id => raw.ack(id).await,
+                Kind::Response(r) if r.id == id => {
+                    raw.ack.slots.extend(r.slots);
+                    return raw;
+                }
+                other => panic!("expected a grant or a response, got {other:?}"),
+            }
+        }
     }
 
     /// A connection with its receives posted, before any frame.
@@ -58,7 +90,16 @@ impl RawClient {
     }
 
     pub(crate) async fn send_request(&self, request: RequestFrame) {
-        self.channel.send(Kind::Request(request)).await.unwrap();
+        self.send(Kind::Request(request)).await;
+    }
+
+    /// Sends a frame, reading what arrives meanwhile (the server's receives grow only as
+    /// frames reach it, so its credits come back while this client waits).
+    pub(crate) async fn send(&self, kind: Kind) {
+        self.channel
+            .send_reading(kind, |k| self.arrived.lock().unwrap().push_back(k))
+            .await
+            .unwrap();
     }
 
     pub(crate) fn conn(&self) -> &Arc<dyn Connection> {
@@ -74,10 +115,13 @@ impl RawClient {
             payload_len,
             ..Default::default()
         };
-        self.channel.send(Kind::Request(request)).await.unwrap();
+        self.send(Kind::Request(request)).await;
     }
 
     pub(crate) async fn next(&self) -> Kind {
+        if let Some(kind) = self.arrived.lock().unwrap().pop_front() {
+            return kind;
+        }
         loop {
             if let Some(kind) = self.channel.recv().await.unwrap().kind {
                 return kind;
@@ -93,9 +137,6 @@ impl RawClient {
     }
 
     pub(crate) async fn ack(&self, id: u64) {
-        self.channel
-            .send(Kind::Ack(AckFrame { id, reply_to: None }))
-            .await
-            .unwrap();
+        self.send(Kind::Ack(AckFrame { id, reply_to: None })).await;
     }
 }

@@ -26,8 +26,9 @@ use crate::transport::{
 };
 
 /// Socket buffer sizes of the reader and the writer: small packets are batched through them,
-/// payloads larger than them go straight between the socket and registered memory.
-const SOCKET_BUFFER: usize = 64 * 1024;
+/// payloads larger than them go straight between the socket and registered memory. Every
+/// connection holds both for its life, so they stay small (2 × 32 KiB per end).
+const SOCKET_BUFFER: usize = 32 * 1024;
 /// Queue of packets the reader produces (acks, read responses): when full, the reader stops
 /// reading, which pushes back on the peer through TCP.
 const RESPONSE_QUEUE: usize = 256;

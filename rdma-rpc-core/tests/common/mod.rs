@@ -1,0 +1,104 @@
+//! What the memory tests share: a global allocator that counts live bytes, and a one-endpoint
+//! service. Each memory test is a test binary of its own with one test, so no other test's
+//! allocations are counted.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+use bytes::Bytes;
+use rdma_rpc_core::service::{EndpointDef, OpKind, ServerCall, Service};
+use rdma_rpc_core::transport::BoxFuture;
+use rdma_rpc_core::Status;
+
+/// Bytes allocated and not freed, and the highest that figure reached since the last reset.
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+static PEAK: AtomicIsize = AtomicIsize::new(0);
+
+struct Counting;
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the counters are only
+// bookkeeping.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note(layout.size() as isize);
+        // SAFETY: the caller's contract for `layout` is passed on as is.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note(layout.size() as isize);
+        // SAFETY: as for `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation goes through
+        // this allocator).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note(new_size as isize - layout.size() as isize);
+        // SAFETY: as for `dealloc`; `new_size` is the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+fn note(delta: isize) {
+    let live = LIVE.fetch_add(delta, Ordering::Relaxed) + delta;
+    PEAK.fetch_max(live, Ordering::Relaxed);
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
+
+/// Bytes live now.
+#[allow(dead_code)]
+pub(crate) fn live() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// The highest live figure since the last [`reset_peak`].
+#[allow(dead_code)]
+pub(crate) fn peak() -> isize {
+    PEAK.load(Ordering::Relaxed)
+}
+
+/// Starts a measurement: the peak becomes what is live now.
+#[allow(dead_code)]
+pub(crate) fn reset_peak() -> isize {
+    let live = LIVE.load(Ordering::Relaxed);
+    PEAK.store(live, Ordering::Relaxed);
+    live
+}
+
+pub(crate) static ENDPOINTS: &[EndpointDef] = &[EndpointDef {
+    path: "/echo",
+    op: OpKind::Send,
+    buffer_size: 1 << 20,
+    method: "echo",
+    timeout_ms: None,
+}];
+
+/// Answers a send with the payload's length.
+pub(crate) struct Echo;
+
+impl Service for Echo {
+    fn name(&self) -> &'static str {
+        "Echo"
+    }
+
+    fn endpoints(&self) -> &'static [EndpointDef] {
+        ENDPOINTS
+    }
+
+    fn call<'a>(&'a self, _: usize, call: ServerCall<'a>) -> BoxFuture<'a, Result<Bytes, Status>> {
+        Box::pin(async move {
+            match call {
+                ServerCall::Inbound { data, .. } => Ok(Bytes::from(data.len().to_string())),
+                _ => Err(Status::unimplemented("only send")),
+            }
+        })
+    }
+}
