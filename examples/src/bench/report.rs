@@ -48,7 +48,7 @@ pub struct GrpcRow {
 pub struct Target {
     /// What is compared.
     pub name: String,
-    /// The measured ratio.
+    /// The measured ratio (the figure itself for targets marked absolute).
     pub ratio: f64,
     /// The goal, as text (`<= 1.5`).
     pub goal: String,
