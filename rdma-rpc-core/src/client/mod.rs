@@ -26,6 +26,7 @@ use crate::memory::StagingPools;
 use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{GrantFrame, Hello, Kind, ResponseFrame, SlotFrame};
 use crate::protocol::mailbox;
+use crate::protocol::CallMap;
 use crate::protocol::PROTOCOL_VERSION;
 use crate::service::EndpointDef;
 use crate::status::Status;
@@ -186,7 +187,7 @@ const FIRST_REPLY_WINDOW: u64 = 64 << 10;
 
 pub(crate) struct Inner {
     channel: Arc<FrameChannel>,
-    calls: Mutex<HashMap<u64, Entry>>,
+    calls: Mutex<CallMap<Entry>>,
     /// Set once the connection is over: why.
     closed: Mutex<Option<Status>>,
     in_flight: Arc<Semaphore>,
@@ -375,7 +376,7 @@ impl Client {
             pull_writes: ack.pull_writes,
             reply_sizes: Mutex::new(HashMap::new()),
             channel: channel.clone(),
-            calls: Mutex::new(HashMap::new()),
+            calls: Mutex::new(CallMap::default()),
             closed: Mutex::new(None),
             in_flight: Arc::new(Semaphore::new(max_in_flight as usize)),
             next_id: AtomicU64::new(1),

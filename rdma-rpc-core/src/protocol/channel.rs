@@ -26,6 +26,10 @@ use crate::transport::{BoxFuture, Connection, RecvOpcode, SendData};
 /// Protobuf key of `Frame.credits` (field 15, varint).
 const CREDITS_KEY: u8 = 15 << 3;
 
+/// Frames are encoded into blocks of this size, each shared by consecutive frames, instead of
+/// an allocation per frame.
+const SCRATCH: usize = 1024;
+
 pub(crate) struct FrameChannel {
     conn: Arc<dyn Connection>,
     /// The credit rules live in [`Credits`], without I/O.
@@ -34,6 +38,8 @@ pub(crate) struct FrameChannel {
     peer_max_frame: AtomicUsize,
     /// Size of each receive posted.
     max_frame: usize,
+    /// Where frames are encoded (see [`SCRATCH`]).
+    scratch: Mutex<BytesMut>,
 }
 
 impl std::fmt::Debug for FrameChannel {
@@ -77,6 +83,7 @@ impl FrameChannel {
             // build posts.
             peer_max_frame: AtomicUsize::new(super::FRAME_OVERHEAD * 2),
             max_frame,
+            scratch: Mutex::new(BytesMut::new()),
         })
     }
 
@@ -156,8 +163,18 @@ impl FrameChannel {
                 actual: (len + 6) as u64,
             });
         }
-        let mut out = BytesMut::with_capacity(len + 6);
-        frame.encode(&mut out).expect("BytesMut grows");
+        let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if scratch.capacity() < len + 6 {
+            // Reclaims the space of earlier frames once all of them were sent and dropped;
+            // otherwise a new block, shared by the next frames.
+            scratch.reserve(SCRATCH.max(len + 6));
+        }
+        frame.encode(&mut *scratch).expect("reserved above");
+        // The 6 bytes for the credits stay in this frame's capacity: appending them at send
+        // time never reallocates.
+        scratch.put_bytes(0, 6);
+        let mut out = scratch.split();
+        out.truncate(len);
         Ok(out)
     }
 

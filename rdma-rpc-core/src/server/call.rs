@@ -22,7 +22,6 @@
 //! Every call ends with exactly one response frame (also when the client cancelled), so both
 //! sides agree on what is in flight.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -38,6 +37,7 @@ use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{DescriptorFrame, GrantFrame, Kind, ResponseFrame, StatusFrame};
 use crate::protocol::mailbox::{Mailbox, Sender};
 use crate::protocol::route::{fits_inline, result_route, Incoming, ResultRoute};
+use crate::protocol::CallMap;
 use crate::service::{EndpointDef, RawRequest, ServerCall, Service};
 use crate::status::Status;
 use crate::transport::{BoxFuture, Descriptor, Fencing, Grant, SendData};
@@ -55,10 +55,10 @@ pub(super) enum ClientEvent {
 /// client's acks and cancels) and the call tasks (which leave it just before answering, so a
 /// client that sends its next request on seeing a response is never over the limit).
 #[derive(Clone, Default)]
-pub(super) struct InFlight(Arc<Mutex<HashMap<u64, Sender<ClientEvent>>>>);
+pub(super) struct InFlight(Arc<Mutex<CallMap<Sender<ClientEvent>>>>);
 
 impl InFlight {
-    fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Sender<ClientEvent>>> {
+    fn calls(&self) -> std::sync::MutexGuard<'_, CallMap<Sender<ClientEvent>>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -13,6 +13,8 @@ use rdma_rpc_core::Status;
 /// Bytes allocated and not freed, and the highest that figure reached since the last reset.
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 static PEAK: AtomicIsize = AtomicIsize::new(0);
+/// Allocations made (reallocations count as one).
+static ALLOCATIONS: AtomicIsize = AtomicIsize::new(0);
 
 struct Counting;
 
@@ -46,6 +48,7 @@ unsafe impl GlobalAlloc for Counting {
 }
 
 fn note(delta: isize) {
+    ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
     let live = LIVE.fetch_add(delta, Ordering::Relaxed) + delta;
     PEAK.fetch_max(live, Ordering::Relaxed);
 }
@@ -57,6 +60,12 @@ static COUNTING: Counting = Counting;
 #[allow(dead_code)]
 pub(crate) fn live() -> isize {
     LIVE.load(Ordering::Relaxed)
+}
+
+/// Allocations made so far.
+#[allow(dead_code)]
+pub(crate) fn allocations() -> isize {
+    ALLOCATIONS.load(Ordering::Relaxed)
 }
 
 /// The highest live figure since the last [`reset_peak`].
