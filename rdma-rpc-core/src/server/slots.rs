@@ -15,12 +15,12 @@
 //! that cannot revoke a window (DOCA). A slot's old descriptor stays valid there, so only this
 //! connection's own peer can write its slots, and only bytes the handler never sees.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::memory::{Access, BufferPool};
 use crate::protocol::frames::{DescriptorFrame, SlotFrame};
+use crate::protocol::slot_book::{SlotBook, SlotRefusal};
 use crate::status::Status;
 use crate::transport::{Connection, Grant};
 
@@ -33,15 +33,8 @@ pub(super) struct Slots {
     pool: OnceLock<Option<BufferPool>>,
     /// A payload too large to travel inline came: slots would have saved a round trip.
     wanted: AtomicBool,
-    state: Mutex<State>,
-}
-
-#[derive(Default)]
-struct State {
-    /// Slots whose window the client may write now.
-    armed: HashMap<u32, Grant>,
-    /// Slots the client used; armed again when a buffer is free.
-    owed: Vec<u32>,
+    /// Which slots are armed and which are owed (the rules, without I/O).
+    book: Mutex<SlotBook<Grant>>,
 }
 
 impl Slots {
@@ -52,10 +45,7 @@ impl Slots {
             size,
             pool: OnceLock::new(),
             wanted: AtomicBool::new(false),
-            state: Mutex::new(State {
-                armed: HashMap::new(),
-                owed: (0..count).rev().collect(),
-            }),
+            book: Mutex::new(SlotBook::new(count)),
         }
     }
 
@@ -83,26 +73,22 @@ impl Slots {
             .as_ref()
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn book(&self) -> std::sync::MutexGuard<'_, SlotBook<Grant>> {
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Takes the slot a request names, holding `len` bytes.
     pub(super) fn take(&self, index: u32, len: u64) -> std::result::Result<Grant, Status> {
-        let mut state = self.state();
-        let Some(grant) = state.armed.remove(&index) else {
-            return Err(Status::invalid_argument(format!(
+        let taken = self.book().take(index, len, |grant| grant.descriptor().len);
+        // A refused slot's window (too small for the payload) is dropped here, which revokes it.
+        taken.map_err(|(refusal, _window)| match refusal {
+            SlotRefusal::NotArmed { index } => Status::invalid_argument(format!(
                 "write slot {index} is not armed (never announced, or already used)"
-            )));
-        };
-        state.owed.push(index);
-        if grant.descriptor().len < len {
-            return Err(Status::invalid_argument(format!(
-                "{len} bytes announced in write slot {index} of {} bytes",
-                grant.descriptor().len
-            )));
-        }
-        Ok(grant)
+            )),
+            SlotRefusal::TooSmall { index, len, size } => Status::invalid_argument(format!(
+                "{len} bytes announced in write slot {index} of {size} bytes"
+            )),
+        })
     }
 
     /// Arms owed slots for which a buffer is free, as long as their descriptors fit in `room`
@@ -115,8 +101,8 @@ impl Slots {
             return Vec::new();
         };
         let mut armed = Vec::new();
-        let mut state = self.state();
-        while let Some(&index) = state.owed.last() {
+        let mut book = self.book();
+        while let Some(index) = book.next_owed() {
             let Some(buf) = pool.try_acquire() else { break };
             let size = pool.buf_size();
             let grant = match conn.grant(buf, 0, size, Access::REMOTE_WRITE) {
@@ -136,8 +122,7 @@ impl Slots {
                 break; // the grant is dropped, and with it the window
             }
             room -= cost;
-            state.owed.pop();
-            state.armed.insert(index, grant);
+            book.armed(grant);
             armed.push(frame);
         }
         armed
@@ -146,10 +131,10 @@ impl Slots {
 
 impl std::fmt::Debug for Slots {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = self.state();
+        let (armed, owed) = self.book().counts();
         f.debug_struct("Slots")
-            .field("armed", &state.armed.len())
-            .field("owed", &state.owed.len())
+            .field("armed", &armed)
+            .field("owed", &owed)
             .finish()
     }
 }
