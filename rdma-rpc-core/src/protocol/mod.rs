@@ -14,6 +14,7 @@ pub(crate) mod frames;
 pub(crate) mod mailbox;
 pub(crate) mod route;
 pub(crate) mod slot_book;
+pub(crate) mod wait;
 
 /// Calls in flight by id. Call ids are sequential (a client's own) or bounded in number (a
 /// server holds at most `max_in_flight` per connection), so one multiplication spreads them

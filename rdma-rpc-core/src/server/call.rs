@@ -37,6 +37,7 @@ use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{DescriptorFrame, GrantFrame, Kind, ResponseFrame, StatusFrame};
 use crate::protocol::mailbox::{Mailbox, Sender};
 use crate::protocol::route::{fits_inline, result_route, Incoming, ResultRoute};
+use crate::protocol::wait::{wait, Wait};
 use crate::protocol::CallMap;
 use crate::service::{EndpointDef, RawRequest, ServerCall, Service};
 use crate::status::Status;
@@ -392,9 +393,10 @@ async fn take_buffer(call: &mut Call) -> Result<RegisteredBuf, Status> {
 
 async fn wait_for_buffer(call: &mut Call) -> Result<RegisteredBuf, Status> {
     let endpoint = call.endpoint;
-    let patience = Instant::now() + call.buffer_wait;
-    let limit = call.deadline.map_or(patience, |d| d.min(patience));
-    let deadline_first = call.deadline.is_some_and(|d| d <= patience);
+    let Wait {
+        until: limit,
+        deadline_first,
+    } = wait(Instant::now(), call.buffer_wait, call.deadline);
     if call.share_permit.is_none() {
         let share = call.share.clone();
         match tokio::time::timeout_at(limit, share.enter()).await {
@@ -453,10 +455,7 @@ async fn ask(call: &mut Call, frame: GrantFrame) -> Result<Option<Descriptor>, S
         .send(Kind::Grant(frame))
         .await
         .map_err(Status::from)?;
-    let mut limit = Instant::now() + call.transfer_timeout;
-    if let Some(deadline) = call.deadline {
-        limit = limit.min(deadline);
-    }
+    let limit = wait(Instant::now(), call.transfer_timeout, call.deadline).until;
     match tokio::time::timeout_at(limit, call.events.recv()).await {
         Ok(Some(ClientEvent::Ack(window))) => Ok(window),
         Ok(Some(ClientEvent::Cancel)) => Err(Status::cancelled("cancelled by the client")),
