@@ -242,8 +242,13 @@ impl FrameChannel {
             )));
         }
         let decoded = Frame::decode(completion.buf.as_slice());
-        self.conn.post_recv(completion.buf)?;
+        let reposted = self.conn.post_recv(completion.buf);
         let frame = decoded.map_err(|e| self.malformed(format!("undecodable frame: {e}")))?;
+        if reposted.is_err() {
+            // The connection ended after this frame arrived (a peer's goaway and close):
+            // the frame is still the peer's word, and the next `recv` reports the end.
+            return Ok(frame);
+        }
         self.add_credits(frame.credits);
         // Receives grow with the frames that carry work, never with credit updates (which
         // would otherwise answer each other until both sides had grown). Only this task

@@ -168,6 +168,7 @@ macro_rules! doca_suite {
                 a_pushed_length_outside_the_window_is_refused_on,
                 responses_to_unknown_calls_are_ignored_on,
                 frames_a_server_must_not_send_end_the_connection_on,
+                a_goaway_right_before_the_close_is_read_on,
                 an_unusable_handshake_is_refused_on,
                 a_silent_server_is_bounded_by_the_deadline_on,
                 a_kept_pull_window_never_shows_another_connections_data_on,

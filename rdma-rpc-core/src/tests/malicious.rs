@@ -304,6 +304,36 @@ pub(crate) async fn frames_a_server_must_not_send_end_the_connection_on(b: &Back
     }
 }
 
+/// A server that says goodbye and closes at once: the calls in flight end with its reason,
+/// never with a bare "connection lost" (the Goaway reached the client before the close, so
+/// the client reads it even though the connection is over when it re-posts the receive).
+pub(crate) async fn a_goaway_right_before_the_close_is_read_on(b: &Backend) {
+    let server = RawServer::start(b).await;
+    let (client, channel) = server.client(honest_ack()).await;
+    let c = client.clone();
+    let call = tokio::spawn(async move { inbound(&c, MSG_SEND, 100, 1).await });
+    request(&channel).await;
+    let goaway = Kind::Goaway(StatusFrame::from(&Status::unavailable(
+        "down for maintenance",
+    )));
+    let delivered = channel
+        .try_send_last(goaway)
+        .expect("a credit for the goaway");
+    delivered.await.unwrap();
+    channel.conn().close();
+    let err = bounded("the call after a goaway", call)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+    assert!(err.message().contains("down for maintenance"), "{err}");
+}
+
+#[tokio::test]
+async fn a_goaway_right_before_the_close_is_read() {
+    a_goaway_right_before_the_close_is_read_on(&tcp_backend()).await;
+}
+
 #[tokio::test]
 async fn frames_a_server_must_not_send_end_the_connection() {
     frames_a_server_must_not_send_end_the_connection_on(&tcp_backend()).await;
