@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use common::{allocations, Echo, ENDPOINTS};
+use common::{allocations, serve_echo, ENDPOINTS};
 use rdma_rpc_core::transport::mem::MemTransport;
 use rdma_rpc_core::{Client, Server};
 
@@ -24,14 +24,8 @@ fn a_small_call_allocates_little() {
         .unwrap();
     let per_call = rt.block_on(async {
         let transport = Arc::new(MemTransport::new());
-        let server = Server::builder()
-            .add_service(Echo)
-            .transport(transport.clone())
-            .bind("mem://")
-            .await
-            .unwrap();
-        let addr = server.local_addr();
-        tokio::spawn(server.serve());
+        let builder = Server::builder().transport(transport.clone());
+        let (addr, _) = serve_echo(builder, "mem://").await;
         let client = Client::builder()
             .transport(transport)
             .connect(&addr)

@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use common::{live, Echo, ENDPOINTS};
+use common::{live, serve_echo, ENDPOINTS};
 use rdma_rpc_core::transport::mem::MemTransport;
 use rdma_rpc_core::transport::tcp::TcpTransport;
 use rdma_rpc_core::transport::Transport;
@@ -31,17 +31,11 @@ async fn lean_client(transport: &Arc<dyn Transport>, addr: &str) -> Client {
 
 /// Bytes each of `N` idle connections keeps live, server and lean client together.
 async fn per_idle_connection(transport: Arc<dyn Transport>, addr: &str) -> isize {
-    let server = Server::builder()
-        .add_service(Echo)
+    let builder = Server::builder()
         .transport(transport.clone())
         .max_connections(N + 1)
-        .max_connections_per_peer(N + 1)
-        .bind(addr)
-        .await
-        .unwrap();
-    let addr = server.local_addr();
-    let count = server.connection_count();
-    tokio::spawn(server.serve());
+        .max_connections_per_peer(N + 1);
+    let (addr, count) = serve_echo(builder, addr).await;
     let call = |client: Client| async move {
         client
             .call_raw(

@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use common::{peak, reset_peak, Echo, ENDPOINTS};
+use common::{peak, reset_peak, serve_echo, ENDPOINTS};
 use rdma_rpc_core::transport::tcp::TcpTransport;
 use rdma_rpc_core::transport::Transport;
 use rdma_rpc_core::{Client, Server};
@@ -71,16 +71,10 @@ async fn refused_connections_cost_next_to_nothing_beyond_the_transport() {
     let plain = peak_of_connections(&transport, &plain_addr, N, all_accepted, false).await;
     drop(accepted);
 
-    let server = Server::builder()
+    let builder = Server::builder()
         .max_connections(1)
-        .add_service(Echo)
-        .transport(transport.clone())
-        .bind("tcp://127.0.0.1:0")
-        .await
-        .unwrap();
-    let addr = server.local_addr();
-    let count = server.connection_count();
-    tokio::spawn(server.serve());
+        .transport(transport.clone());
+    let (addr, count) = serve_echo(builder, "tcp://127.0.0.1:0").await;
     let admitted = Client::builder()
         .transport(transport.clone())
         .connect(&addr)

@@ -81,6 +81,20 @@ async fn send(channel: &FrameChannel, kind: Kind) {
         .unwrap();
 }
 
+/// The error a call ended with (it must end, and with an error).
+async fn failure<T: std::fmt::Debug>(
+    what: &str,
+    call: tokio::task::JoinHandle<Result<T, Status>>,
+) -> Status {
+    bounded(what, call).await.unwrap().unwrap_err()
+}
+
+/// `err` has `code` and names `words`.
+fn assert_status(err: &Status, code: Code, words: &str) {
+    assert_eq!(err.code(), code, "{err}");
+    assert!(err.message().contains(words), "{err}");
+}
+
 /// The next request the client sends.
 async fn request(channel: &FrameChannel) -> RequestFrame {
     loop {
@@ -125,10 +139,7 @@ pub(crate) async fn a_forged_window_ends_the_call_with_a_status_on(b: &Backend) 
         }))
         .await
         .unwrap();
-    let err = bounded("a call given a forged window", call)
-        .await
-        .unwrap()
-        .unwrap_err();
+    let err = failure("a call given a forged window", call).await;
     assert_eq!(err.code(), Code::Unavailable, "{err}");
 }
 
@@ -164,12 +175,8 @@ async fn a_window_that_does_not_fit_the_payload_is_refused() {
             }))
             .await
             .unwrap();
-        let err = bounded("a call given a window that does not fit", call)
-            .await
-            .unwrap()
-            .unwrap_err();
-        assert_eq!(err.code(), Code::Internal, "{err}");
-        assert!(err.message().contains("does not fit"), "{err}");
+        let err = failure("a call given a window that does not fit", call).await;
+        assert_status(&err, Code::Internal, "does not fit");
         let mut target = grant.revoke().await.unwrap();
         target.set_len(100_001);
         assert!(
@@ -194,12 +201,8 @@ pub(crate) async fn a_result_window_larger_than_the_endpoint_is_refused_on(b: &B
         }))
         .await
         .unwrap();
-    let err = bounded("a call asked for a 1 TiB window", call)
-        .await
-        .unwrap()
-        .unwrap_err();
-    assert_eq!(err.code(), Code::Internal, "{err}");
-    assert!(err.message().contains("larger than the endpoint"), "{err}");
+    let err = failure("a call asked for a 1 TiB window", call).await;
+    assert_status(&err, Code::Internal, "larger than the endpoint");
 }
 
 #[tokio::test]
@@ -219,12 +222,8 @@ pub(crate) async fn a_pushed_length_outside_the_window_is_refused_on(b: &Backend
         let mut frame = response(r.id);
         frame.pushed_len = pushed_len;
         send(&channel, Kind::Response(frame)).await;
-        let err = bounded("a call told of bytes outside its window", call)
-            .await
-            .unwrap()
-            .unwrap_err();
-        assert_eq!(err.code(), Code::Internal, "{err}");
-        assert!(err.message().contains("outside the window"), "{err}");
+        let err = failure("a call told of bytes outside its window", call).await;
+        assert_status(&err, Code::Internal, "outside the window");
     }
 }
 
@@ -283,10 +282,7 @@ pub(crate) async fn frames_a_server_must_not_send_end_the_connection_on(b: &Back
         } else {
             send(&channel, Kind::Request(r.clone())).await;
         }
-        let err = bounded("a call on a connection the server broke", call)
-            .await
-            .unwrap()
-            .unwrap_err();
+        let err = failure("a call on a connection the server broke", call).await;
         assert!(
             matches!(err.code(), Code::Internal | Code::Unavailable),
             "{err}"
@@ -321,12 +317,8 @@ pub(crate) async fn a_goaway_right_before_the_close_is_read_on(b: &Backend) {
         .expect("a credit for the goaway");
     delivered.await.unwrap();
     channel.conn().close();
-    let err = bounded("the call after a goaway", call)
-        .await
-        .unwrap()
-        .unwrap_err();
-    assert_eq!(err.code(), Code::Unavailable, "{err}");
-    assert!(err.message().contains("down for maintenance"), "{err}");
+    let err = failure("the call after a goaway", call).await;
+    assert_status(&err, Code::Unavailable, "down for maintenance");
 }
 
 #[tokio::test]
@@ -395,10 +387,7 @@ pub(crate) async fn a_silent_server_is_bounded_by_the_deadline_on(b: &Backend) {
         .await
     });
     let r = request(&channel).await;
-    let err = bounded("a call to a silent server", call)
-        .await
-        .unwrap()
-        .unwrap_err();
+    let err = failure("a call to a silent server", call).await;
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err}");
     // The client tells the server it stopped waiting.
     match channel.recv().await.unwrap().kind {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use bytes::Bytes;
 use rdma_rpc_core::service::{EndpointDef, OpKind, ServerCall, Service};
 use rdma_rpc_core::transport::BoxFuture;
-use rdma_rpc_core::Status;
+use rdma_rpc_core::{ConnectionCount, ServerBuilder, Status};
 
 /// Bytes allocated and not freed, and the highest that figure reached since the last reset.
 static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -110,4 +110,14 @@ impl Service for Echo {
             }
         })
     }
+}
+
+/// Binds `builder` with the [`Echo`] service at `addr` and serves it on a task: its address
+/// and its connection count.
+#[allow(dead_code)]
+pub(crate) async fn serve_echo(builder: ServerBuilder, addr: &str) -> (String, ConnectionCount) {
+    let server = builder.add_service(Echo).bind(addr).await.unwrap();
+    let bound = (server.local_addr(), server.connection_count());
+    tokio::spawn(server.serve());
+    bound
 }
