@@ -392,9 +392,11 @@ impl Routes {
 
     /// The route of a request, or the status that explains why there is none.
     pub(crate) fn find(&self, path: &str, op: u32) -> std::result::Result<&Route, crate::Status> {
+        // As gRPC answers an unknown method: the server does not implement it. NOT_FOUND is
+        // the applications' own (a missing key, a missing block).
         let Some(ops) = self.paths.get(path) else {
-            return Err(crate::Status::not_found(format!(
-                "no endpoint at path {path:?}"
+            return Err(crate::Status::unimplemented(format!(
+                "no endpoint at path {path:?} on this server"
             )));
         };
         let Some(op) = OpKind::from_u32(op) else {
@@ -408,7 +410,7 @@ impl Routes {
                 .flatten()
                 .map(|r| r.endpoint.op.as_str())
                 .collect();
-            crate::Status::invalid_argument(format!(
+            crate::Status::unimplemented(format!(
                 "endpoint {path} has no {op} operation (it supports: {})",
                 supported.join(", ")
             ))
