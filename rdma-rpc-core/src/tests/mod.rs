@@ -2,6 +2,52 @@
 //! same suite runs over every transport.
 
 #[cfg(feature = "doca")]
+/// The end-to-end suite functions (each `async fn(&Backend)`) that every backend runs, handed to
+/// `$m!`, after any leading tokens: `with_suite!(m)` is `m!(a_on, b_on, ...)`, and
+/// `with_suite!(m, @tests)` is `m!(@tests a_on, ...)`. One list, so a test added to the suite
+/// runs over TCP's peers, `mem://` and DOCA alike.
+macro_rules! with_suite {
+    ($m:ident $(, $($pre:tt)+)?) => {
+        $m!($($($pre)+)?
+            many_calls_in_flight_on_one_connection_complete_out_of_order_on,
+            deadlines_end_calls_with_deadline_exceeded_on,
+            graceful_shutdown_drains_calls_in_flight_on,
+            calls_without_a_free_slot_take_the_other_path_on,
+            slots_off_and_growing_results_stay_exact_on,
+            abandoned_reads_keep_their_window_until_the_response_on,
+            concurrent_mixed_sizes_on,
+            well_behaved_clients_wait_instead_of_exceeding_the_in_flight_limit_on,
+            malformed_frames_close_that_connection_only_on,
+            frames_a_client_must_not_send_close_the_connection_on,
+            unknown_endpoints_wrong_operations_and_oversized_requests_get_statuses_on,
+            handler_panic_is_an_internal_error_and_the_server_goes_on_on,
+            client_dying_mid_write_never_reaches_the_handler_and_frees_the_buffer_on,
+            server_death_ends_pending_calls_promptly_on,
+            in_flight_limit_is_enforced_and_named_on,
+            connection_limit_is_enforced_and_named_on,
+            oversized_metadata_is_refused_with_the_limit_named_on,
+            protocol_version_mismatch_is_reported_on,
+            silent_clients_time_out_in_the_handshake_on,
+            misused_write_slots_get_statuses_on,
+            stale_descriptors_never_reach_another_connection_on,
+            slot_bytes_never_change_under_a_handler_on,
+            a_hello_without_credits_is_refused_on,
+            the_count_is_exact_when_clients_leave_on,
+            idle_connections_are_closed_on,
+            waiting_for_a_buffer_is_bounded_on,
+            a_forged_window_ends_the_call_with_a_status_on,
+            a_result_window_larger_than_the_endpoint_is_refused_on,
+            a_pushed_length_outside_the_window_is_refused_on,
+            responses_to_unknown_calls_are_ignored_on,
+            frames_a_server_must_not_send_end_the_connection_on,
+            a_goaway_right_before_the_close_is_read_on,
+            an_unusable_handshake_is_refused_on,
+            a_silent_server_is_bounded_by_the_deadline_on,
+            a_kept_pull_window_never_shows_another_connections_data_on,
+        );
+    };
+}
+
 mod doca;
 mod e2e;
 mod fast_paths;
