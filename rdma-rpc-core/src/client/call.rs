@@ -158,7 +158,7 @@ impl Client {
         let route = outgoing(inline, slot.is_some(), inner.pull_writes);
         let mut request = RequestFrame {
             id,
-            path: endpoint.path.to_owned(),
+            path: Bytes::from_static(endpoint.path.as_bytes()),
             op: endpoint.op.as_u32(),
             metadata,
             payload_len: data.len() as u64,

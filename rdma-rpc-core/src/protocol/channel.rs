@@ -234,7 +234,8 @@ impl FrameChannel {
     /// The next frame. `Err` ends the connection: the transport failed or the peer sent
     /// something that is not a frame.
     pub(crate) async fn recv(&self) -> Result<Frame> {
-        let completion = self.conn.recv().await?;
+        // Polled in place: no future to allocate per frame.
+        let completion = std::future::poll_fn(|cx| self.conn.poll_recv(cx)).await?;
         if completion.opcode != RecvOpcode::Send {
             return Err(self.malformed(format!(
                 "expected a control frame, got {:?}",

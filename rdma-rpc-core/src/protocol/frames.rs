@@ -101,8 +101,10 @@ pub(crate) struct SlotFrame {
 pub(crate) struct RequestFrame {
     #[prost(uint64, tag = "1")]
     pub(crate) id: u64,
-    #[prost(string, tag = "2")]
-    pub(crate) path: String,
+    /// The endpoint's path, UTF-8 (a protobuf `string` on the wire; kept as bytes so that a
+    /// client sends its static path without copying it).
+    #[prost(bytes = "bytes", tag = "2")]
+    pub(crate) path: Bytes,
     #[prost(uint32, tag = "3")]
     pub(crate) op: u32,
     /// Encoded request message.

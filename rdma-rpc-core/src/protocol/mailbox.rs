@@ -3,16 +3,42 @@
 //!
 //! One small allocation per call. A channel (`tokio::sync::mpsc`) allocates a block of 32
 //! slots on its first message; at one channel per call that block was most of the memory
-//! traffic of a small call.
+//! traffic of a small call. The first event waits in the box itself: most calls get one (the
+//! response), and a queue would allocate for it.
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 
+/// Events in arrival order: the oldest in `first` when only one waits, the others behind it.
+struct Queue<T> {
+    first: Option<T>,
+    /// Allocates only when a second event arrives before the first was taken.
+    rest: VecDeque<T>,
+}
+
+impl<T> Queue<T> {
+    fn push(&mut self, event: T) {
+        if self.first.is_none() && self.rest.is_empty() {
+            self.first = Some(event);
+        } else {
+            self.rest.push_back(event);
+        }
+    }
+
+    fn pop(&mut self) -> Option<T> {
+        self.first.take().or_else(|| self.rest.pop_front())
+    }
+
+    fn clear(&mut self) {
+        self.first = None;
+        self.rest.clear();
+    }
+}
+
 struct State<T> {
-    /// Rarely more than one event; a `VecDeque` allocates only on its first push.
-    queue: VecDeque<T>,
+    queue: Queue<T>,
     waker: Option<Waker>,
     /// The sender is gone: after the queue, `recv` returns `None`.
     closed: bool,
@@ -40,7 +66,10 @@ pub(crate) struct Mailbox<T>(Arc<Shared<T>>);
 pub(crate) fn mailbox<T>() -> (Sender<T>, Mailbox<T>) {
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
-            queue: VecDeque::new(),
+            queue: Queue {
+                first: None,
+                rest: VecDeque::new(),
+            },
             waker: None,
             closed: false,
             abandoned: false,
@@ -57,7 +86,7 @@ impl<T> Sender<T> {
             if state.abandoned {
                 return;
             }
-            state.queue.push_back(event);
+            state.queue.push(event);
             state.waker.take()
         };
         if let Some(waker) = waker {
@@ -84,7 +113,7 @@ impl<T> Mailbox<T> {
     pub(crate) async fn recv(&mut self) -> Option<T> {
         poll_fn(|cx| {
             let mut state = self.0.state();
-            if let Some(event) = state.queue.pop_front() {
+            if let Some(event) = state.queue.pop() {
                 return Poll::Ready(Some(event));
             }
             if state.closed {
@@ -143,6 +172,28 @@ mod tests {
             let mut next = pin!(rx.recv());
             assert_eq!(next.as_mut().poll(&mut cx), Poll::Ready(want));
         }
+    }
+
+    #[test]
+    fn events_taken_between_arrivals_keep_their_order() {
+        let (tx, mut rx) = mailbox();
+        let waker = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
+        let mut cx = Context::from_waker(&waker);
+        let mut take = || {
+            let mut next = pin!(rx.recv());
+            match next.as_mut().poll(&mut cx) {
+                Poll::Ready(event) => event,
+                Poll::Pending => panic!("an event was queued"),
+            }
+        };
+        tx.send(1);
+        tx.send(2);
+        assert_eq!(take(), Some(1));
+        tx.send(3);
+        assert_eq!(take(), Some(2));
+        tx.send(4);
+        assert_eq!(take(), Some(3));
+        assert_eq!(take(), Some(4));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use super::e2e::{inbound, outbound, BLOB_READ, BLOB_WRITE, MSG_RECEIVE, MSG_SEND};
@@ -154,8 +155,8 @@ impl Connection for FaultyConnection {
         self.inner.post_recv(buf)
     }
 
-    fn recv(&self) -> BoxFuture<'_, Result<RecvCompletion>> {
-        self.inner.recv()
+    fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Result<RecvCompletion>> {
+        self.inner.poll_recv(cx)
     }
 
     fn send(&self, data: SendData, imm: Option<u32>) -> BoxFuture<'static, Result<()>> {

@@ -26,7 +26,7 @@ fn request() -> impl Strategy<Value = RequestFrame> {
         .prop_map(
             |(id, path, op, metadata, payload_len, slot, source, timeout_us)| RequestFrame {
                 id,
-                path,
+                path: path.into(),
                 op,
                 metadata: Bytes::from(metadata),
                 payload_len,

@@ -109,7 +109,7 @@ impl RawClient {
     pub(crate) async fn request(&self, id: u64, path: &str, op: OpKind, payload_len: u64) {
         let request = RequestFrame {
             id,
-            path: path.into(),
+            path: Bytes::copy_from_slice(path.as_bytes()),
             op: op.as_u32(),
             metadata: Bytes::from(prost::Message::encode_to_vec(&req(payload_len as usize, 7))),
             payload_len,

@@ -1,14 +1,16 @@
 //! Pieces every transport needs the same way: the queue of completed receives, and a
 //! listener whose connections are set up in the background.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Mutex};
+use tokio::sync::{mpsc, Mutex};
 use tokio::task::JoinHandle;
 
 use super::{BoxFuture, Connection, Listener, RecvCompletion};
@@ -17,44 +19,113 @@ use crate::error::{Error, Result};
 /// Completed receives of one connection, handed out in order; once the connection is closed
 /// and the queue is empty, the connection's error.
 pub(crate) struct RecvQueue {
-    tx: mpsc::UnboundedSender<RecvCompletion>,
-    rx: Mutex<mpsc::UnboundedReceiver<RecvCompletion>>,
+    state: std::sync::Mutex<QueueState>,
+}
+
+#[derive(Default)]
+struct QueueState {
+    completed: VecDeque<RecvCompletion>,
+    closed: bool,
+    waiters: Waiters,
 }
 
 impl RecvQueue {
     pub(crate) fn new() -> RecvQueue {
-        let (tx, rx) = mpsc::unbounded_channel();
         RecvQueue {
-            tx,
-            rx: Mutex::new(rx),
+            state: std::sync::Mutex::new(QueueState::default()),
         }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Queues a completion.
     pub(crate) fn push(&self, completion: RecvCompletion) {
-        // The receiver lives as long as `self`: sending cannot fail.
-        let _ = self.tx.send(completion);
+        let woken = {
+            let mut st = self.state();
+            st.completed.push_back(completion);
+            st.waiters.take()
+        };
+        woken.wake();
     }
 
-    /// The next completion. Cancel safe: a completion is only taken when it is returned.
-    pub(crate) async fn next(
+    /// The connection ended: once the queue is drained, receivers get its error.
+    pub(crate) fn close(&self) {
+        let woken = {
+            let mut st = self.state();
+            st.closed = true;
+            st.waiters.take()
+        };
+        woken.wake();
+    }
+
+    /// The next completion, or the connection's error once closed and drained. Nothing is
+    /// taken unless it is returned, so a receiver that stops polling loses nothing.
+    pub(crate) fn poll_next(
         &self,
-        closed: &watch::Sender<bool>,
-        error: impl Fn() -> Error,
-    ) -> Result<RecvCompletion> {
-        let mut rx = self.rx.lock().await;
-        let mut closed = closed.subscribe();
-        loop {
-            if let Ok(c) = rx.try_recv() {
-                return Ok(c);
+        cx: &mut Context<'_>,
+        error: impl FnOnce() -> Error,
+    ) -> Poll<Result<RecvCompletion>> {
+        let mut st = self.state();
+        if let Some(c) = st.completed.pop_front() {
+            return Poll::Ready(Ok(c));
+        }
+        if st.closed {
+            return Poll::Ready(Err(error()));
+        }
+        st.waiters.register(cx.waker());
+        Poll::Pending
+    }
+}
+
+/// Tasks waiting for the receives of one connection: nearly always one.
+#[derive(Default)]
+pub(crate) struct Waiters {
+    first: Option<Waker>,
+    more: Vec<Waker>,
+}
+
+impl Waiters {
+    pub(crate) fn register(&mut self, waker: &Waker) {
+        match &self.first {
+            None => self.first = Some(waker.clone()),
+            Some(w) if w.will_wake(waker) => {}
+            Some(_) => {
+                if !self.more.iter().any(|w| w.will_wake(waker)) {
+                    self.more.push(waker.clone());
+                }
             }
-            if *closed.borrow_and_update() {
-                return Err(error());
-            }
-            tokio::select! {
-                c = rx.recv() => if let Some(c) = c { return Ok(c) },
-                _ = closed.changed() => {}
-            }
+        }
+    }
+
+    /// Takes the wakers, to wake once the lock is released.
+    pub(crate) fn take(&mut self) -> Woken {
+        Woken {
+            first: self.first.take(),
+            more: if self.more.is_empty() {
+                Vec::new()
+            } else {
+                std::mem::take(&mut self.more)
+            },
+        }
+    }
+}
+
+/// Wakers taken under the lock, woken after it.
+#[must_use]
+pub(crate) struct Woken {
+    first: Option<Waker>,
+    more: Vec<Waker>,
+}
+
+impl Woken {
+    pub(crate) fn wake(self) {
+        if let Some(w) = self.first {
+            w.wake();
+        }
+        for w in self.more {
+            w.wake();
         }
     }
 }

@@ -28,6 +28,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 
@@ -230,9 +231,18 @@ pub trait Connection: Send + Sync + fmt::Debug + 'static {
     /// they were posted.
     fn post_recv(&self, buf: RegisteredBuf) -> Result<()>;
 
-    /// The next completed receive. Fails once the connection is in error. Must be cancel
-    /// safe: dropping the future loses no completion.
-    fn recv(&self) -> BoxFuture<'_, Result<RecvCompletion>>;
+    /// The next completed receive, or `Pending` with the task registered to be woken when
+    /// one completes (every waiting task is woken). Fails once the connection is in error and
+    /// its completions are drained. A completion is taken only when it is returned, so a
+    /// receiver that stops polling loses nothing. Polled by the protocol on its hot path: no
+    /// allocation per receive.
+    fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Result<RecvCompletion>>;
+
+    /// [`poll_recv`](Self::poll_recv) as a future. Cancel safe: dropping it loses no
+    /// completion.
+    fn recv(&self) -> BoxFuture<'_, Result<RecvCompletion>> {
+        Box::pin(std::future::poll_fn(move |cx| self.poll_recv(cx)))
+    }
 
     /// Sends `data` into the peer's next posted receive; completes when the peer has it.
     fn send(&self, data: SendData, imm: Option<u32>) -> BoxFuture<'static, Result<()>>;

@@ -4,6 +4,7 @@ use crate::transport::common::QueuedListener;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -123,12 +124,10 @@ impl Connection for DocaConnection {
         self.shared.post_recv(buf)
     }
 
-    fn recv(&self) -> BoxFuture<'_, Result<RecvCompletion>> {
-        Box::pin(
-            self.shared
-                .completions
-                .next(&self.shared.closed, || self.shared.error()),
-        )
+    fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Result<RecvCompletion>> {
+        self.shared
+            .completions
+            .poll_next(cx, || self.shared.error())
     }
 
     fn send(&self, data: SendData, imm: Option<u32>) -> BoxFuture<'static, Result<()>> {

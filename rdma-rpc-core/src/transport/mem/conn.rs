@@ -3,8 +3,7 @@
 //! it is posted, and its future is ready at once.
 
 use std::fmt;
-use std::future::{ready, Future};
-use std::pin::Pin;
+use std::future::ready;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -93,20 +92,6 @@ fn failed_now<T: Send + 'static>(err: Error) -> BoxFuture<'static, Result<T>> {
     Box::pin(ready(Err(err)))
 }
 
-/// `recv`: takes a completion only when it returns it (cancel safe).
-struct Recv<'a> {
-    link: &'a Link,
-    me: usize,
-}
-
-impl Future for Recv<'_> {
-    type Output = Result<RecvCompletion>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.link.poll_recv(self.me, cx)
-    }
-}
-
 impl Connection for MemConnection {
     fn peer(&self) -> &str {
         self.link.peer(self.me)
@@ -126,11 +111,8 @@ impl Connection for MemConnection {
         self.link.post_recv(self.me, buf)
     }
 
-    fn recv(&self) -> BoxFuture<'_, Result<RecvCompletion>> {
-        Box::pin(Recv {
-            link: &self.link,
-            me: self.me,
-        })
+    fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Result<RecvCompletion>> {
+        self.link.poll_recv(self.me, cx)
     }
 
     fn send(&self, data: SendData, imm: Option<u32>) -> BoxFuture<'static, Result<()>> {

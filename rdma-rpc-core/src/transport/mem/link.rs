@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use tokio::sync::{oneshot, Notify};
@@ -22,6 +22,7 @@ use super::window::WindowTable;
 use super::MemConfig;
 use crate::error::{AccessViolation, Error, Result};
 use crate::memory::{Access, RegisteredBuf};
+use crate::transport::common::Waiters;
 use crate::transport::{Grant, RecvCompletion, RecvOpcode, SendData};
 
 /// Locks `m`; a panic elsewhere while it was held leaves plain data, still usable.
@@ -74,57 +75,6 @@ struct Rx {
     /// The other end's operations, in posting order, behind one that found no posted receive
     /// (the head is always a send or a write with immediate).
     stalled: VecDeque<Queued>,
-}
-
-/// Tasks waiting in `recv` of one end: nearly always one.
-#[derive(Default)]
-struct Waiters {
-    first: Option<Waker>,
-    more: Vec<Waker>,
-}
-
-impl Waiters {
-    fn register(&mut self, waker: &Waker) {
-        match &self.first {
-            None => self.first = Some(waker.clone()),
-            Some(w) if w.will_wake(waker) => {}
-            Some(_) => {
-                if !self.more.iter().any(|w| w.will_wake(waker)) {
-                    self.more.push(waker.clone());
-                }
-            }
-        }
-    }
-
-    /// Takes the wakers, to wake once the lock is released.
-    fn take(&mut self) -> Woken {
-        Woken {
-            first: self.first.take(),
-            more: if self.more.is_empty() {
-                Vec::new()
-            } else {
-                std::mem::take(&mut self.more)
-            },
-        }
-    }
-}
-
-/// Wakers taken under the lock, woken after it.
-#[must_use]
-struct Woken {
-    first: Option<Waker>,
-    more: Vec<Waker>,
-}
-
-impl Woken {
-    fn wake(self) {
-        if let Some(w) = self.first {
-            w.wake();
-        }
-        for w in self.more {
-            w.wake();
-        }
-    }
 }
 
 /// An atomic operation.

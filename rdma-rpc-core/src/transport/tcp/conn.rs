@@ -6,6 +6,7 @@ use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -153,6 +154,7 @@ impl Shared {
             op.fail(err.duplicate());
         }
         drop(posted);
+        self.completions.close();
         self.closed.send_replace(true);
         if let Some(reader) = self.reader.get() {
             reader.abort();
@@ -367,12 +369,10 @@ impl Connection for TcpConnection {
         Ok(())
     }
 
-    fn recv(&self) -> BoxFuture<'_, Result<RecvCompletion>> {
-        Box::pin(
-            self.shared
-                .completions
-                .next(&self.shared.closed, || self.shared.error()),
-        )
+    fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Result<RecvCompletion>> {
+        self.shared
+            .completions
+            .poll_next(cx, || self.shared.error())
     }
 
     fn send(&self, data: SendData, imm: Option<u32>) -> BoxFuture<'static, Result<()>> {

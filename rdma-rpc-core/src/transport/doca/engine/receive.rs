@@ -103,6 +103,7 @@ impl ConnShared {
             )
         };
         drop((posted, arrived));
+        self.completions.close();
         self.closed.send_replace(true);
         true
     }
