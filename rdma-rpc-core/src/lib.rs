@@ -14,7 +14,7 @@ pub mod transport;
 pub use bytes::Bytes;
 pub use client::{Client, ClientBuilder, ClientConfig, ClientStats};
 pub use error::{Error, Result};
-pub use memory::{Access, BufferPool, RegisteredBuf};
+pub use memory::{Access, BufferPool, MemoryRegion, RegisteredBuf};
 pub use server::{BoundServer, ConnectionCount, Server, ServerBuilder, ServerConfig};
 pub use service::{EndpointDef, IntoRequest, OpKind, RawRequest, Request, ServerCall, Service};
 pub use status::{Code, Status};

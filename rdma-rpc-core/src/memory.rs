@@ -12,6 +12,10 @@ use tokio::sync::Semaphore;
 
 use crate::error::{Error, Result};
 
+mod region;
+
+pub use region::MemoryRegion;
+
 /// Alignment of every registered buffer (a page, as RDMA registrations like).
 pub const BUFFER_ALIGN: usize = 4096;
 
@@ -150,6 +154,11 @@ impl Region {
         self.ptr.as_ptr() as u64
     }
 
+    /// Size of the whole allocation (every view of it included).
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// The transport registration of this region, made by `init` on first use.
     ///
     /// A region is registered with at most one transport kind; `init` runs at most once.
@@ -210,16 +219,20 @@ pub const MAX_BUFFER: usize = 1 << 30;
 ///
 /// Transports take it by value for an operation and give it back on completion, so nothing
 /// else can touch its bytes while a peer or the transport does. A buffer taken from a
-/// [`BufferPool`] returns to it when dropped.
+/// [`BufferPool`] returns to it when dropped; a lease of a [`MemoryRegion`] (a view of part of
+/// the region) returns its range to the region.
 pub struct RegisteredBuf {
     region: Arc<Region>,
+    /// Offset of the first byte of this buffer in its region (0 but for region leases).
+    start: usize,
+    capacity: usize,
     len: usize,
     pool: Option<Arc<dyn Recycle>>,
 }
 
-/// Where a pooled buffer goes when dropped.
+/// Where a pooled buffer, or a leased range, goes when dropped.
 trait Recycle: Send + Sync {
-    fn give_back(&self, region: Arc<Region>);
+    fn give_back(&self, region: Arc<Region>, start: usize, capacity: usize);
 }
 
 impl RegisteredBuf {
@@ -227,11 +240,7 @@ impl RegisteredBuf {
     ///
     /// Prefer [`BufferPool`] on hot paths: registration is expensive on RDMA hardware.
     pub fn new(capacity: usize, access: Access) -> Result<RegisteredBuf> {
-        Ok(RegisteredBuf {
-            region: Region::new(capacity, access)?,
-            len: 0,
-            pool: None,
-        })
+        Ok(RegisteredBuf::whole(Region::new(capacity, access)?, None))
     }
 
     /// A buffer holding a copy of `data`.
@@ -242,9 +251,20 @@ impl RegisteredBuf {
         Ok(buf)
     }
 
+    /// A buffer over all of `region`, empty.
+    fn whole(region: Arc<Region>, pool: Option<Arc<dyn Recycle>>) -> RegisteredBuf {
+        RegisteredBuf {
+            capacity: region.capacity,
+            region,
+            start: 0,
+            len: 0,
+            pool,
+        }
+    }
+
     /// Capacity in bytes.
     pub fn capacity(&self) -> usize {
-        self.region.capacity
+        self.capacity
     }
 
     /// Length of the data in bytes.
@@ -275,19 +295,19 @@ impl RegisteredBuf {
     /// The data.
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: we own the buffer exclusively (see `Region`); `len <= capacity`.
-        unsafe { std::slice::from_raw_parts(self.region.ptr_at(0), self.len) }
+        unsafe { std::slice::from_raw_parts(self.ptr_at(0), self.len) }
     }
 
     /// The data, mutable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: we own the buffer exclusively and hold `&mut self`; `len <= capacity`.
-        unsafe { std::slice::from_raw_parts_mut(self.region.ptr_at(0), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr_at(0), self.len) }
     }
 
     /// The whole capacity, mutable (to fill before [`set_len`](Self::set_len)).
     pub fn as_mut_capacity(&mut self) -> &mut [u8] {
         // SAFETY: as `as_mut_slice`, over the whole allocation.
-        unsafe { std::slice::from_raw_parts_mut(self.region.ptr_at(0), self.region.capacity) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr_at(0), self.capacity) }
     }
 
     /// Copies `data` in and sets the length. Fails when it does not fit.
@@ -310,8 +330,27 @@ impl RegisteredBuf {
         bytes::Bytes::from_owner(FrozenBuf(self))
     }
 
+    /// The registered allocation this buffer is part of (transports register it whole).
+    #[cfg_attr(not(feature = "doca"), allow(dead_code))]
     pub(crate) fn region(&self) -> &Arc<Region> {
         &self.region
+    }
+
+    /// The address of the buffer's first byte (what a descriptor of it advertises).
+    pub(crate) fn addr(&self) -> u64 {
+        self.region.addr() + self.start as u64
+    }
+
+    /// Raw pointer to byte `offset` of this buffer.
+    ///
+    /// # Safety
+    /// `offset <= capacity`, and the caller must have the right to touch the bytes it reaches
+    /// through the pointer (it owns the buffer, or holds a window guard over it).
+    pub(crate) unsafe fn ptr_at(&self, offset: usize) -> *mut u8 {
+        debug_assert!(offset <= self.capacity);
+        // SAFETY: `start + capacity <= region.capacity` (checked when the view was made), so
+        // `start + offset` stays within the region as the caller keeps `offset <= capacity`.
+        unsafe { self.region.ptr_at(self.start + offset) }
     }
 }
 
@@ -337,7 +376,7 @@ impl fmt::Debug for RegisteredBuf {
 impl Drop for RegisteredBuf {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.take() {
-            pool.give_back(self.region.clone());
+            pool.give_back(self.region.clone(), self.start, self.capacity);
         }
     }
 }
@@ -350,7 +389,7 @@ struct PoolInner {
 }
 
 impl Recycle for PoolInner {
-    fn give_back(&self, region: Arc<Region>) {
+    fn give_back(&self, region: Arc<Region>, _: usize, _: usize) {
         match self.free.lock() {
             Ok(mut free) => free.push(region),
             // A poisoned pool lost a buffer; never panic in Drop.
@@ -428,11 +467,7 @@ impl BufferPool {
             .unwrap_or_else(|e| e.into_inner())
             .pop()
             .expect("a permit guarantees a free buffer");
-        RegisteredBuf {
-            region,
-            len: 0,
-            pool: Some(self.inner.clone() as Arc<dyn Recycle>),
-        }
+        RegisteredBuf::whole(region, Some(self.inner.clone() as Arc<dyn Recycle>))
     }
 }
 
@@ -464,7 +499,7 @@ struct StagingClass {
 }
 
 impl Recycle for StagingClass {
-    fn give_back(&self, region: Arc<Region>) {
+    fn give_back(&self, region: Arc<Region>, _: usize, _: usize) {
         if let Ok(mut free) = self.free.lock() {
             free.push(region);
         }
@@ -524,11 +559,10 @@ impl StagingPools {
                 Region::new(size, STAGING_ACCESS)?
             }
         };
-        Ok(RegisteredBuf {
+        Ok(RegisteredBuf::whole(
             region,
-            len: 0,
-            pool: Some(class as Arc<dyn Recycle>),
-        })
+            Some(class as Arc<dyn Recycle>),
+        ))
     }
 }
 

@@ -158,3 +158,60 @@ pub(crate) async fn writes_land_before_later_sends(
         send.await.unwrap();
     }
 }
+
+/// One-sided operations on leases of memory regions, on both sides: the bytes land exactly in
+/// the leased range of the target region, a write sends from a lease and a read lands in one,
+/// with nothing copied or touched around them.
+pub(crate) async fn region_leases_in_place(a: &Arc<dyn Connection>, b: &Arc<dyn Connection>) {
+    use crate::memory::MemoryRegion;
+    const AT: usize = 4096 + 104;
+    const LEN: usize = 1000;
+    let (ours, theirs) = (
+        MemoryRegion::new(64 << 10).unwrap(),
+        MemoryRegion::new(64 << 10).unwrap(),
+    );
+    let grant = b
+        .grant(
+            theirs.lease(AT, LEN).unwrap(),
+            0,
+            LEN,
+            Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+        )
+        .unwrap();
+    let desc = grant.descriptor().clone();
+    let mut src = ours.lease(100, LEN).unwrap();
+    src.as_mut_slice().copy_from_slice(&pattern(LEN, 3));
+    a.write(SendData::Registered(src), &desc, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        a.fetch_and_add(&desc.slice(8, 8).unwrap(), 1)
+            .await
+            .unwrap(),
+        u64::from_ne_bytes(pattern(LEN, 3)[8..16].try_into().unwrap())
+    );
+    let back = a.read(&desc, ours.lease(8192, LEN).unwrap()).await.unwrap();
+    let mut want = pattern(LEN, 3);
+    let added = u64::from_ne_bytes(want[8..16].try_into().unwrap()).wrapping_add(1);
+    want[8..16].copy_from_slice(&added.to_ne_bytes());
+    assert_eq!(back.as_slice(), &want[..], "read into a lease");
+    drop(back);
+    drop(grant.revoke().await);
+    let whole = theirs.lease(0, theirs.len()).unwrap();
+    assert_eq!(
+        &whole.as_slice()[AT..AT + LEN],
+        &want[..],
+        "in the leased range"
+    );
+    assert!(
+        whole.as_slice()[..AT].iter().all(|&x| x == 0),
+        "nothing before"
+    );
+    assert!(
+        whole.as_slice()[AT + LEN..].iter().all(|&x| x == 0),
+        "nothing after"
+    );
+    let ours = ours.lease(0, ours.len()).unwrap();
+    assert_eq!(&ours.as_slice()[8192..8192 + LEN], &want[..]);
+    assert!(ours.as_slice()[8192 + LEN..].iter().all(|&x| x == 0));
+}

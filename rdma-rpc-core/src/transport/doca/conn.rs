@@ -209,7 +209,7 @@ impl Connection for DocaConnection {
         // rights of this grant, over the whole region (DOCA cannot narrow an export).
         let mmap = mmap_for(&self.engine().dev, &buf, access | local_bits(&buf))?;
         let descriptor = Descriptor {
-            addr: buf.region().addr() + offset as u64,
+            addr: buf.addr() + offset as u64,
             len: len as u64,
             rkey: self.next_key.fetch_add(1, Ordering::Relaxed),
             access,

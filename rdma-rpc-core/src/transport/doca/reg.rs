@@ -41,9 +41,17 @@ pub(super) fn mmap_for(
     if let Some((_, m)) = mmaps.iter().find(|(bits, _)| *bits == access.bits()) {
         return Ok(m.clone());
     }
+    // The whole region, whatever part of it `buf` is: every view of a region shares its mmap.
     // SAFETY: the region's allocation (at least one byte, hence `max(1)`) lives as long as the
     // region, which owns the registration slot that keeps this mmap.
-    let mmap = unsafe { Mmap::local(dev, region.ptr_at(0), buf.capacity().max(1), access.bits()) }?;
+    let mmap = unsafe {
+        Mmap::local(
+            dev,
+            region.ptr_at(0),
+            region.capacity().max(1),
+            access.bits(),
+        )
+    }?;
     let mmap = Arc::new(mmap);
     mmaps.push((access.bits(), mmap.clone()));
     Ok(mmap)

@@ -177,6 +177,12 @@ async fn atomics_compare_and_swap_and_fetch_and_add() {
 }
 
 #[tokio::test]
+async fn one_sided_operations_on_region_leases_land_in_place() {
+    let (a, b) = pair().await;
+    conformance::region_leases_in_place(&a, &b).await;
+}
+
+#[tokio::test]
 async fn writes_outside_the_region_fail_and_touch_nothing() {
     let (a, b) = pair().await;
     // A window over bytes 8..24 of a 32-byte buffer; the peer lies about the length and

@@ -99,6 +99,12 @@ async fn atomics_compare_and_swap_and_fetch_and_add() {
 }
 
 #[tokio::test]
+async fn one_sided_operations_on_region_leases_land_in_place() {
+    let (a, b) = pair().await;
+    conformance::region_leases_in_place(&a, &b).await;
+}
+
+#[tokio::test]
 async fn writes_land_before_later_sends() {
     let (a, b) = pair().await;
     conformance::writes_land_before_later_sends(&a, &b).await;

@@ -88,7 +88,7 @@ impl WindowTable {
         len: usize,
         access: Access,
     ) -> Grant {
-        let base = buf.region().addr() + offset as u64;
+        let base = buf.addr() + offset as u64;
         // Never reused within a table's first 2^32 grants: a revoked key finds nothing.
         let rkey = self.next_key.fetch_add(1, Ordering::Relaxed) ^ self.key_salt;
         let window = Arc::new(Window {

@@ -504,7 +504,7 @@ impl Connection for TcpConnection {
         if self.shared.is_failed() {
             return Err(self.shared.error());
         }
-        let base = buf.region().addr() + offset as u64;
+        let base = buf.addr() + offset as u64;
         let rkey = self.new_key();
         let slot: Slot = Arc::new(RwLock::new(Some(buf)));
         lock(&self.shared.windows).insert(
@@ -667,7 +667,7 @@ async fn write_packet(out: &mut BufWriter<OwnedWriteHalf>, packet: Packet) -> st
             // SAFETY: the read guard keeps the window from being revoked, so the buffer is
             // owned by the window and only read here (writes and atomics take the write lock);
             // `offset + len` was checked against the window, which lies inside the buffer.
-            let bytes = unsafe { std::slice::from_raw_parts(buf.region().ptr_at(*offset), *len) };
+            let bytes = unsafe { std::slice::from_raw_parts(buf.ptr_at(*offset), *len) };
             out.write_all(bytes).await
         }
     }
@@ -766,7 +766,7 @@ async unsafe fn read_into(
     limit: Duration,
 ) -> std::io::Result<()> {
     // SAFETY: guaranteed by the caller.
-    let dst = unsafe { std::slice::from_raw_parts_mut(buf.region().ptr_at(offset), len) };
+    let dst = unsafe { std::slice::from_raw_parts_mut(buf.ptr_at(offset), len) };
     deadline(limit, async { rd.read_exact(dst).await.map(drop) }).await
 }
 
@@ -913,7 +913,7 @@ async fn handle(shared: &Arc<Shared>, rd: &mut Reader, h: Header) -> Result<()> 
             // window (checked by `lookup`) and 8-aligned (the buffer is page-aligned and the
             // address is 8-aligned).
             let old = unsafe {
-                let p = buf.region().ptr_at(offset).cast::<u64>();
+                let p = buf.ptr_at(offset).cast::<u64>();
                 let old = p.read();
                 let new = match h.kind {
                     Kind::Cas if old == h.arg0 => h.arg1,

@@ -283,7 +283,7 @@ impl Owner {
                 let b = match n {
                     0 => None,
                     // SAFETY: the source memory is owned by this operation until it completes.
-                    _ => Some(unsafe { inv.buf(&src.mmap, src.buf.region().addr(), n, n) }?),
+                    _ => Some(unsafe { inv.buf(&src.mmap, src.buf.addr(), n, n) }?),
                 };
                 let task = Task::send(rdma, conn, c.idle(kind), b.as_ref(), *imm)?;
                 Ok((task, b.into_iter().collect()))
@@ -300,7 +300,7 @@ impl Owner {
                     0 => (None, None),
                     // SAFETY: the source memory is owned by this operation until it completes.
                     _ => (
-                        Some(unsafe { inv.buf(&src.mmap, src.buf.region().addr(), n, n) }?),
+                        Some(unsafe { inv.buf(&src.mmap, src.buf.addr(), n, n) }?),
                         Some(remote_buf(dst, 0)?),
                     ),
                 };
@@ -314,12 +314,7 @@ impl Owner {
                         Some(remote_buf(src, len as usize)?),
                         // SAFETY: the destination is owned by this operation until it completes.
                         Some(unsafe {
-                            inv.buf(
-                                &dst.mmap,
-                                dst.buf.region().addr(),
-                                dst.buf.capacity().max(1),
-                                0,
-                            )
+                            inv.buf(&dst.mmap, dst.buf.addr(), dst.buf.capacity().max(1), 0)
                         }?),
                     ),
                 };
@@ -334,14 +329,8 @@ impl Owner {
             } => {
                 let d = remote_buf(dst, 8)?;
                 // SAFETY: the result buffer is owned by this operation until it completes.
-                let r = unsafe {
-                    inv.buf(
-                        &result.mmap,
-                        result.buf.region().addr(),
-                        result.buf.capacity(),
-                        0,
-                    )
-                }?;
+                let r =
+                    unsafe { inv.buf(&result.mmap, result.buf.addr(), result.buf.capacity(), 0) }?;
                 let task = match *aop {
                     AtomicOp::CompareAndSwap { expected, new } => Task::compare_and_swap(
                         rdma,
@@ -533,9 +522,7 @@ fn complete(done: Done, result: Result<()>) {
             let mut bytes = [0u8; 8];
             // SAFETY: the atomic completed, so DOCA wrote the previous value (native endian)
             // into the first 8 bytes of the result buffer, which this operation owns.
-            unsafe {
-                std::ptr::copy_nonoverlapping(result.region().ptr_at(0), bytes.as_mut_ptr(), 8)
-            };
+            unsafe { std::ptr::copy_nonoverlapping(result.ptr_at(0), bytes.as_mut_ptr(), 8) };
             done.send(Ok(u64::from_ne_bytes(bytes))).map_err(drop)
         }
         (Done::Atomic { done, .. }, Err(e)) => done.send(Err(e)).map_err(drop),

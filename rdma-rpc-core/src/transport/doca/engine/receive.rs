@@ -289,7 +289,7 @@ impl Staging {
         if std::mem::replace(&mut self.posted, true) {
             return Ok(());
         }
-        let base = self.memory.region().addr();
+        let base = self.memory.addr();
         for (i, slot) in self.slots.iter_mut().enumerate() {
             // SAFETY: the slot lies inside the staging memory, which only receives write into
             // and which outlives every buffer taken from it (field order above).
@@ -317,7 +317,7 @@ impl Staging {
         let len = len.min(self.slot_size);
         // SAFETY: the receive completed, so DOCA is done writing its slot, which lies inside
         // the staging memory; the slot is not reposted before the caller is done.
-        Some(unsafe { std::slice::from_raw_parts(self.memory.region().ptr_at(slot.offset), len) })
+        Some(unsafe { std::slice::from_raw_parts(self.memory.ptr_at(slot.offset), len) })
     }
 
     /// After a receive's completion: reposts it (`running`) or frees it (the context stops).

@@ -179,7 +179,7 @@ impl Owner {
         let mmap = Arc::new(unsafe {
             Mmap::local(
                 dev,
-                memory.region().ptr_at(0),
+                memory.ptr_at(0),
                 memory.capacity(),
                 sys::DOCA_ACCESS_FLAG_LOCAL_READ_WRITE,
             )

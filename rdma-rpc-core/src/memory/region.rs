@@ -1,0 +1,171 @@
+//! User memory registered once: a [`MemoryRegion`] the application owns, and leases of its
+//! byte ranges that calls and one-sided operations use in place, with no staging copy.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::{Access, Recycle, Region, RegisteredBuf};
+use crate::error::{Error, Result};
+
+/// Memory an application registers once and reuses: a block cache, an I/O arena, the buffers
+/// of a storage initiator.
+///
+/// Its bytes are reached through leases: [`lease`](Self::lease) hands out a byte range as a
+/// [`RegisteredBuf`] (a view of the region, no copy), which calls send from and read into
+/// and which can be offered to a peer as a remote buffer (`Client::offer`). Leases never
+/// overlap, so no two owners can touch the same bytes; dropping a lease returns its range.
+/// The bytes keep their contents between leases.
+///
+/// On DOCA the region is registered as one mmap (per set of rights), made the first time a
+/// lease of it is used on a connection; nothing is registered per call. Cheap to clone: clones
+/// share the memory.
+#[derive(Clone)]
+pub struct MemoryRegion {
+    leases: Arc<Leases>,
+}
+
+struct Leases {
+    region: Arc<Region>,
+    /// Leased ranges `(start, end)`, unordered; a region rarely has more than a few hundred.
+    taken: Mutex<Vec<(usize, usize)>>,
+}
+
+impl Leases {
+    fn taken(&self) -> MutexGuard<'_, Vec<(usize, usize)>> {
+        self.taken.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Recycle for Leases {
+    fn give_back(&self, _: Arc<Region>, start: usize, capacity: usize) {
+        let mut taken = self.taken();
+        if let Some(i) = taken.iter().position(|&r| r == (start, start + capacity)) {
+            taken.swap_remove(i);
+        }
+    }
+}
+
+impl MemoryRegion {
+    /// Allocates and registers `len` zeroed bytes (at most [`MAX_BUFFER`](super::MAX_BUFFER)),
+    /// with every right: which of them a peer gets is decided per offer.
+    pub fn new(len: usize) -> Result<MemoryRegion> {
+        Ok(MemoryRegion {
+            leases: Arc::new(Leases {
+                region: Region::new(len, Access::ALL)?,
+                taken: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.leases.region.capacity()
+    }
+
+    /// Whether the region has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes currently leased.
+    pub fn leased(&self) -> usize {
+        self.leases.taken().iter().map(|(s, e)| e - s).sum()
+    }
+
+    /// Leases `len` bytes at `offset`: a buffer over exactly those bytes, holding them (its
+    /// data length is `len`). Fails if the range leaves the region or overlaps a range still
+    /// leased; the range is free again when the buffer (or the `Bytes` it was frozen into) is
+    /// dropped.
+    pub fn lease(&self, offset: usize, len: usize) -> Result<RegisteredBuf> {
+        let end = offset
+            .checked_add(len)
+            .filter(|&end| end <= self.len())
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "range {offset}+{len} outside a memory region of {} bytes",
+                    self.len()
+                ))
+            })?;
+        let mut taken = self.leases.taken();
+        if let Some((s, e)) = taken.iter().find(|(s, e)| offset < *e && *s < end) {
+            return Err(Error::InvalidArgument(format!(
+                "bytes {offset}..{end} of the memory region overlap bytes {s}..{e}, which are \
+                 still leased (drop that buffer, or revoke its offer, first)"
+            )));
+        }
+        taken.push((offset, end));
+        Ok(RegisteredBuf {
+            region: self.leases.region.clone(),
+            start: offset,
+            capacity: len,
+            len,
+            pool: Some(self.leases.clone() as Arc<dyn Recycle>),
+        })
+    }
+}
+
+impl fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("addr", &format_args!("{:#x}", self.leases.region.addr()))
+            .field("len", &self.len())
+            .field("leased", &self.leased())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_are_views_that_keep_the_bytes() {
+        let region = MemoryRegion::new(1 << 16).unwrap();
+        let mut a = region.lease(4096, 16).unwrap();
+        assert_eq!((a.len(), a.capacity()), (16, 16));
+        a.as_mut_slice().copy_from_slice(&[7; 16]);
+        assert_eq!(
+            a.addr(),
+            region.leases.region.addr() + 4096,
+            "no copy: a view"
+        );
+        drop(a);
+        let b = region.lease(4096 + 8, 8).unwrap();
+        assert_eq!(b.as_slice(), &[7; 8], "the bytes outlive the lease");
+    }
+
+    #[test]
+    fn overlapping_leases_are_refused_until_the_first_is_dropped() {
+        let region = MemoryRegion::new(1024).unwrap();
+        let a = region.lease(100, 100).unwrap();
+        let _before = region.lease(0, 100).unwrap();
+        let _after = region.lease(200, 100).unwrap();
+        for (offset, len) in [(150, 10), (50, 60), (199, 1), (0, 1024)] {
+            let err = region.lease(offset, len).unwrap_err();
+            assert!(err.to_string().contains("still leased"), "{err}");
+        }
+        assert_eq!(region.leased(), 300);
+        drop(a);
+        assert_eq!(region.leased(), 200);
+        region.lease(150, 10).unwrap();
+    }
+
+    #[test]
+    fn ranges_outside_the_region_are_refused() {
+        let region = MemoryRegion::new(1024).unwrap();
+        for (offset, len) in [(1000, 25), (1025, 0), (usize::MAX, 2)] {
+            let err = region.lease(offset, len).unwrap_err();
+            assert!(err.to_string().contains("outside"), "{err}");
+        }
+        region.lease(1000, 24).unwrap();
+    }
+
+    #[test]
+    fn a_frozen_lease_holds_its_range_until_the_bytes_go() {
+        let region = MemoryRegion::new(64).unwrap();
+        let bytes = region.lease(0, 32).unwrap().freeze();
+        assert!(region.lease(0, 1).is_err());
+        drop(bytes);
+        assert!(region.lease(0, 1).is_ok());
+    }
+}
