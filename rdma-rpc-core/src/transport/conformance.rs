@@ -215,3 +215,53 @@ pub(crate) async fn region_leases_in_place(a: &Arc<dyn Connection>, b: &Arc<dyn 
     assert_eq!(&ours.as_slice()[8192..8192 + LEN], &want[..]);
     assert!(ours.as_slice()[8192 + LEN..].iter().all(|&x| x == 0));
 }
+
+/// A fenced grant of a lease: the peer reaches the window's bytes and no others, even with a
+/// descriptor that lies about its length, and nothing once the grant is revoked. Each refusal
+/// is fatal to the connection (as on RDMA), so `pair` makes a fresh one per case.
+pub(crate) async fn fenced_grants_cut_the_peer_off<F, Fut>(pair: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = (Arc<dyn Connection>, Arc<dyn Connection>)>,
+{
+    use crate::memory::MemoryRegion;
+    let rw = Access::REMOTE_WRITE | Access::REMOTE_READ;
+    // Past the end: the descriptor claims 32 more bytes than the window has.
+    let (a, b) = pair().await;
+    let region = MemoryRegion::new(8192).unwrap();
+    let grant = b
+        .grant_fenced(region.lease(4096, 64).unwrap(), 0, 64, rw)
+        .unwrap();
+    let mut lying = grant.descriptor().clone();
+    lying.len += 32;
+    let data = Bytes::from(vec![0xAB; 96]);
+    assert!(a.write(SendData::Bytes(data), &lying, None).await.is_err());
+    drop(grant.revoke().await);
+    let whole = region.lease(0, 8192).unwrap();
+    assert!(
+        whole.as_slice()[4096 + 64..].iter().all(|&x| x == 0),
+        "nothing past the window"
+    );
+    drop(whole);
+    // After revocation.
+    let (a, b) = pair().await;
+    let grant = b
+        .grant_fenced(region.lease(0, 64).unwrap(), 0, 64, rw)
+        .unwrap();
+    let d = grant.descriptor().clone();
+    let first = Bytes::from(vec![1u8; 64]);
+    a.write(SendData::Bytes(first), &d, None).await.unwrap();
+    let buf = grant
+        .revoke()
+        .await
+        .expect("the connection is up: the buffer comes back");
+    assert_eq!(buf.as_slice(), &[1u8; 64]);
+    let late = Bytes::from(vec![2u8; 64]);
+    assert!(a.write(SendData::Bytes(late), &d, None).await.is_err());
+    assert!(a.read(&d, recv_buf(64)).await.is_err());
+    assert_eq!(
+        buf.as_slice(),
+        &[1u8; 64],
+        "a revoked window is never written"
+    );
+}

@@ -295,6 +295,27 @@ pub trait Connection: Send + Sync + fmt::Debug + 'static {
     /// so explicitly: the protocol's memory safety depends on it.
     fn fencing(&self) -> Fencing;
 
+    /// Like [`grant`](Self::grant), but always fenced, whatever [`fencing`](Self::fencing)
+    /// says: once [`Grant::revoke`] returns (or the grant is dropped), the peer's accesses
+    /// fail and touch nothing, and the peer reaches no byte outside `buf[offset..offset +
+    /// len]`. For application memory offered to a peer (remote buffers). A transport whose
+    /// plain grants are unfenced pays for this with a registration per grant (DOCA: an mmap
+    /// of the window alone, destroyed at revocation).
+    fn grant_fenced(
+        &self,
+        buf: RegisteredBuf,
+        offset: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<Grant> {
+        match self.fencing() {
+            Fencing::Revocable => self.grant(buf, offset, len, access),
+            Fencing::Unfenced => Err(Error::InvalidArgument(
+                "this transport cannot fence a granted window".into(),
+            )),
+        }
+    }
+
     /// Closes the connection: outstanding operations complete with errors, the peer sees the
     /// connection end.
     fn close(&self);

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::engine::{AtomicOp, Cmd, ConnShared, EngineShared, Local, Op};
 use super::reg::mmap_for;
+use super::sys::Mmap;
 use crate::error::{Error, Result};
 use crate::memory::{Access, RegisteredBuf};
 use crate::transport::{
@@ -226,6 +227,45 @@ impl Connection for DocaConnection {
         Fencing::Unfenced
     }
 
+    fn grant_fenced(
+        &self,
+        buf: RegisteredBuf,
+        offset: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<Grant> {
+        check_grant_range(&buf, offset, len, access)?;
+        if let Some(e) = self.shared.current_error() {
+            return Err(e);
+        }
+        // An mmap of the window alone, exported once: the peer reaches exactly these bytes
+        // with exactly these rights, and destroying the mmap at revocation makes its later
+        // accesses fail (doca-api.md, `doca_mmap_destroy`: imports of a destroyed mmap stop
+        // working). The whole region's mmap is never exported for it.
+        // SAFETY: the window lies within `buf` (checked above), whose memory the window
+        // handle keeps alive (it owns `buf`) for longer than the mmap, which it drops first.
+        let mmap = unsafe {
+            Mmap::local(
+                &self.engine().dev,
+                buf.ptr_at(offset),
+                len.max(1),
+                (access | local_bits(&buf)).bits(),
+            )
+        }?;
+        let descriptor = Descriptor {
+            addr: buf.addr() + offset as u64,
+            len: len as u64,
+            rkey: self.next_key.fetch_add(1, Ordering::Relaxed),
+            access,
+            blob: mmap.export().clone(),
+        };
+        let handle = FencedWindow {
+            mmap: Mutex::new(Some(mmap)),
+            buf: Mutex::new(Some(buf)),
+        };
+        Ok(Grant::new(descriptor, Box::new(handle)))
+    }
+
     fn close(&self) {
         self.shared.fail_and_close(Error::ConnectionClosed {
             peer: self.shared.peer.clone(),
@@ -281,6 +321,39 @@ impl fmt::Debug for DocaWindow {
 impl WindowHandle for DocaWindow {
     fn revoke(self: Box<Self>) -> BoxFuture<'static, Option<RegisteredBuf>> {
         let buf = self.buf.lock().unwrap_or_else(|e| e.into_inner()).take();
+        Box::pin(async move { buf })
+    }
+}
+
+/// A window with an mmap of its own: revoking destroys the mmap, then gives the buffer back.
+struct FencedWindow {
+    mmap: Mutex<Option<Mmap>>,
+    buf: Mutex<Option<RegisteredBuf>>,
+}
+
+impl FencedWindow {
+    fn fence(&self) -> Option<RegisteredBuf> {
+        // The mmap goes first: the memory must outlive its registration.
+        drop(self.mmap.lock().unwrap_or_else(|e| e.into_inner()).take());
+        self.buf.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+impl fmt::Debug for FencedWindow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FencedWindow").finish_non_exhaustive()
+    }
+}
+
+impl Drop for FencedWindow {
+    fn drop(&mut self) {
+        drop(self.fence());
+    }
+}
+
+impl WindowHandle for FencedWindow {
+    fn revoke(self: Box<Self>) -> BoxFuture<'static, Option<RegisteredBuf>> {
+        let buf = self.fence();
         Box::pin(async move { buf })
     }
 }

@@ -183,6 +183,11 @@ async fn one_sided_operations_on_region_leases_land_in_place() {
 }
 
 #[tokio::test]
+async fn fenced_grants_reach_their_window_only_and_end_at_revocation() {
+    conformance::fenced_grants_cut_the_peer_off(pair).await;
+}
+
+#[tokio::test]
 async fn writes_outside_the_region_fail_and_touch_nothing() {
     let (a, b) = pair().await;
     // A window over bytes 8..24 of a 32-byte buffer; the peer lies about the length and

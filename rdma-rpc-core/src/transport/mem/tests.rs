@@ -105,6 +105,11 @@ async fn one_sided_operations_on_region_leases_land_in_place() {
 }
 
 #[tokio::test]
+async fn fenced_grants_reach_their_window_only_and_end_at_revocation() {
+    conformance::fenced_grants_cut_the_peer_off(pair).await;
+}
+
+#[tokio::test]
 async fn writes_land_before_later_sends() {
     let (a, b) = pair().await;
     conformance::writes_land_before_later_sends(&a, &b).await;

@@ -104,6 +104,11 @@ async fn one_sided_operations_on_region_leases_land_in_place() {
     conformance::region_leases_in_place(&a, &b).await;
 }
 
+#[tokio::test]
+async fn fenced_grants_reach_their_window_only_and_end_at_revocation() {
+    conformance::fenced_grants_cut_the_peer_off(pair).await;
+}
+
 async fn expect_violation(
     fut: crate::transport::BoxFuture<'static, crate::Result<impl Sized>>,
     want: AccessViolation,
