@@ -17,9 +17,10 @@ pub use crate::transport::BoxFuture;
 
 /// Decodes a request message.
 pub fn decode_request<M: prost::Message + Default>(raw: RawRequest) -> Result<Request<M>, Status> {
-    let message = M::decode(raw.metadata)
+    let mut raw = raw;
+    let message = M::decode(std::mem::take(&mut raw.metadata))
         .map_err(|e| Status::invalid_argument(format!("malformed request message: {e}")))?;
-    Ok(Request::from_parts(message, raw.timeout, raw.peer))
+    Ok(Request::from_parts(message, raw))
 }
 
 /// Encodes a response message.

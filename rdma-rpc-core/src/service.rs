@@ -12,6 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::memory::RegisteredBuf;
+use crate::remote::RemoteMemory;
 use crate::status::Status;
 use crate::transport::BoxFuture;
 
@@ -100,6 +101,7 @@ pub struct Request<T> {
     message: T,
     timeout: Option<Duration>,
     peer: Option<Arc<str>>,
+    remote: Option<RemoteMemory>,
 }
 
 impl<T> Request<T> {
@@ -109,6 +111,7 @@ impl<T> Request<T> {
             message,
             timeout: None,
             peer: None,
+            remote: None,
         }
     }
 
@@ -134,6 +137,14 @@ impl<T> Request<T> {
         self.peer.as_deref()
     }
 
+    /// The connection's remote memory (server side): to use the [`RemoteBuf`]s of the request
+    /// (read, write, atomics) and to offer memory of the server's own.
+    ///
+    /// [`RemoteBuf`]: crate::RemoteBuf
+    pub fn remote_memory(&self) -> Option<&RemoteMemory> {
+        self.remote.as_ref()
+    }
+
     /// The message.
     pub fn get_ref(&self) -> &T {
         &self.message
@@ -149,11 +160,12 @@ impl<T> Request<T> {
         self.message
     }
 
-    pub(crate) fn from_parts(message: T, timeout: Option<Duration>, peer: Arc<str>) -> Request<T> {
+    pub(crate) fn from_parts(message: T, raw: RawRequest) -> Request<T> {
         Request {
             message,
-            timeout,
-            peer: Some(peer),
+            timeout: raw.timeout,
+            peer: Some(raw.peer),
+            remote: raw.remote,
         }
     }
 }
@@ -185,6 +197,8 @@ pub struct RawRequest {
     pub peer: Arc<str>,
     /// The time the client has left, if it set a deadline.
     pub timeout: Option<Duration>,
+    /// The connection's remote memory (see [`Request::remote_memory`]).
+    pub remote: Option<RemoteMemory>,
 }
 
 /// What a service's [`call`](Service::call) gets, by operation.

@@ -28,6 +28,7 @@ use crate::protocol::frames::{GrantFrame, Hello, Kind, ResponseFrame, SlotFrame}
 use crate::protocol::mailbox;
 use crate::protocol::CallMap;
 use crate::protocol::PROTOCOL_VERSION;
+use crate::remote::{End, RemoteMemory};
 use crate::service::EndpointDef;
 use crate::status::Status;
 use crate::transport::{transport_for, Descriptor, Grant, Transport};
@@ -187,6 +188,8 @@ const FIRST_REPLY_WINDOW: u64 = 64 << 10;
 
 pub(crate) struct Inner {
     channel: Arc<FrameChannel>,
+    /// Offers both ways on this connection.
+    remote: RemoteMemory,
     calls: Mutex<CallMap<Entry>>,
     /// Set once the connection is over: why.
     closed: Mutex<Option<Status>>,
@@ -294,6 +297,12 @@ impl Client {
         self.inner.channel.conn().peer()
     }
 
+    /// This connection's remote memory: offer client memory to the server (the handles go
+    /// in request messages), and use the remote buffers the server offers.
+    pub fn remote_memory(&self) -> RemoteMemory {
+        self.inner.remote.clone()
+    }
+
     /// Counters of this connection (shared by clones).
     pub fn stats(&self) -> ClientStats {
         ClientStats {
@@ -312,6 +321,7 @@ impl Client {
         config: ClientConfig,
     ) -> Result<Client> {
         let initial = crate::protocol::INITIAL_RECEIVES.min(config.recv_credits);
+        let token = crate::remote::new_token();
         let channel = Arc::new(FrameChannel::growing(
             conn,
             initial,
@@ -327,6 +337,7 @@ impl Client {
                 max_credits: config.recv_credits,
                 max_in_flight: config.max_in_flight,
                 inline_threshold: config.inline_threshold,
+                token,
                 ..Default::default()
             }))
             .await?;
@@ -368,7 +379,9 @@ impl Client {
             .into_iter()
             .filter_map(|s| Some((s.index, s.window?.into())))
             .collect();
+        let remote = RemoteMemory::new(End::new(channel.clone(), token, ack.token));
         let inner = Arc::new(Inner {
+            remote,
             staging: StagingPools::new(config.staging_budget),
             copies: copies::CopyPool::new(config.staging_budget),
             inline_threshold: ack.inline_threshold.min(config.inline_threshold) as usize,
@@ -417,6 +430,14 @@ async fn drive(inner: std::sync::Weak<Inner>, channel: Arc<FrameChannel>) {
             Some(Kind::Response(mut r)) => {
                 inner.add_slots(std::mem::take(&mut r.slots));
                 (r.id, ServerEvent::Response(r))
+            }
+            Some(Kind::Revoke(r)) => {
+                inner.remote.end().on_revoke(r.offers);
+                continue;
+            }
+            Some(Kind::Revoked(r)) => {
+                inner.remote.end().on_revoked(r.offers);
+                continue;
             }
             Some(Kind::Goaway(status)) => {
                 let status = Status::from(status);

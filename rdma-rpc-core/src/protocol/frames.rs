@@ -5,7 +5,7 @@ use bytes::Bytes;
 /// A control frame: one message kind plus the credits it returns to the peer.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct Frame {
-    #[prost(oneof = "Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8")]
+    #[prost(oneof = "Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10")]
     pub(crate) kind: Option<Kind>,
     /// Receives the sender re-posted since its last frame (flow control).
     #[prost(uint32, tag = "15")]
@@ -39,6 +39,20 @@ pub(crate) enum Kind {
     /// Either way: the connection ends (error or shutdown), with why.
     #[prost(message, tag = "8")]
     Goaway(StatusFrame),
+    /// Either way: the sender revokes some of its offers (remote buffers); the receiver
+    /// stops using them and confirms with `Revoked` once its uses in flight are done.
+    #[prost(message, tag = "9")]
+    Revoke(Offers),
+    /// Either way: answer to `Revoke`, for any number of offers at once.
+    #[prost(message, tag = "10")]
+    Revoked(Offers),
+}
+
+/// Names offers of the connection (ids are the offerer's).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct Offers {
+    #[prost(uint64, repeated, tag = "1")]
+    pub(crate) offers: Vec<u64>,
 }
 
 /// Limits each side announces in the handshake.
@@ -70,6 +84,10 @@ pub(crate) struct Hello {
     /// a window the server grants.
     #[prost(bool, tag = "7")]
     pub(crate) pull_writes: bool,
+    /// A random token naming the sender's end of this connection: the remote buffers it
+    /// offers carry it, so that the peer refuses a handle used on another connection.
+    #[prost(uint64, tag = "9")]
+    pub(crate) token: u64,
 }
 
 /// Where one side may reach a window of the other.

@@ -11,6 +11,7 @@
 pub(crate) mod channel;
 pub(crate) mod credits;
 pub(crate) mod frames;
+pub(crate) mod handles;
 pub(crate) mod mailbox;
 pub(crate) mod route;
 pub(crate) mod slot_book;

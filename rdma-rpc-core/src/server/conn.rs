@@ -20,6 +20,7 @@ use crate::protocol::frames::{Hello, Kind, RequestFrame, StatusFrame};
 use crate::protocol::mailbox::{mailbox, Sender};
 use crate::protocol::route::RequestShape;
 use crate::protocol::{INITIAL_RECEIVES, PROTOCOL_VERSION};
+use crate::remote::{End, RemoteMemory};
 use crate::service::RawRequest;
 use crate::status::Status;
 use crate::transport::{Connection, Fencing};
@@ -166,13 +167,16 @@ async fn run(
         inline_threshold,
         slots: Vec::new(),
         pull_writes,
+        token: crate::remote::new_token(),
     };
+    let remote = RemoteMemory::new(End::new(channel.clone(), ack.token, hello.token));
     channel.send_priority(Kind::HelloAck(ack)).await?;
 
     let negotiated = Negotiated {
         inline_threshold,
         pull_writes,
         peer: Arc::from(channel.conn().peer()),
+        remote,
     };
     let calls = InFlight::default();
     let mut shares = PoolShares::new(cfg.pool_share_percent);
@@ -282,6 +286,8 @@ async fn run(
                     }
                     Kind::Ack(ack) => calls.route(ack.id, ClientEvent::Ack(ack.reply_to.map(Into::into))),
                     Kind::Cancel(call) => calls.route(call.id, ClientEvent::Cancel),
+                    Kind::Revoke(r) => negotiated.remote.end().on_revoke(r.offers),
+                    Kind::Revoked(r) => negotiated.remote.end().on_revoked(r.offers),
                     Kind::Goaway(status) => {
                         tracing::debug!(message = %status.message, "client said goodbye");
                         return Ok(());
@@ -360,6 +366,8 @@ fn frame_name(kind: &Kind) -> &'static str {
         Kind::Response(_) => "Response",
         Kind::Cancel(_) => "Cancel",
         Kind::Goaway(_) => "Goaway",
+        Kind::Revoke(_) => "Revoke",
+        Kind::Revoked(_) => "Revoked",
     }
 }
 
@@ -369,6 +377,8 @@ struct Negotiated {
     pull_writes: bool,
     /// The client's address, shared by every call's request.
     peer: Arc<str>,
+    /// Offers both ways on this connection.
+    remote: RemoteMemory,
 }
 
 /// Checks a request against its endpoint and prepares the call.
@@ -383,6 +393,7 @@ fn start_call(
         inline_threshold,
         pull_writes,
         ref peer,
+        ref remote,
     }: &Negotiated,
 ) -> Result<(call::Call, Sender<ClientEvent>), Status> {
     // Take the slot first: whatever happens to the request, the client used it.
@@ -421,6 +432,7 @@ fn start_call(
             metadata: req.metadata,
             peer: peer.clone(),
             timeout,
+            remote: Some(remote.clone()),
         },
         incoming,
         payload_len: req.payload_len,

@@ -23,6 +23,7 @@ use super::fast_paths::*;
 use super::faults::*;
 use super::hostile::*;
 use super::malicious::*;
+use super::remote::*;
 use super::{bounded, Backend, Harness};
 use crate::transport::doca::{DocaConfig, DocaTransport, ProgressMode};
 

@@ -533,3 +533,39 @@ async fn read_exact_once(
     );
     Ok(())
 }
+
+/// A peer that revokes offers it never made, more of them than a connection remembers, and
+/// confirms revocations nobody asked for: each `Revoke` is answered, the confirmations are
+/// ignored, and the server serves on (what it remembers is bounded: `protocol::handles`).
+pub(crate) async fn stray_revocations_are_answered_and_bounded_on(b: &Backend) {
+    use crate::protocol::frames::Offers;
+    use crate::protocol::handles::REMEMBERED_REVOCATIONS;
+    let h = Harness::default_on(b).await;
+    let raw = RawClient::connect(&h).await;
+    let n = REMEMBERED_REVOCATIONS as u64 + 500;
+    let mut answered = Vec::new();
+    // In batches of 100 (a raw peer reads what arrives while it waits for a credit).
+    for first in (1..=n).step_by(100) {
+        let offers: Vec<u64> = (first..(first + 100).min(n + 1)).collect();
+        let stray = offers.iter().map(|o| o * 7).collect();
+        raw.send(Kind::Revoke(Offers { offers })).await;
+        raw.send(Kind::Revoked(Offers { offers: stray })).await;
+    }
+    while (answered.len() as u64) < n {
+        match bounded("the answers to the revocations", raw.next()).await {
+            Kind::Revoked(r) => answered.extend(r.offers),
+            other => panic!("expected Revoked, got {other:?}"),
+        }
+    }
+    answered.sort_unstable();
+    assert!(
+        answered.iter().copied().eq(1..=n),
+        "each revocation answered once"
+    );
+    still_serving(&h).await;
+}
+
+#[tokio::test]
+async fn stray_revocations_are_answered_and_bounded() {
+    stray_revocations_are_answered_and_bounded_on(&tcp_backend()).await;
+}

@@ -32,6 +32,7 @@ fn honest_ack() -> Hello {
         inline_threshold: 8 * 1024,
         slots: Vec::new(),
         pull_writes: false,
+        token: 1,
     }
 }
 

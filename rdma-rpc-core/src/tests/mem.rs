@@ -21,6 +21,7 @@ use super::fast_paths::*;
 use super::faults::*;
 use super::hostile::*;
 use super::malicious::*;
+use super::remote::*;
 use super::{bounded, Backend, Harness};
 use crate::transport::mem::{MemConfig, MemTransport};
 

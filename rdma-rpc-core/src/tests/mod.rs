@@ -44,6 +44,9 @@ macro_rules! with_suite {
             an_unusable_handshake_is_refused_on,
             a_silent_server_is_bounded_by_the_deadline_on,
             a_kept_pull_window_never_shows_another_connections_data_on,
+            remote_buffers_are_read_written_and_updated_in_place_on,
+            remote_buffer_misuse_gets_statuses_and_touches_nothing_on,
+            stray_revocations_are_answered_and_bounded_on,
         );
     };
 }
@@ -58,6 +61,7 @@ mod hostile;
 mod malicious;
 mod mem;
 mod raw;
+mod remote;
 mod service;
 
 use std::sync::Arc;

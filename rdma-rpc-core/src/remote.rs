@@ -1,0 +1,547 @@
+//! Application-level RDMA: memory one side offers to its peer as a [`RemoteBuf`], and the
+//! one-sided operations the peer runs against it (read, write, compare-and-swap,
+//! fetch-and-add), from or into its own registered memory.
+//!
+//! ```no_run
+//! # async fn run(client: rdma_rpc_core::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! use rdma_rpc_core::{Access, MemoryRegion};
+//!
+//! // Register once, at start-up.
+//! let region = MemoryRegion::new(64 << 20)?;
+//! // Offer 4 KiB of it for one call: the server reads the block straight from here.
+//! let block = region.lease(0, 4096)?;
+//! let offer = client.remote_memory().offer(block, Access::REMOTE_READ)?;
+//! let handle = offer.handle(); // put it in the request message (a `remote_buffer` field)
+//! // ... the call ...
+//! let block = offer.revoke().await; // the peer has stopped using it
+//! # drop((handle, block)); Ok(()) }
+//! ```
+//!
+//! # Lifetimes
+//! An [`Offer`] lives until [`Offer::revoke`] or until it is dropped. Revoking is a handshake:
+//! the peer refuses new uses of the handle at once, finishes the uses in flight, confirms,
+//! and only then is the window taken down and the memory given back. Dropping an offer takes
+//! the window down at once, without waiting: a use in flight then fails, and on RDMA such a
+//! failure ends the connection. A handle works only on the connection it was offered on, and
+//! only within its window and rights; every other use fails with a status and sends nothing.
+//!
+//! # What enforces what
+//! The holder's runtime checks every use before it goes to the wire (connection, revocation,
+//! bounds, rights, alignment). The offerer's transport enforces the same window and rights
+//! on every access, against a peer that does not run this runtime: the software transports
+//! check each access, and over DOCA each offer is an mmap of its own window, destroyed when
+//! the offer is revoked.
+
+use std::fmt;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::memory::{Access, RegisteredBuf};
+use crate::protocol::channel::FrameChannel;
+use crate::protocol::frames::{Kind, Offers as OfferList};
+use crate::protocol::handles::{
+    AccessKind, HandleView, Holder, Offers, Refusal, REMEMBERED_REVOCATIONS,
+};
+use crate::status::Status;
+use crate::transport::{Descriptor, Grant, SendData};
+
+/// How long [`Offer::revoke`] waits for the peer to confirm before it takes the window down
+/// anyway (a peer that never confirms loses the window all the same).
+pub const REVOKE_PATIENCE: Duration = Duration::from_secs(2);
+
+/// A window of a peer's memory, offered to this side: what a `remote_buffer` field of a
+/// message carries. Use it with the [`RemoteMemory`] of the connection it came on.
+///
+/// It says where the window is, how long it is and what it allows; the peer's runtime and its
+/// transport decide whether a use is allowed, so a forged or altered handle reaches nothing
+/// that was not offered.
+#[derive(Clone, PartialEq, Eq, Hash, prost::Message)]
+pub struct RemoteBuf {
+    #[prost(uint64, tag = "1")]
+    addr: u64,
+    #[prost(uint64, tag = "2")]
+    len: u64,
+    #[prost(uint32, tag = "3")]
+    rkey: u32,
+    #[prost(uint32, tag = "4")]
+    access: u32,
+    /// Transport data (DOCA: the mmap export).
+    #[prost(bytes = "bytes", tag = "5")]
+    blob: Bytes,
+    /// The offerer's id of the offer on its connection.
+    #[prost(uint64, tag = "6")]
+    offer: u64,
+    /// The offerer's token of that connection.
+    #[prost(uint64, tag = "7")]
+    connection: u64,
+}
+
+impl RemoteBuf {
+    /// Length of the window in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the window has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// What the window allows: some of [`Access::REMOTE_READ`], [`Access::REMOTE_WRITE`] and
+    /// [`Access::REMOTE_ATOMIC`].
+    pub fn access(&self) -> Access {
+        Access::from_bits_truncate(self.access)
+    }
+
+    /// The handle of `len` bytes at `offset` of this window (to hand a part of it on, or to
+    /// use offsets relative to a part). Fails if the range leaves the window.
+    pub fn slice(&self, offset: u64, len: u64) -> Result<RemoteBuf, Status> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(RemoteBuf {
+                addr: self.addr.wrapping_add(offset),
+                len,
+                ..self.clone()
+            }),
+            _ => Err(Status::out_of_range(format!(
+                "bytes {offset}+{len} of a remote buffer of {} bytes",
+                self.len
+            ))),
+        }
+    }
+
+    /// The same handle claiming `len` bytes: a forgery, for tests of the offerer's fence.
+    #[cfg(test)]
+    pub(crate) fn with_len(&self, len: u64) -> RemoteBuf {
+        RemoteBuf {
+            len,
+            ..self.clone()
+        }
+    }
+
+    fn view(&self) -> HandleView {
+        HandleView {
+            offer: self.offer,
+            connection: self.connection,
+            descriptor: Descriptor {
+                addr: self.addr,
+                len: self.len,
+                rkey: self.rkey,
+                access: self.access(),
+                blob: self.blob.clone(),
+            },
+        }
+    }
+}
+
+/// A new connection token: random, never 0.
+pub(crate) fn new_token() -> u64 {
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let n = COUNT.fetch_add(1, Ordering::Relaxed);
+    RandomState::new().hash_one(n) | 1
+}
+
+/// One connection's side of the offers both ends make: shared by the connection's loop
+/// (which routes `Revoke` and `Revoked` here) and every [`RemoteMemory`] and [`Offer`].
+pub(crate) struct End {
+    channel: Arc<FrameChannel>,
+    /// This side's token of the connection (in the handles it offers).
+    token: u64,
+    holder: Mutex<Holder>,
+    offers: Mutex<Offers>,
+    /// Revocations of the peer's offers to confirm, and whether a task is sending them.
+    confirm: Mutex<Confirm>,
+}
+
+#[derive(Default)]
+struct Confirm {
+    owed: Vec<u64>,
+    /// A task waits for a credit to send them.
+    sending: bool,
+    /// The peer was warned about (it revokes faster than it reads).
+    warned: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl End {
+    pub(crate) fn new(channel: Arc<FrameChannel>, token: u64, peer_token: u64) -> Arc<End> {
+        Arc::new(End {
+            channel,
+            token,
+            holder: Mutex::new(Holder::new(peer_token)),
+            offers: Mutex::new(Offers::default()),
+            confirm: Mutex::new(Confirm::default()),
+        })
+    }
+
+    /// The peer revokes some of its offers: each is confirmed once no use of it is in flight.
+    /// Never waits (the connection's reader calls it): confirmations go out at once while
+    /// credits allow, many per frame, and otherwise from a task of their own.
+    pub(crate) fn on_revoke(self: &Arc<Self>, offers: Vec<u64>) {
+        for offer in offers {
+            let now = lock(&self.holder).revoke(offer);
+            if now {
+                self.owe(offer);
+            }
+        }
+        self.flush();
+    }
+
+    /// The peer confirmed revocations of ours.
+    pub(crate) fn on_revoked(&self, offers: Vec<u64>) {
+        let mut ours = lock(&self.offers);
+        for offer in offers {
+            ours.confirmed(offer);
+        }
+    }
+
+    /// Queues the confirmation of a revoked offer of the peer's. Bounded: a peer that revokes
+    /// faster than it takes the confirmations loses the excess (it then waits its own
+    /// patience out before taking those windows down).
+    fn owe(&self, offer: u64) {
+        let mut confirm = lock(&self.confirm);
+        if confirm.owed.len() >= REMEMBERED_REVOCATIONS {
+            if !confirm.warned {
+                confirm.warned = true;
+                tracing::warn!(
+                    peer = %self.channel.conn().peer(),
+                    "the peer revokes offers faster than it reads the confirmations; \
+                     dropping confirmations beyond {REMEMBERED_REVOCATIONS}"
+                );
+            }
+            return;
+        }
+        confirm.owed.push(offer);
+    }
+
+    /// The confirmations that fit one frame, if any are owed and no task is sending them.
+    fn next_batch(&self, confirm: &mut Confirm) -> Option<Vec<u64>> {
+        if confirm.owed.is_empty() || confirm.sending {
+            return None;
+        }
+        // A varint id takes at most 10 bytes; leave room for the frame around them.
+        let per_frame = (self.channel.peer_max_frame().saturating_sub(64) / 10).max(1);
+        let n = confirm.owed.len().min(per_frame);
+        Some(confirm.owed.drain(..n).collect())
+    }
+
+    /// Sends owed confirmations now while credits allow; leaves the rest to a task.
+    fn flush(self: &Arc<Self>) {
+        loop {
+            let mut confirm = lock(&self.confirm);
+            let Some(offers) = self.next_batch(&mut confirm) else {
+                return;
+            };
+            let kind = Kind::Revoked(OfferList {
+                offers: offers.clone(),
+            });
+            match self.channel.try_send(kind) {
+                Ok(true) => continue,
+                Ok(false) => {
+                    // No credit: put them back (first) and let a task wait for one.
+                    confirm.owed.splice(0..0, offers);
+                    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                        confirm.sending = true;
+                        rt.spawn(self.clone().confirm_owed());
+                    }
+                    return;
+                }
+                // The connection ended: nobody waits for confirmations any more.
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Sends the owed confirmations, waiting for credits, until none is left.
+    async fn confirm_owed(self: Arc<Self>) {
+        loop {
+            let offers = {
+                let mut confirm = lock(&self.confirm);
+                confirm.sending = false;
+                match self.next_batch(&mut confirm) {
+                    Some(offers) => {
+                        confirm.sending = true;
+                        offers
+                    }
+                    None => return,
+                }
+            };
+            if self
+                .channel
+                .send(Kind::Revoked(OfferList { offers }))
+                .await
+                .is_err()
+            {
+                lock(&self.confirm).sending = false;
+                return;
+            }
+        }
+    }
+
+    fn refused(refusal: Refusal, offer: u64) -> Status {
+        match refusal {
+            Refusal::OtherConnection => Status::failed_precondition(
+                "this remote buffer was offered on another connection; a handle works only \
+                 on the connection it came from",
+            ),
+            Refusal::Revoked => Status::failed_precondition(format!(
+                "remote buffer (offer {offer}) was revoked by its owner"
+            )),
+            Refusal::OutOfRange {
+                offset,
+                len,
+                window,
+            } => Status::out_of_range(format!(
+                "bytes {offset}+{len} are outside the remote buffer of {window} bytes"
+            )),
+            Refusal::NotPermitted { need, granted } => Status::permission_denied(format!(
+                "the remote buffer grants {granted:?}, this use needs {need:?}"
+            )),
+            Refusal::Misaligned => Status::invalid_argument(
+                "atomic operations need an 8-byte aligned offset in the remote buffer",
+            ),
+        }
+    }
+
+    fn begin(
+        self: &Arc<Self>,
+        handle: &RemoteBuf,
+        offset: u64,
+        len: u64,
+        kind: AccessKind,
+    ) -> Result<(Descriptor, InFlight), Status> {
+        let descriptor = lock(&self.holder)
+            .begin(&handle.view(), offset, len, kind)
+            .map_err(|r| End::refused(r, handle.offer))?;
+        let guard = InFlight {
+            end: self.clone(),
+            offer: handle.offer,
+        };
+        Ok((descriptor, guard))
+    }
+}
+
+/// One use of a peer's offer in flight; when the last one ends, a confirmation the peer
+/// waits for is sent.
+struct InFlight {
+    end: Arc<End>,
+    offer: u64,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if lock(&self.end.holder).end(self.offer) {
+            self.end.owe(self.offer);
+            self.end.flush();
+        }
+    }
+}
+
+/// What one side of a connection can do with remote memory: [`offer`](Self::offer) its own,
+/// and read, write or update the peer's through the [`RemoteBuf`]s the peer offered. From
+/// [`Client::remote_memory`](crate::Client::remote_memory) on the client, from
+/// [`Request::remote_memory`](crate::Request::remote_memory) in a handler. Cheap to clone.
+#[derive(Clone)]
+pub struct RemoteMemory {
+    end: Arc<End>,
+}
+
+impl fmt::Debug for RemoteMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemoteMemory")
+            .field("peer", &self.end.channel.conn().peer())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteMemory {
+    pub(crate) fn new(end: Arc<End>) -> RemoteMemory {
+        RemoteMemory { end }
+    }
+
+    pub(crate) fn end(&self) -> &Arc<End> {
+        &self.end
+    }
+
+    /// Offers all of `buf` (usually a lease of a [`MemoryRegion`](crate::MemoryRegion)) to
+    /// the peer with `access`: some of [`Access::REMOTE_READ`], [`Access::REMOTE_WRITE`] and
+    /// [`Access::REMOTE_ATOMIC`], within the rights `buf` was registered with. The peer
+    /// reaches these bytes and no others, until the offer is revoked or dropped.
+    pub fn offer(&self, buf: RegisteredBuf, access: Access) -> Result<Offer, Status> {
+        let remote = Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
+        if access == Access::LOCAL_READ || !remote.contains(access) {
+            return Err(Status::invalid_argument(format!(
+                "an offer grants remote rights only (REMOTE_READ, REMOTE_WRITE, \
+                 REMOTE_ATOMIC), not {access:?}"
+            )));
+        }
+        if !buf.access().contains(access) {
+            return Err(Status::invalid_argument(format!(
+                "the buffer is registered with {:?}, which does not include {access:?}",
+                buf.access()
+            )));
+        }
+        let len = buf.capacity();
+        let grant = self
+            .end
+            .channel
+            .conn()
+            .grant_fenced(buf, 0, len, access)
+            .map_err(Status::from)?;
+        let d = grant.descriptor();
+        let handle = RemoteBuf {
+            addr: d.addr,
+            len: d.len,
+            rkey: d.rkey,
+            access: access.bits(),
+            blob: d.blob.clone(),
+            offer: lock(&self.end.offers).next(),
+            connection: self.end.token,
+        };
+        Ok(Offer {
+            handle,
+            grant: Some(grant),
+            end: self.end.clone(),
+        })
+    }
+
+    /// Reads `dst.capacity()` bytes at `offset` of the peer's window into `dst` (its length
+    /// is set to them) and gives `dst` back. On failure `dst` is dropped.
+    pub async fn read(
+        &self,
+        remote: &RemoteBuf,
+        offset: u64,
+        dst: RegisteredBuf,
+    ) -> Result<RegisteredBuf, Status> {
+        let len = dst.capacity() as u64;
+        let (d, _use) = self.end.begin(remote, offset, len, AccessKind::Read)?;
+        let read = self.end.channel.conn().read(&d, dst);
+        read.await.map_err(Status::from)
+    }
+
+    /// Writes `src` at `offset` of the peer's window; done when the bytes are in the peer's
+    /// memory.
+    pub async fn write(
+        &self,
+        remote: &RemoteBuf,
+        offset: u64,
+        src: impl Into<SendData>,
+    ) -> Result<(), Status> {
+        let src = src.into();
+        let len = src.len() as u64;
+        let (d, _use) = self.end.begin(remote, offset, len, AccessKind::Write)?;
+        let write = self.end.channel.conn().write(src, &d, None);
+        write.await.map_err(Status::from)
+    }
+
+    /// Atomically: if the 8 bytes at `offset` (8-byte aligned) equal `expected`, they become
+    /// `new`. Returns the value they had.
+    pub async fn compare_and_swap(
+        &self,
+        remote: &RemoteBuf,
+        offset: u64,
+        expected: u64,
+        new: u64,
+    ) -> Result<u64, Status> {
+        let (d, _use) = self.end.begin(remote, offset, 8, AccessKind::Atomic)?;
+        let cas = self.end.channel.conn().compare_and_swap(&d, expected, new);
+        cas.await.map_err(Status::from)
+    }
+
+    /// Atomically adds `add` to the 8 bytes at `offset` (8-byte aligned). Returns the value
+    /// they had.
+    pub async fn fetch_and_add(
+        &self,
+        remote: &RemoteBuf,
+        offset: u64,
+        add: u64,
+    ) -> Result<u64, Status> {
+        let (d, _use) = self.end.begin(remote, offset, 8, AccessKind::Atomic)?;
+        let faa = self.end.channel.conn().fetch_and_add(&d, add);
+        faa.await.map_err(Status::from)
+    }
+}
+
+/// Memory offered to the peer: a fenced window and the [`RemoteBuf`] that names it.
+///
+/// [`revoke`](Self::revoke) ends it cleanly; dropping it ends it at once (see the [module
+/// docs](self)).
+pub struct Offer {
+    handle: RemoteBuf,
+    grant: Option<Grant>,
+    end: Arc<End>,
+}
+
+impl fmt::Debug for Offer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Offer")
+            .field("offer", &self.handle.offer)
+            .field("len", &self.handle.len)
+            .field("access", &self.handle.access())
+            .finish()
+    }
+}
+
+impl Offer {
+    /// The handle to send to the peer (in a `remote_buffer` field).
+    pub fn handle(&self) -> RemoteBuf {
+        self.handle.clone()
+    }
+
+    /// Revokes the offer: the peer stops using the handle, finishes its uses in flight and
+    /// confirms (or [`REVOKE_PATIENCE`] passes, or the connection ends); then the window is
+    /// taken down and the buffer given back. `None` if the connection ended and dropped the
+    /// buffer (a lease's range is then free again in its region).
+    pub async fn revoke(mut self) -> Option<RegisteredBuf> {
+        let offer = self.handle.offer;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        lock(&self.end.offers).revoking(offer, tx);
+        let channel = self.end.channel.clone();
+        let asked = channel
+            .send(Kind::Revoke(OfferList {
+                offers: vec![offer],
+            }))
+            .await;
+        if asked.is_ok() {
+            let conn = channel.conn().clone();
+            tokio::select! {
+                _ = rx => {}
+                _ = conn.closed() => {}
+                _ = tokio::time::sleep(REVOKE_PATIENCE) => {
+                    tracing::warn!(
+                        peer = %conn.peer(),
+                        offer,
+                        "the peer did not confirm a revocation within {REVOKE_PATIENCE:?}; \
+                         taking the window down anyway"
+                    );
+                }
+            }
+        }
+        lock(&self.end.offers).forget(offer);
+        let grant = self.grant.take()?;
+        grant.revoke().await
+    }
+}
+
+impl Drop for Offer {
+    fn drop(&mut self) {
+        let Some(grant) = self.grant.take() else {
+            return;
+        };
+        // The fence goes up now; the peer hears of it as soon as a credit allows.
+        drop(grant);
+        let (channel, offer) = (self.end.channel.clone(), self.handle.offer);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let offers = vec![offer];
+                let _ = channel.send(Kind::Revoke(OfferList { offers })).await;
+            });
+        }
+    }
+}

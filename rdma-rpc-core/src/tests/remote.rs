@@ -1,0 +1,368 @@
+//! Remote buffers end to end: a client offers leases of its memory region, handlers read,
+//! write and update them; a handler lends server memory the client reads; and every misuse
+//! (range, rights, another connection, after revocation, a forged length) fails with a status
+//! and touches nothing.
+
+use std::sync::Mutex;
+
+use bytes::Bytes;
+
+use super::{pattern, tcp_backend, Backend};
+use crate::codegen::{decode_request, encode_message, mismatched_call};
+use crate::memory::{Access, MemoryRegion, RegisteredBuf};
+use crate::remote::{Offer, RemoteBuf};
+use crate::service::{EndpointDef, OpKind, Request, ServerCall, Service};
+use crate::status::{Code, Status};
+use crate::transport::BoxFuture;
+use crate::{Client, Server};
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RemoteRequest {
+    #[prost(message, optional, tag = "1")]
+    buf: Option<RemoteBuf>,
+    #[prost(uint64, tag = "2")]
+    offset: u64,
+    #[prost(uint64, tag = "3")]
+    len: u64,
+    #[prost(uint32, tag = "4")]
+    seed: u32,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RemoteResponse {
+    /// `pull`: the bytes read matched the pattern.
+    #[prost(bool, tag = "1")]
+    exact: bool,
+    /// `count`: what fetch-and-add and compare-and-swap returned.
+    #[prost(uint64, tag = "2")]
+    added_to: u64,
+    #[prost(uint64, tag = "3")]
+    swapped: u64,
+    /// `lend`: server memory holding the pattern, offered for reading.
+    #[prost(message, optional, tag = "4")]
+    lent: Option<RemoteBuf>,
+}
+
+const fn send(path: &'static str, method: &'static str) -> EndpointDef {
+    EndpointDef {
+        path,
+        op: OpKind::Send,
+        buffer_size: 256,
+        method,
+        timeout_ms: None,
+    }
+}
+
+static ENDPOINTS: &[EndpointDef] = &[
+    send("/remote/pull", "pull"),
+    send("/remote/push", "push"),
+    send("/remote/count", "count"),
+    send("/remote/lend", "lend"),
+    send("/remote/reclaim", "reclaim"),
+];
+const PULL: usize = 0;
+const PUSH: usize = 1;
+const COUNT: usize = 2;
+const LEND: usize = 3;
+const RECLAIM: usize = 4;
+
+/// Uses the remote buffers of its requests; lends leases of its own region.
+#[derive(Default)]
+struct Remote {
+    lent: Mutex<Vec<Offer>>,
+}
+
+impl Remote {
+    async fn run(
+        &self,
+        index: usize,
+        request: Request<RemoteRequest>,
+    ) -> Result<RemoteResponse, Status> {
+        let memory = request.remote_memory().expect("server side").clone();
+        let req = request.into_inner();
+        let buf = || {
+            req.buf
+                .clone()
+                .ok_or_else(|| Status::invalid_argument("no buffer"))
+        };
+        let mut out = RemoteResponse::default();
+        match index {
+            PULL => {
+                let dst = RegisteredBuf::new(req.len as usize, Access::LOCAL_WRITE)
+                    .map_err(Status::from)?;
+                let got = memory.read(&buf()?, req.offset, dst).await?;
+                out.exact = got.as_slice() == &pattern(req.len as usize, req.seed)[..];
+            }
+            PUSH => {
+                let data = Bytes::from(pattern(req.len as usize, req.seed));
+                memory.write(&buf()?, req.offset, data).await?;
+            }
+            COUNT => {
+                out.added_to = memory.fetch_and_add(&buf()?, req.offset, req.len).await?;
+                let now = out.added_to + req.len;
+                out.swapped = memory.compare_and_swap(&buf()?, req.offset, now, 7).await?;
+            }
+            LEND => {
+                let region = MemoryRegion::new(req.len as usize).map_err(Status::from)?;
+                let mut lease = region.lease(0, req.len as usize).map_err(Status::from)?;
+                lease
+                    .as_mut_slice()
+                    .copy_from_slice(&pattern(req.len as usize, req.seed));
+                let offer = memory.offer(lease, Access::REMOTE_READ)?;
+                out.lent = Some(offer.handle());
+                self.lent.lock().unwrap().push(offer);
+            }
+            _ => {
+                let offers = std::mem::take(&mut *self.lent.lock().unwrap());
+                for offer in offers {
+                    offer
+                        .revoke()
+                        .await
+                        .ok_or_else(|| Status::internal("buffer lost"))?;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Service for Remote {
+    fn name(&self) -> &'static str {
+        "Remote"
+    }
+
+    fn endpoints(&self) -> &'static [EndpointDef] {
+        ENDPOINTS
+    }
+
+    fn call<'a>(
+        &'a self,
+        index: usize,
+        call: ServerCall<'a>,
+    ) -> BoxFuture<'a, Result<Bytes, Status>> {
+        match call {
+            ServerCall::Inbound { request, .. } => Box::pin(async move {
+                let request = decode_request::<RemoteRequest>(request)?;
+                Ok(encode_message(&self.run(index, request).await?))
+            }),
+            call => mismatched_call("Remote", index, call),
+        }
+    }
+}
+
+async fn serve(b: &Backend) -> String {
+    let server = Server::builder()
+        .transport(b.transport.clone())
+        .add_service(Remote::default())
+        .bind(&b.bind)
+        .await
+        .expect("bind");
+    let addr = server.local_addr();
+    tokio::spawn(server.serve());
+    addr
+}
+
+async fn connect(b: &Backend, addr: &str) -> Client {
+    Client::builder()
+        .transport(b.transport.clone())
+        .connect(addr)
+        .await
+        .expect("connect")
+}
+
+async fn call(client: &Client, index: usize, req: RemoteRequest) -> Result<RemoteResponse, Status> {
+    let metadata = encode_message(&req);
+    let (response, _) = client
+        .call_raw(&ENDPOINTS[index], metadata, Some(Bytes::new()), None)
+        .await?;
+    Ok(prost::Message::decode(response).expect("a response message"))
+}
+
+fn req(buf: &RemoteBuf, offset: u64, len: u64, seed: u32) -> RemoteRequest {
+    RemoteRequest {
+        buf: Some(buf.clone()),
+        offset,
+        len,
+        seed,
+    }
+}
+
+pub(crate) async fn remote_buffers_are_read_written_and_updated_in_place_on(b: &Backend) {
+    let addr = serve(b).await;
+    let client = connect(b, &addr).await;
+    let memory = client.remote_memory();
+    let region = MemoryRegion::new(1 << 20).unwrap();
+
+    // The server reads a block straight from the client's region, at an offset.
+    let mut block = region.lease(4096, 64 << 10).unwrap();
+    block.as_mut_slice()[100..100 + 5000].copy_from_slice(&pattern(5000, 1));
+    let offer = memory.offer(block, Access::REMOTE_READ).unwrap();
+    let pulled = call(&client, PULL, req(&offer.handle(), 100, 5000, 1))
+        .await
+        .unwrap();
+    assert!(pulled.exact, "the handler read the client's bytes");
+    assert!(offer.revoke().await.is_some());
+
+    // The server writes into it.
+    let offer = memory
+        .offer(region.lease(0, 4096).unwrap(), Access::REMOTE_WRITE)
+        .unwrap();
+    call(&client, PUSH, req(&offer.handle(), 96, 3000, 2))
+        .await
+        .unwrap();
+    let back = offer.revoke().await.expect("the buffer comes back");
+    assert_eq!(&back.as_slice()[96..3096], &pattern(3000, 2)[..]);
+    assert!(
+        back.as_slice()[..96].iter().all(|&x| x == 0),
+        "nothing before"
+    );
+    assert!(
+        back.as_slice()[3096..].iter().all(|&x| x == 0),
+        "nothing after"
+    );
+    drop(back);
+
+    // Atomics.
+    let mut counter = region.lease(8192, 64).unwrap();
+    counter.as_mut_slice()[8..16].copy_from_slice(&40u64.to_ne_bytes());
+    let offer = memory.offer(counter, Access::REMOTE_ATOMIC).unwrap();
+    let counted = call(&client, COUNT, req(&offer.handle(), 8, 2, 0))
+        .await
+        .unwrap();
+    assert_eq!((counted.added_to, counted.swapped), (40, 42));
+    let counter = offer.revoke().await.unwrap();
+    assert_eq!(&counter.as_slice()[8..16], &7u64.to_ne_bytes());
+    drop(counter);
+
+    // The other way: the server lends its memory, the client reads it, the server revokes.
+    let lent = call(
+        &client,
+        LEND,
+        RemoteRequest {
+            len: 10_000,
+            seed: 3,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap()
+    .lent
+    .expect("a handle");
+    let got = memory
+        .read(&lent, 0, region.lease(65536, 10_000).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(got.as_slice(), &pattern(10_000, 3)[..]);
+    drop(got);
+    call(&client, RECLAIM, RemoteRequest::default())
+        .await
+        .unwrap();
+    let late = memory
+        .read(
+            &lent,
+            0,
+            RegisteredBuf::new(8, Access::LOCAL_WRITE).unwrap(),
+        )
+        .await;
+    assert_eq!(
+        late.unwrap_err().code(),
+        Code::FailedPrecondition,
+        "revoked by the server"
+    );
+    assert_eq!(region.leased(), 0, "every lease came back");
+}
+
+pub(crate) async fn remote_buffer_misuse_gets_statuses_and_touches_nothing_on(b: &Backend) {
+    let addr = serve(b).await;
+    let client = connect(b, &addr).await;
+    let other = connect(b, &addr).await;
+    let memory = client.remote_memory();
+    let region = MemoryRegion::new(64 << 10).unwrap();
+    let untouched = |buf: &RegisteredBuf| buf.as_slice().iter().all(|&x| x == 0);
+    let code = |r: Result<RemoteResponse, Status>| r.unwrap_err().code();
+
+    let offer = memory
+        .offer(region.lease(0, 4096).unwrap(), Access::REMOTE_WRITE)
+        .unwrap();
+    let h = offer.handle();
+    // Outside the window, and a read of a write-only window.
+    assert_eq!(
+        code(call(&client, PUSH, req(&h, 4000, 200, 1)).await),
+        Code::OutOfRange
+    );
+    assert_eq!(
+        code(call(&client, PULL, req(&h, 0, 16, 1)).await),
+        Code::PermissionDenied
+    );
+    assert_eq!(
+        code(call(&client, COUNT, req(&h, 0, 1, 0)).await),
+        Code::PermissionDenied
+    );
+    // Handed to the server over another connection.
+    let status = call(&other, PUSH, req(&h, 0, 100, 1)).await.unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status}");
+    assert!(status.message().contains("another connection"), "{status}");
+    let buf = offer.revoke().await.unwrap();
+    assert!(untouched(&buf), "no refused use wrote a byte");
+    drop(buf);
+    // After revocation: refused, and the connection serves on.
+    let status = call(&client, PUSH, req(&h, 0, 100, 1)).await.unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status}");
+    assert!(status.message().contains("revoked"), "{status}");
+    assert!(untouched(&region.lease(0, 4096).unwrap()));
+    // Rights the buffer does not have, rights that are not remote.
+    let read_only = RegisteredBuf::new(64, Access::LOCAL_WRITE | Access::REMOTE_READ).unwrap();
+    assert_eq!(
+        memory
+            .offer(read_only, Access::REMOTE_WRITE)
+            .unwrap_err()
+            .code(),
+        Code::InvalidArgument
+    );
+    let lease = region.lease(0, 64).unwrap();
+    assert_eq!(
+        memory.offer(lease, Access::LOCAL_WRITE).unwrap_err().code(),
+        Code::InvalidArgument
+    );
+    // Misaligned atomics.
+    let offer = memory
+        .offer(region.lease(0, 64).unwrap(), Access::REMOTE_ATOMIC)
+        .unwrap();
+    assert_eq!(
+        code(call(&client, COUNT, req(&offer.handle(), 4, 1, 0)).await),
+        Code::InvalidArgument
+    );
+    drop(offer.revoke().await);
+    let pulled = call(&other, PULL, RemoteRequest::default()).await;
+    assert_eq!(
+        code(pulled),
+        Code::InvalidArgument,
+        "the other connection serves on"
+    );
+
+    // A forged handle: a longer window than offered. The holder's checks pass; the offerer's
+    // transport refuses, which ends that connection (as on RDMA) and writes nothing.
+    let offer = memory
+        .offer(region.lease(8192, 64).unwrap(), Access::REMOTE_WRITE)
+        .unwrap();
+    let forged = offer.handle().with_len(8192);
+    assert!(call(&client, PUSH, req(&forged, 0, 4096, 1)).await.is_err());
+    drop(offer.revoke().await);
+    assert!(
+        untouched(&region.lease(0, 64 << 10).unwrap()),
+        "nothing written anywhere"
+    );
+    assert!(call(&other, PULL, RemoteRequest::default())
+        .await
+        .is_err_and(|s| s.code() == Code::InvalidArgument));
+}
+
+#[tokio::test]
+async fn remote_buffers_are_read_written_and_updated_in_place() {
+    remote_buffers_are_read_written_and_updated_in_place_on(&tcp_backend()).await;
+}
+
+#[tokio::test]
+async fn remote_buffer_misuse_gets_statuses_and_touches_nothing() {
+    remote_buffer_misuse_gets_statuses_and_touches_nothing_on(&tcp_backend()).await;
+}
