@@ -8,3 +8,4 @@ pub mod hand_written;
 pub mod kv;
 pub mod logging;
 pub mod report;
+pub mod storage;
