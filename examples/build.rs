@@ -10,6 +10,8 @@ fn main() -> Result<(), rdma_rpc_codegen::Error> {
         specs.join("doca_cpp_endpoints.yaml"),
         specs.join("kv_store.yaml"),
         specs.join("bench.yaml"),
+        specs.join("storage_service.yaml"),
+        specs.join("storage_target.yaml"),
     ])?;
 
     let method = |name: &str, route: &str, input: &str, output: &str| {

@@ -9,3 +9,13 @@ pub mod doca_cpp {
 pub mod kv_store {
     rdma_rpc_core::include_spec!("kv_store");
 }
+
+/// `specs/storage_service.yaml`: the storage application's service (initiator side).
+pub mod storage_service {
+    rdma_rpc_core::include_spec!("storage_service");
+}
+
+/// `specs/storage_target.yaml`: the storage application's targets.
+pub mod storage_target {
+    rdma_rpc_core::include_spec!("storage_target");
+}

@@ -136,7 +136,14 @@ pub enum TypeRef {
     Message(String),
     /// An enum defined in the same spec, by its Rust name.
     Enum(String),
+    /// A handle to a window of the peer's memory (`remote_buffer` in specs), generated as
+    /// `rdma_rpc_core::RemoteBuf`: the receiver reads, writes or updates that memory with
+    /// one-sided operations.
+    RemoteBuffer,
 }
+
+/// The spec spelling of [`TypeRef::RemoteBuffer`].
+pub const REMOTE_BUFFER: &str = "remote_buffer";
 
 impl TypeRef {
     /// The message or enum name, or the scalar's protobuf spelling.
@@ -144,6 +151,7 @@ impl TypeRef {
         match self {
             TypeRef::Scalar(s) => s.as_str(),
             TypeRef::Message(name) | TypeRef::Enum(name) => name,
+            TypeRef::RemoteBuffer => REMOTE_BUFFER,
         }
     }
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use crate::diagnostics::Sink;
 use crate::ir::{
     EndpointIr, EnumIr, EnumValueIr, FieldIr, FieldLabel, MessageIr, OpKind, ScalarType, ServiceIr,
-    SpecFormat, TypeRef,
+    SpecFormat, TypeRef, REMOTE_BUFFER,
 };
 use crate::limits;
 use crate::naming;
@@ -153,6 +153,9 @@ impl TypeNames {
         if let Some(scalar) = ScalarType::from_spec(name) {
             return Some(TypeRef::Scalar(scalar));
         }
+        if name == REMOTE_BUFFER {
+            return Some(TypeRef::RemoteBuffer);
+        }
         if self.messages.iter().any(|m| m == name) {
             return Some(TypeRef::Message(name.to_owned()));
         }
@@ -162,11 +165,12 @@ impl TypeNames {
         let candidates = ScalarType::ALL
             .iter()
             .map(|s| s.as_str())
+            .chain([REMOTE_BUFFER])
             .chain(self.messages.iter().map(String::as_str))
             .chain(self.enums.iter().map(String::as_str));
         let hint = match naming::closest(name, candidates) {
             Some(s) => format!("did you mean `{s}`?"),
-            None => "use a protobuf scalar type (e.g. `uint64`, `string`, `bytes`) or a message or enum defined under `messages:` / `enums:`".to_owned(),
+            None => "use a protobuf scalar type (e.g. `uint64`, `string`, `bytes`), `remote_buffer`, or a message or enum defined under `messages:` / `enums:`".to_owned(),
         };
         sink.error_hint(ty.pos, &ty.key, format!("unknown type `{name}`"), hint);
         None

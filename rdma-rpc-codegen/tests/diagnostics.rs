@@ -399,3 +399,25 @@ fn every_error_is_reported_in_one_pass() {
     let text = err.to_string();
     assert!(text.starts_with("test.yaml: 4 errors in spec\n\nerror: unknown operation type `sned`\n  --> test.yaml:4:11\n   = key: endpoints[0].type\n   = help: did you mean `send`?\n\n"), "{text}");
 }
+
+#[test]
+fn remote_buffer_fields_resolve_and_misspellings_are_named() {
+    let src = format!(
+        "{EXT_HEAD}  - path: /a\n    type: send\n    request: HalfIo\nmessages:\n  HalfIo:\n    fields:\n      - {{ name: buf, type: remote_buffer }}\n      - {{ name: more, type: remote_buffer, repeated: true }}\n"
+    );
+    let ir = parse_spec("io.yaml", &src).expect("a valid spec");
+    let types: Vec<_> = ir.messages[0].fields.iter().map(|f| f.ty.clone()).collect();
+    use rdma_rpc_codegen::TypeRef;
+    assert_eq!(types, [TypeRef::RemoteBuffer, TypeRef::RemoteBuffer]);
+    let d = find(
+        &src.replace("type: remote_buffer }", "type: remote_bufer }"),
+        "unknown type `remote_bufer`",
+    );
+    assert_at(&d, 9, 28, "messages.HalfIo.fields[0].type");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `remote_buffer`?"));
+    // As a request or response, it is not a message.
+    find(
+        &src.replace("request: HalfIo", "request: remote_buffer"),
+        "unknown message type `remote_buffer`",
+    );
+}

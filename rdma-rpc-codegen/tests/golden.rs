@@ -6,7 +6,12 @@ use std::path::Path;
 
 use rdma_rpc_codegen::{generate, load_spec_named, Options};
 
-const SPECS: &[&str] = &["doca_cpp_endpoints", "kv_store"];
+const SPECS: &[&str] = &[
+    "doca_cpp_endpoints",
+    "kv_store",
+    "storage_service",
+    "storage_target",
+];
 
 fn generated(stem: &str) -> String {
     let spec = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -9,6 +9,7 @@ pub use prost;
 pub use crate::client::Client;
 pub use crate::error::Error;
 pub use crate::memory::RegisteredBuf;
+pub use crate::remote::RemoteBuf;
 pub use crate::service::{
     EndpointDef, IntoRequest, OpKind, RawRequest, Request, ServerCall, Service,
 };

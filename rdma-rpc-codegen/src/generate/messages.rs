@@ -62,8 +62,13 @@ fn field(ir: &ServiceIr, msg: &MessageIr, f: &FieldIr) -> TokenStream {
             let ty = ident(m);
             (quote!(message), quote!(#ty))
         }
+        TypeRef::RemoteBuffer => (quote!(message), quote!(::rdma_rpc_core::codegen::RemoteBuf)),
     };
     let (attr, ty) = match (&f.ty, f.label) {
+        (TypeRef::RemoteBuffer, FieldLabel::Singular | FieldLabel::Optional) => (
+            quote!(#attr, optional),
+            quote!(::core::option::Option<#base>),
+        ),
         (TypeRef::Message(m), FieldLabel::Singular | FieldLabel::Optional) => {
             if reaches(ir, m, &msg.name) {
                 (
@@ -94,6 +99,13 @@ fn field_doc(f: &FieldIr) -> String {
         Some(doc) => doc.trim_end().to_owned(),
         None => format!("Field `{}`, number {}.", f.name, f.tag),
     };
+    if f.ty == TypeRef::RemoteBuffer {
+        text.push_str(
+            "\n\nA remote buffer: memory the sender offers for one-sided access. The receiver\n\
+             uses it with the `RemoteMemory` of the connection it arrived on (in a handler,\n\
+             `request.remote_memory()`); the sender makes it with `RemoteMemory::offer`.",
+        );
+    }
     if let TypeRef::Enum(e) = &f.ty {
         let accessors = match f.label {
             FieldLabel::Repeated => format!(

@@ -215,6 +215,7 @@ pub(crate) fn message_type(ty: Option<&TypeRef>) -> TokenStream {
         // Validation only lets messages through; keep the output total anyway.
         Some(TypeRef::Enum(_)) => quote!(i32),
         Some(TypeRef::Scalar(s)) => scalar_type(*s),
+        Some(TypeRef::RemoteBuffer) => quote!(::rdma_rpc_core::codegen::RemoteBuf),
     }
 }
 
