@@ -29,13 +29,9 @@ pub struct InitStorage {
     /// I/O each core keeps in flight.
     #[prost(uint32, tag = "2")]
     pub transactions_per_core: u32,
-    /// The initiator's I/O memory (read and write), used by every block request.
-    ///
-    /// A remote buffer: memory the sender offers for one-sided access. The receiver
-    /// uses it with the `RemoteMemory` of the connection it arrived on (in a handler,
-    /// `request.remote_memory()`); the sender makes it with `RemoteMemory::offer`.
-    #[prost(message, optional, tag = "3")]
-    pub memory: ::core::option::Option<::rdma_rpc_core::codegen::RemoteBuf>,
+    /// Largest block the initiator will write (at most the service's block size).
+    #[prost(uint32, tag = "3")]
+    pub block_size: u32,
 }
 /// The `StorageControl` message of `StorageService`.
 #[derive(Clone, PartialEq, ::rdma_rpc_core::codegen::prost::Message)]
@@ -56,10 +52,15 @@ pub struct BlockIo {
     /// The block index.
     #[prost(uint64, tag = "1")]
     pub block: u64,
-    /// Where the block is (write) or goes (read) in the initiator's memory.
-    #[prost(uint64, tag = "2")]
-    pub offset: u64,
-    /// Bytes of the block (write); bytes expected (read).
+    /// The initiator's memory holding the block (write, readable) or receiving it (read,
+    /// writable). Offered for this call only.
+    ///
+    /// A remote buffer: memory the sender offers for one-sided access. The receiver
+    /// uses it with the `RemoteMemory` of the connection it arrived on (in a handler,
+    /// `request.remote_memory()`); the sender makes it with `RemoteMemory::offer`.
+    #[prost(message, optional, tag = "2")]
+    pub buffer: ::core::option::Option<::rdma_rpc_core::codegen::RemoteBuf>,
+    /// Bytes of the block (write); room for it (read).
     #[prost(uint32, tag = "3")]
     pub length: u32,
 }
@@ -167,9 +168,9 @@ pub const STORAGE_SERVICE_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = 
         timeout_ms: ::core::option::Option::Some(30000),
     },
 ];
-/// Compressed, erasure-coded block storage over three targets. `init_storage` names the
-/// initiator's memory once; each `write_block` and `read_block` then names an offset in it,
-/// and the service reads the block from there or writes it back there with one-sided RDMA.
+/// Compressed, erasure-coded block storage over three targets. Each `write_block` and
+/// `read_block` names the initiator's memory that holds the block (or receives it); the
+/// service reads the block from there, or writes it there, with one-sided RDMA.
 ///
 /// Implement this trait (with `async fn`s) and serve it with [`StorageServiceServer`].
 #[allow(dead_code)]
@@ -188,7 +189,7 @@ pub trait StorageService: ::core::marker::Send + ::core::marker::Sync + 'static 
             ::rdma_rpc_core::codegen::Status,
         >,
     > + ::core::marker::Send;
-    /// Prepares the service for I/O from this initiator, whose memory is `memory`.
+    /// Prepares the service for I/O from this initiator (sizes its staging memory).
     ///
     /// Endpoint `/storage/init`, operation `send`, buffer of 4 KiB, timeout 10 s.
     /// `data` holds the bytes the client sent.
@@ -210,7 +211,7 @@ pub trait StorageService: ::core::marker::Send + ::core::marker::Sync + 'static 
     ) -> impl ::core::future::Future<
         Output = ::core::result::Result<(), ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
-    /// Stores the block that waits at `offset` of the initiator's memory.
+    /// Stores the block that waits in the initiator's memory (`buffer`).
     ///
     /// Endpoint `/storage/io/write`, operation `send`, buffer of 4 KiB, timeout 30 s.
     /// `data` holds the bytes the client sent.
@@ -221,7 +222,7 @@ pub trait StorageService: ::core::marker::Send + ::core::marker::Sync + 'static 
     ) -> impl ::core::future::Future<
         Output = ::core::result::Result<BlockDone, ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
-    /// Reads a stored block into the initiator's memory at `offset`.
+    /// Reads a stored block into the initiator's memory (`buffer`).
     ///
     /// Endpoint `/storage/io/read`, operation `send`, buffer of 4 KiB, timeout 30 s.
     /// `data` holds the bytes the client sent.
@@ -388,7 +389,7 @@ impl StorageServiceClient {
             )
             .await
     }
-    /// Prepares the service for I/O from this initiator, whose memory is `memory`.
+    /// Prepares the service for I/O from this initiator (sizes its staging memory).
     ///
     /// Endpoint `/storage/init`, operation `send`, buffer of 4 KiB, timeout 10 s.
     /// Sends `data` to the server with the request; returns the response.
@@ -422,7 +423,7 @@ impl StorageServiceClient {
             )
             .await
     }
-    /// Stores the block that waits at `offset` of the initiator's memory.
+    /// Stores the block that waits in the initiator's memory (`buffer`).
     ///
     /// Endpoint `/storage/io/write`, operation `send`, buffer of 4 KiB, timeout 30 s.
     /// Sends `data` to the server with the request; returns the response.
@@ -439,7 +440,7 @@ impl StorageServiceClient {
             )
             .await
     }
-    /// Reads a stored block into the initiator's memory at `offset`.
+    /// Reads a stored block into the initiator's memory (`buffer`).
     ///
     /// Endpoint `/storage/io/read`, operation `send`, buffer of 4 KiB, timeout 30 s.
     /// Sends `data` to the server with the request; returns the response.

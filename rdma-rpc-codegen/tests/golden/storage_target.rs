@@ -5,14 +5,17 @@
 #[prost(prost_path = "::rdma_rpc_core::codegen::prost")]
 #[allow(dead_code)]
 pub struct TargetGeometry {
-    /// Bytes of each stored half.
+    /// The block size the halves were sized for.
     #[prost(uint32, tag = "1")]
+    pub block_size: u32,
+    /// Bytes of each stored half.
+    #[prost(uint32, tag = "2")]
     pub half_size: u32,
     /// How many halves the target holds.
-    #[prost(uint64, tag = "2")]
+    #[prost(uint64, tag = "3")]
     pub half_count: u64,
     /// Which halves it keeps (`data 1`, `data 2` or `parity`), for messages.
-    #[prost(string, tag = "3")]
+    #[prost(string, tag = "4")]
     pub slot: ::std::string::String,
 }
 /// The `TargetControl` message of `StorageTarget`.

@@ -1,0 +1,291 @@
+//! The initiator: writes blocks from its registered memory, reads them back into it, and
+//! checks every byte. Each I/O offers the block's window of its memory for that call only;
+//! the service reaches it with one RDMA read (write) or one RDMA write (read).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use rdma_rpc_core::{Access, Bytes, Client, MemoryRegion, RegisteredBuf, Status};
+
+use crate::generated::storage_service::{
+    BlockDone, BlockIo, InitStorage, StorageCommand, StorageControl, StorageServiceClient,
+};
+
+/// What the initiator runs.
+#[derive(Debug, Clone)]
+pub struct InitiatorConfig {
+    /// Bytes per block (at most the service's block size).
+    pub block_size: usize,
+    /// Blocks written, then read back.
+    pub blocks: u64,
+    /// Initiator cores, each with `transactions_per_core` I/O in flight.
+    pub cores: u32,
+    /// I/O in flight per core.
+    pub transactions_per_core: u32,
+    /// Draw a progress bar (on a terminal).
+    pub progress: bool,
+}
+
+/// Latencies and counts of one operation.
+#[derive(Debug, Default, Clone)]
+pub struct OpReport {
+    /// Blocks done.
+    pub count: u64,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Wall time of the phase.
+    pub elapsed: Duration,
+    /// Each I/O's latency, sorted.
+    pub latencies: Vec<Duration>,
+}
+
+impl OpReport {
+    /// I/O per second.
+    pub fn iops(&self) -> f64 {
+        self.count as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Payload gigabytes per second.
+    pub fn gb_per_s(&self) -> f64 {
+        self.bytes as f64 / self.elapsed.as_secs_f64().max(1e-9) / 1e9
+    }
+
+    /// The `q` quantile of the latencies (0 when none).
+    pub fn quantile(&self, q: f64) -> Duration {
+        if self.latencies.is_empty() {
+            return Duration::ZERO;
+        }
+        let i = ((self.latencies.len() - 1) as f64 * q).round() as usize;
+        self.latencies[i]
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Default, Clone)]
+pub struct Report {
+    /// The write phase.
+    pub write: OpReport,
+    /// The read phase.
+    pub read: OpReport,
+    /// Reads rebuilt from the parity.
+    pub recovery_reads: u64,
+    /// Writes one target missed, with the first reason.
+    pub degraded_writes: u64,
+    /// Why the first degraded write was degraded.
+    pub first_degraded: Option<String>,
+    /// Bytes before and after compression, over all writes.
+    pub original_bytes: u64,
+    /// Bytes after compression.
+    pub compressed_bytes: u64,
+}
+
+impl Report {
+    /// Original over compressed bytes.
+    pub fn compression_ratio(&self) -> f64 {
+        self.original_bytes as f64 / (self.compressed_bytes.max(1)) as f64
+    }
+
+    /// The final table.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "{:<6} {:>8} {:>10} {:>8} {:>10} {:>10}\n",
+            "op", "blocks", "IOPS", "GB/s", "p50 us", "p99 us"
+        );
+        for (name, op) in [("write", &self.write), ("read", &self.read)] {
+            out.push_str(&format!(
+                "{:<6} {:>8} {:>10.0} {:>8.3} {:>10.1} {:>10.1}\n",
+                name,
+                op.count,
+                op.iops(),
+                op.gb_per_s(),
+                op.quantile(0.5).as_secs_f64() * 1e6,
+                op.quantile(0.99).as_secs_f64() * 1e6,
+            ));
+        }
+        out.push_str(&format!(
+            "recovery reads: {}   degraded writes: {}   compression ratio: {:.2}\n",
+            self.recovery_reads,
+            self.degraded_writes,
+            self.compression_ratio()
+        ));
+        if let Some(why) = &self.first_degraded {
+            out.push_str(&format!("first degraded write: {why}\n"));
+        }
+        out
+    }
+}
+
+/// The bytes of block `index`: text that compresses, with a stretch of noise that does not
+/// (the first KiB of every 4 KiB), so both the ratio and the checks mean something.
+pub fn block_contents(index: u64, len: usize) -> Vec<u8> {
+    const PAGE: usize = 4096;
+    const NOISE: usize = 1024;
+    let line = format!("block {index:>10}: the quick brown fox jumps over the lazy dog. ");
+    let text: Vec<u8> = line.bytes().cycle().take(PAGE - NOISE).collect();
+    let mut x = index.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + PAGE);
+    while out.len() < len {
+        for _ in 0..NOISE / 8 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+        out.extend_from_slice(&text);
+    }
+    out.truncate(len);
+    out
+}
+
+/// Sends a control command.
+pub async fn control(stub: &StorageServiceClient, command: StorageCommand) -> Result<(), Status> {
+    let mut request = StorageControl::default();
+    request.set_command(command);
+    stub.control(request, Bytes::new()).await
+}
+
+/// One I/O: offers `buf` for the call, runs it, takes `buf` back.
+async fn io(
+    client: &Client,
+    stub: &StorageServiceClient,
+    block: u64,
+    buf: RegisteredBuf,
+    write: bool,
+) -> Result<(BlockDone, RegisteredBuf), Status> {
+    let length = buf.capacity() as u32;
+    let access = if write {
+        Access::REMOTE_READ
+    } else {
+        Access::REMOTE_WRITE
+    };
+    let offer = client.remote_memory().offer(buf, access)?;
+    let request = BlockIo {
+        block,
+        buffer: Some(offer.handle()),
+        length,
+    };
+    let done = if write {
+        stub.write_block(request, Bytes::new()).await
+    } else {
+        stub.read_block(request, Bytes::new()).await
+    };
+    let buf = offer
+        .revoke()
+        .await
+        .ok_or_else(|| Status::unavailable("the connection to the service ended"))?;
+    Ok((done?, buf))
+}
+
+/// Runs the whole flow against a service: query, init, start, write every block, read every
+/// block back and check it, stop. Fails on the first wrong byte or failed I/O.
+pub async fn run(client: Client, config: &InitiatorConfig) -> Result<Report, Status> {
+    let stub = StorageServiceClient::new(client.clone());
+    let geometry = stub.query_storage((), Bytes::new()).await?;
+    if config.block_size > geometry.block_size as usize {
+        return Err(Status::invalid_argument(format!(
+            "blocks of {} bytes do not fit the service's {}",
+            config.block_size, geometry.block_size
+        )));
+    }
+    if config.blocks > geometry.block_count {
+        return Err(Status::invalid_argument(format!(
+            "{} blocks do not fit the service's {}",
+            config.blocks, geometry.block_count
+        )));
+    }
+    let workers = (config.cores.max(1) * config.transactions_per_core.max(1)) as usize;
+    let memory = MemoryRegion::new(workers * config.block_size).map_err(Status::from)?;
+    stub.init_storage(
+        InitStorage {
+            core_count: config.cores,
+            transactions_per_core: config.transactions_per_core,
+            block_size: config.block_size as u32,
+        },
+        Bytes::new(),
+    )
+    .await?;
+    control(&stub, StorageCommand::Start).await?;
+    let bar = if config.progress {
+        let bar = ProgressBar::new(2 * config.blocks);
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>6} [{bar:40}] {pos}/{len} blocks {per_sec}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut report = Report::default();
+    for write in [true, false] {
+        bar.set_prefix(if write { "write" } else { "read" });
+        let next = Arc::new(AtomicU64::new(0));
+        let started = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for w in 0..workers {
+            let (client, stub, next, bar) =
+                (client.clone(), stub.clone(), next.clone(), bar.clone());
+            let mut buf = memory
+                .lease(w * config.block_size, config.block_size)
+                .map_err(Status::from)?;
+            let (blocks, block_size) = (config.blocks, config.block_size);
+            tasks.spawn(async move {
+                let mut seen = Vec::new();
+                loop {
+                    let block = next.fetch_add(1, Ordering::Relaxed);
+                    if block >= blocks {
+                        return Ok::<_, Status>(seen);
+                    }
+                    let expected = block_contents(block, block_size);
+                    if write {
+                        buf.as_mut_slice().copy_from_slice(&expected);
+                    } else {
+                        buf.as_mut_slice().fill(0);
+                    }
+                    let t = Instant::now();
+                    let (done, back) = io(&client, &stub, block, buf, write).await?;
+                    seen.push((t.elapsed(), done));
+                    buf = back;
+                    if !write && buf.as_slice() != &expected[..] {
+                        return Err(Status::data_loss(format!(
+                            "block {block} read back differs from what was written"
+                        )));
+                    }
+                    bar.inc(1);
+                }
+            });
+        }
+        let mut op = OpReport::default();
+        while let Some(joined) = tasks.join_next().await {
+            let seen =
+                joined.map_err(|e| Status::internal(format!("an I/O task failed: {e}")))??;
+            for (latency, done) in seen {
+                op.latencies.push(latency);
+                op.count += 1;
+                op.bytes += config.block_size as u64;
+                if write {
+                    report.original_bytes += u64::from(done.length);
+                    report.compressed_bytes += u64::from(done.compressed_length);
+                    if !done.degraded.is_empty() {
+                        report.degraded_writes += 1;
+                        report.first_degraded.get_or_insert(done.degraded);
+                    }
+                } else if done.recovered {
+                    report.recovery_reads += 1;
+                }
+            }
+        }
+        op.elapsed = started.elapsed();
+        op.latencies.sort_unstable();
+        if write {
+            report.write = op;
+        } else {
+            report.read = op;
+        }
+    }
+    bar.finish_and_clear();
+    control(&stub, StorageCommand::Stop).await?;
+    Ok(report)
+}

@@ -1,0 +1,223 @@
+//! A storage target: keeps one kind of half (data 1, data 2 or parity) of every block in a
+//! registered memory region, and moves halves with one one-sided operation each: it reads the
+//! half to store straight from the service's memory into its slot, and writes a stored half
+//! straight from its slot into the service's memory.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rdma_rpc_core::{Bytes, MemoryRegion, Request, Status};
+use tokio::sync::watch;
+
+use super::codec::Slot;
+use crate::generated::storage_target::{
+    Command, HalfDone, HalfIo, StorageTarget, TargetControl, TargetGeometry,
+};
+
+/// What a target stores.
+#[derive(Debug, Clone, Copy)]
+pub struct TargetConfig {
+    /// Which halves it keeps.
+    pub slot: Slot,
+    /// The block size the halves are for.
+    pub block_size: usize,
+    /// Bytes of each stored half ([`super::codec::stored_half_size`] of the block size).
+    pub half_size: usize,
+    /// How many halves it holds.
+    pub half_count: u64,
+}
+
+/// The target's state: its memory, which blocks it holds, whether it is started.
+pub struct Target {
+    config: TargetConfig,
+    memory: MemoryRegion,
+    stored: Mutex<Vec<bool>>,
+    /// Halves stored so far (each write counts once).
+    writes: watch::Sender<u64>,
+    started: AtomicBool,
+    /// Set once asked to shut down.
+    shutdown: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TargetConfig {
+    /// A target of `slot` for `half_count` blocks of `block_size` bytes.
+    pub fn new(slot: Slot, block_size: usize, half_count: u64) -> Result<TargetConfig, Status> {
+        let half_size = super::codec::stored_half_size(block_size)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        Ok(TargetConfig {
+            slot,
+            block_size,
+            half_size,
+            half_count,
+        })
+    }
+}
+
+impl Target {
+    /// A stopped target with zeroed memory for `config.half_count` halves.
+    pub fn new(config: TargetConfig) -> Result<Target, Status> {
+        let bytes = (config.half_size as u64)
+            .checked_mul(config.half_count)
+            .filter(|&b| b <= rdma_rpc_core::memory::MAX_BUFFER as u64)
+            .ok_or_else(|| {
+                Status::invalid_argument(format!(
+                    "{} halves of {} bytes do not fit one registered region (1 GiB)",
+                    config.half_count, config.half_size
+                ))
+            })?;
+        Ok(Target {
+            config,
+            memory: MemoryRegion::new(bytes as usize).map_err(Status::from)?,
+            stored: Mutex::new(vec![false; config.half_count as usize]),
+            writes: watch::channel(0).0,
+            started: AtomicBool::new(false),
+            shutdown: watch::channel(false).0,
+        })
+    }
+
+    /// Resolves once this target has stored `n` halves (for demos and tests that act
+    /// mid-run).
+    pub fn stored(&self, n: u64) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.writes.subscribe();
+        async move {
+            let _ = rx.wait_for(|w| *w >= n).await;
+        }
+    }
+
+    /// Which halves this target keeps.
+    pub fn slot(&self) -> Slot {
+        self.config.slot
+    }
+
+    /// Resolves once the service asked this target to shut down.
+    pub fn shut_down(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.shutdown.subscribe();
+        async move {
+            let _ = rx.wait_for(|down| *down).await;
+        }
+    }
+
+    /// Checks an I/O request: started, block in range, the buffer present and of the half's
+    /// size.
+    fn io(&self, io: &HalfIo) -> Result<(usize, rdma_rpc_core::RemoteBuf), Status> {
+        if !self.started.load(Ordering::SeqCst) {
+            return Err(Status::failed_precondition(format!(
+                "{} target is not started",
+                self.config.slot
+            )));
+        }
+        if io.block >= self.config.half_count {
+            return Err(Status::out_of_range(format!(
+                "block {} is beyond the {} blocks of this target",
+                io.block, self.config.half_count
+            )));
+        }
+        if io.length as usize != self.config.half_size {
+            return Err(Status::invalid_argument(format!(
+                "halves here are {} bytes, the request says {}",
+                self.config.half_size, io.length
+            )));
+        }
+        let buffer = io
+            .buffer
+            .clone()
+            .ok_or_else(|| Status::invalid_argument("the request names no buffer"))?;
+        Ok((io.block as usize * self.config.half_size, buffer))
+    }
+
+    fn lease(&self, at: usize) -> Result<rdma_rpc_core::RegisteredBuf, Status> {
+        self.memory
+            .lease(at, self.config.half_size)
+            .map_err(|e| Status::aborted(format!("block busy with another I/O: {e}")))
+    }
+}
+
+fn remote(request: &Request<HalfIo>) -> Result<rdma_rpc_core::RemoteMemory, Status> {
+    request
+        .remote_memory()
+        .cloned()
+        .ok_or_else(|| Status::internal("a request without a connection"))
+}
+
+impl StorageTarget for Arc<Target> {
+    async fn query(&self, _: Request<()>, _: Bytes) -> Result<TargetGeometry, Status> {
+        Ok(TargetGeometry {
+            block_size: self.config.block_size as u32,
+            half_size: self.config.half_size as u32,
+            half_count: self.config.half_count,
+            slot: self.config.slot.to_string(),
+        })
+    }
+
+    async fn control(&self, request: Request<TargetControl>, _: Bytes) -> Result<(), Status> {
+        match request.get_ref().command() {
+            Command::Start => self.started.store(true, Ordering::SeqCst),
+            Command::Stop => self.started.store(false, Ordering::SeqCst),
+            Command::Shutdown => {
+                self.started.store(false, Ordering::SeqCst);
+                self.shutdown.send_replace(true);
+            }
+        }
+        Ok(())
+    }
+
+    async fn write_half(&self, request: Request<HalfIo>, _: Bytes) -> Result<HalfDone, Status> {
+        let memory = remote(&request)?;
+        let io = request.into_inner();
+        let (at, source) = self.io(&io)?;
+        // One RDMA read, from the service's memory straight into this block's slot.
+        let slot = self.lease(at)?;
+        memory.read(&source, 0, slot).await?;
+        self.stored.lock().unwrap()[io.block as usize] = true;
+        self.writes.send_modify(|w| *w += 1);
+        Ok(HalfDone {
+            block: io.block,
+            stored: true,
+        })
+    }
+
+    async fn read_half(&self, request: Request<HalfIo>, _: Bytes) -> Result<HalfDone, Status> {
+        let memory = remote(&request)?;
+        let io = request.into_inner();
+        let (at, destination) = self.io(&io)?;
+        if !self.stored.lock().unwrap()[io.block as usize] {
+            return Ok(HalfDone {
+                block: io.block,
+                stored: false,
+            });
+        }
+        // One RDMA write, from this block's slot straight into the service's memory.
+        let slot = self.lease(at)?;
+        memory
+            .write(
+                &destination,
+                0,
+                rdma_rpc_core::transport::SendData::Registered(slot),
+            )
+            .await?;
+        Ok(HalfDone {
+            block: io.block,
+            stored: true,
+        })
+    }
+}
+
+/// Test and demo hook: flips one bit of a stored half, as a failing disk would.
+pub fn corrupt(target: &Target, block: u64, byte: usize) -> Result<(), Status> {
+    let at = block as usize * target.config.half_size;
+    let mut slot = target.lease(at)?;
+    let b = slot
+        .as_mut_slice()
+        .get_mut(byte)
+        .ok_or_else(|| Status::out_of_range("byte beyond the half"))?;
+    *b ^= 0x10;
+    Ok(())
+}
