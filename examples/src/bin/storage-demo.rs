@@ -85,6 +85,17 @@ async fn run() -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .map_err(|s| s.to_string())?;
     print!("{}", report.table());
+    // The baseline, measured now on the same machine: a plain TCP stream of 4 MiB writes.
+    let bulk =
+        examples::bench::tcp_baseline::bulk_stream(&tokio::runtime::Handle::current(), 4 << 20, 64)
+            .await
+            .map_err(|e| format!("measuring raw TCP bulk: {e}"))?;
+    println!(
+        "raw TCP bulk, same machine, same run: {:.2} GB/s (storage write {:.2}x, read {:.2}x of it)",
+        bulk / 1e9,
+        report.write.gb_per_s() * 1e9 / bulk,
+        report.read.gb_per_s() * 1e9 / bulk
+    );
     println!("all {blocks} blocks verified");
     let stub = StorageServiceClient::new(client);
     initiator::control(&stub, StorageCommand::Shutdown)
