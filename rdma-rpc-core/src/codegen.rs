@@ -65,6 +65,28 @@ where
     Resp::decode(response).map_err(|e| Status::internal(format!("malformed response message: {e}")))
 }
 
+/// A receive or read call whose bytes land in `dst`: returns the decoded response and `dst`
+/// holding them.
+pub async fn call_outbound_into<Req, Resp>(
+    client: &Client,
+    endpoint: &'static EndpointDef,
+    request: Request<Req>,
+    dst: RegisteredBuf,
+) -> Result<(Resp, RegisteredBuf), Status>
+where
+    Req: prost::Message,
+    Resp: prost::Message + Default,
+{
+    let timeout = request.timeout();
+    let metadata = encode_message(request.get_ref());
+    let (response, dst) = client
+        .call_raw_into(endpoint, metadata, dst, timeout)
+        .await?;
+    let response = Resp::decode(response)
+        .map_err(|e| Status::internal(format!("malformed response message: {e}")))?;
+    Ok((response, dst))
+}
+
 /// A receive or read call: returns the decoded response and the bytes the server sent.
 pub async fn call_outbound<Req, Resp>(
     client: &Client,

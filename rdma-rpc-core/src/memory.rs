@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 
 mod region;
 
+pub(crate) use region::frozen_view;
 pub use region::MemoryRegion;
 
 /// Alignment of every registered buffer (a page, as RDMA registrations like).
@@ -489,6 +490,8 @@ impl fmt::Debug for BufferPool {
 pub(crate) struct StagingPools {
     budget: usize,
     classes: Mutex<Vec<Arc<StagingClass>>>,
+    /// Buffers handed out so far (a copy each, for whoever counts copies).
+    acquired: std::sync::atomic::AtomicU64,
 }
 
 struct StagingClass {
@@ -519,11 +522,20 @@ impl StagingPools {
         StagingPools {
             budget,
             classes: Mutex::new(Vec::new()),
+            acquired: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Buffers handed out so far.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn acquired(&self) -> u64 {
+        self.acquired.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A buffer with capacity of at least `len` bytes and data length 0.
     pub(crate) fn acquire(&self, len: usize) -> Result<RegisteredBuf> {
+        self.acquired
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let size = len
             .max(MIN_STAGING)
             .checked_next_power_of_two()

@@ -55,6 +55,14 @@ pub(super) fn generate(ir: &ServiceIr) -> TokenStream {
                 }
             }
         } else {
+            let method_into = format_ident!("{}_into", ep.method);
+            let doc_into = doc_attrs(&format!(
+                "As [`{}`](Self::{}), but the server writes the bytes straight into `dst` \
+                 (a lease of a `MemoryRegion`, say): no staging buffer, no copy. Returns the \
+                 response and `dst` holding the bytes; a result larger than `dst` fails with \
+                 `OUT_OF_RANGE`.",
+                ep.method, ep.method
+            ));
             quote! {
                 #doc
                 pub async fn #method(
@@ -66,6 +74,24 @@ pub(super) fn generate(ir: &ServiceIr) -> TokenStream {
                 > {
                     ::rdma_rpc_core::codegen::call_outbound(&self.inner, &#table[#index], #into_request)
                         .await
+                }
+
+                #doc_into
+                pub async fn #method_into(
+                    &self,
+                    request: impl ::rdma_rpc_core::codegen::IntoRequest<#request>,
+                    dst: ::rdma_rpc_core::codegen::RegisteredBuf,
+                ) -> ::core::result::Result<
+                    (#response, ::rdma_rpc_core::codegen::RegisteredBuf),
+                    ::rdma_rpc_core::codegen::Status,
+                > {
+                    ::rdma_rpc_core::codegen::call_outbound_into(
+                        &self.inner,
+                        &#table[#index],
+                        #into_request,
+                        dst,
+                    )
+                    .await
                 }
             }
         }

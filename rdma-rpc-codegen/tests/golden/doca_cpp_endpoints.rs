@@ -221,6 +221,23 @@ impl DocaCppEndpointsClient {
             )
             .await
     }
+    /// As [`rdma_ep0_receive`](Self::rdma_ep0_receive), but the server writes the bytes straight into `dst` (a lease of a `MemoryRegion`, say): no staging buffer, no copy. Returns the response and `dst` holding the bytes; a result larger than `dst` fails with `OUT_OF_RANGE`.
+    pub async fn rdma_ep0_receive_into(
+        &self,
+        request: impl ::rdma_rpc_core::codegen::IntoRequest<()>,
+        dst: ::rdma_rpc_core::codegen::RegisteredBuf,
+    ) -> ::core::result::Result<
+        ((), ::rdma_rpc_core::codegen::RegisteredBuf),
+        ::rdma_rpc_core::codegen::Status,
+    > {
+        ::rdma_rpc_core::codegen::call_outbound_into(
+                &self.inner,
+                &DOCA_CPP_ENDPOINTS_ENDPOINTS[0],
+                ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
+                dst,
+            )
+            .await
+    }
     /// Endpoint `/rdma/ep1`, operation `write`, buffer of 4 MiB.
     /// RDMA-writes `data` into the endpoint's server buffer (at most the buffer size); returns the response.
     pub async fn rdma_ep1_write(
@@ -264,6 +281,23 @@ impl DocaCppEndpointsClient {
                 &self.inner,
                 &DOCA_CPP_ENDPOINTS_ENDPOINTS[3],
                 ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
+            )
+            .await
+    }
+    /// As [`rdma_ep1_read`](Self::rdma_ep1_read), but the server writes the bytes straight into `dst` (a lease of a `MemoryRegion`, say): no staging buffer, no copy. Returns the response and `dst` holding the bytes; a result larger than `dst` fails with `OUT_OF_RANGE`.
+    pub async fn rdma_ep1_read_into(
+        &self,
+        request: impl ::rdma_rpc_core::codegen::IntoRequest<()>,
+        dst: ::rdma_rpc_core::codegen::RegisteredBuf,
+    ) -> ::core::result::Result<
+        ((), ::rdma_rpc_core::codegen::RegisteredBuf),
+        ::rdma_rpc_core::codegen::Status,
+    > {
+        ::rdma_rpc_core::codegen::call_outbound_into(
+                &self.inner,
+                &DOCA_CPP_ENDPOINTS_ENDPOINTS[3],
+                ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
+                dst,
             )
             .await
     }

@@ -450,6 +450,23 @@ impl KvStoreClient {
             )
             .await
     }
+    /// As [`get_block`](Self::get_block), but the server writes the bytes straight into `dst` (a lease of a `MemoryRegion`, say): no staging buffer, no copy. Returns the response and `dst` holding the bytes; a result larger than `dst` fails with `OUT_OF_RANGE`.
+    pub async fn get_block_into(
+        &self,
+        request: impl ::rdma_rpc_core::codegen::IntoRequest<GetBlockRequest>,
+        dst: ::rdma_rpc_core::codegen::RegisteredBuf,
+    ) -> ::core::result::Result<
+        (GetBlockResponse, ::rdma_rpc_core::codegen::RegisteredBuf),
+        ::rdma_rpc_core::codegen::Status,
+    > {
+        ::rdma_rpc_core::codegen::call_outbound_into(
+                &self.inner,
+                &KV_STORE_ENDPOINTS[1],
+                ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
+                dst,
+            )
+            .await
+    }
     /// Sends a control command (flush, compact, ...); the server acts on it once it arrives.
     ///
     /// Endpoint `/kv/control`, operation `send`, buffer of 1 KiB, timeout 1 s.
@@ -482,6 +499,23 @@ impl KvStoreClient {
                 &self.inner,
                 &KV_STORE_ENDPOINTS[3],
                 ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
+            )
+            .await
+    }
+    /// As [`stats`](Self::stats), but the server writes the bytes straight into `dst` (a lease of a `MemoryRegion`, say): no staging buffer, no copy. Returns the response and `dst` holding the bytes; a result larger than `dst` fails with `OUT_OF_RANGE`.
+    pub async fn stats_into(
+        &self,
+        request: impl ::rdma_rpc_core::codegen::IntoRequest<()>,
+        dst: ::rdma_rpc_core::codegen::RegisteredBuf,
+    ) -> ::core::result::Result<
+        (Stats, ::rdma_rpc_core::codegen::RegisteredBuf),
+        ::rdma_rpc_core::codegen::Status,
+    > {
+        ::rdma_rpc_core::codegen::call_outbound_into(
+                &self.inner,
+                &KV_STORE_ENDPOINTS[3],
+                ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
+                dst,
             )
             .await
     }

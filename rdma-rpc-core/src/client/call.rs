@@ -22,7 +22,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::{lock, Client, Entry, Inner, ServerEvent};
-use crate::memory::Access;
+use crate::memory::{Access, RegisteredBuf};
 use crate::protocol::frames::{
     AckFrame, CallId, DescriptorFrame, GrantFrame, Kind, RequestFrame, ResponseFrame,
 };
@@ -36,6 +36,19 @@ use crate::transport::{Descriptor, Fencing, Grant, SendData};
 
 /// Removes an abandoned call's routing and tells the server, when the caller stops waiting
 /// (deadline, or the future was dropped) before the response.
+/// What a call sends: bytes (send, write; none for receive, read), or for receive and read
+/// the caller's buffer for the result.
+enum Payload {
+    Data(Option<Bytes>),
+    Into(RegisteredBuf),
+}
+
+/// What a call got back.
+enum Received {
+    Bytes(Bytes),
+    Into(RegisteredBuf),
+}
+
 struct CallGuard<'a> {
     inner: &'a Inner,
     id: u64,
@@ -79,10 +92,53 @@ impl Client {
         data: Option<Bytes>,
         timeout: Option<Duration>,
     ) -> Result<(Bytes, Bytes), Status> {
+        let (metadata, received) = self
+            .call_timed(endpoint, metadata, Payload::Data(data), timeout)
+            .await?;
+        match received {
+            Received::Bytes(bytes) => Ok((metadata, bytes)),
+            Received::Into(_) => Err(Status::internal("a result buffer nobody asked for")),
+        }
+    }
+
+    /// Runs one call of a receive or read `endpoint` whose result lands in `dst` (usually a
+    /// lease of a [`MemoryRegion`](crate::MemoryRegion)): the server writes it there
+    /// directly, with no staging buffer and no copy, and `dst` comes back holding it (its
+    /// length is the result's). A result larger than `dst` fails with
+    /// [`Code::OutOfRange`](crate::Code). Used by the generated `*_into` methods.
+    pub async fn call_raw_into(
+        &self,
+        endpoint: &EndpointDef,
+        metadata: Bytes,
+        dst: RegisteredBuf,
+        timeout: Option<Duration>,
+    ) -> Result<(Bytes, RegisteredBuf), Status> {
+        if endpoint.op.is_inbound() {
+            return Err(Status::invalid_argument(format!(
+                "{} {} takes bytes, it returns none to land in a buffer",
+                endpoint.op, endpoint.path
+            )));
+        }
+        let (metadata, received) = self
+            .call_timed(endpoint, metadata, Payload::Into(dst), timeout)
+            .await?;
+        match received {
+            Received::Into(buf) => Ok((metadata, buf)),
+            Received::Bytes(_) => Err(Status::internal("the result buffer was lost")),
+        }
+    }
+
+    async fn call_timed(
+        &self,
+        endpoint: &EndpointDef,
+        metadata: Bytes,
+        payload: Payload,
+        timeout: Option<Duration>,
+    ) -> Result<(Bytes, Received), Status> {
         let timeout = timeout
             .or(endpoint.timeout())
             .or(self.inner.config.default_timeout);
-        let call = self.call_inner(endpoint, metadata, data, timeout);
+        let call = self.call_inner(endpoint, metadata, payload, timeout);
         match timeout {
             Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
                 Err(Status::deadline_exceeded(format!(
@@ -104,11 +160,15 @@ impl Client {
         &self,
         endpoint: &EndpointDef,
         metadata: Bytes,
-        data: Option<Bytes>,
+        payload: Payload,
         timeout: Option<Duration>,
-    ) -> Result<(Bytes, Bytes), Status> {
+    ) -> Result<(Bytes, Received), Status> {
         let inner = &*self.inner;
-        let data = data.unwrap_or_default();
+        let (data, dst) = match payload {
+            Payload::Data(data) => (data.unwrap_or_default(), None),
+            Payload::Into(dst) => (Bytes::new(), Some(dst)),
+        };
+        let into = dst.is_some();
         if endpoint.op.is_inbound() && data.len() as u64 > endpoint.buffer_size {
             return Err(Status::invalid_argument(format!(
                 "{} bytes do not fit the {} byte buffer of {} {}",
@@ -176,8 +236,17 @@ impl Client {
                     request.slot = Some(index);
                 }
                 (Outgoing::Pull, _) => {
-                    let mut buf = inner.staging.acquire(data.len()).map_err(Status::from)?;
-                    buf.fill_from(&data).map_err(Status::from)?;
+                    // Bytes frozen from a memory region are offered where they are, where a
+                    // revoked window cannot be read any more; otherwise from a staging copy.
+                    let buf = match crate::memory::frozen_view(&data) {
+                        Some(view) if conn.fencing() == Fencing::Revocable => view,
+                        _ => {
+                            let mut buf =
+                                inner.staging.acquire(data.len()).map_err(Status::from)?;
+                            buf.fill_from(&data).map_err(Status::from)?;
+                            buf
+                        }
+                    };
                     let window = conn
                         .grant(buf, 0, data.len(), Access::REMOTE_READ)
                         .map_err(Status::from)?;
@@ -187,6 +256,16 @@ impl Client {
                 // Inline, or the server grants a window for it once it has a buffer.
                 _ => {}
             }
+        } else if let Some(dst) = dst {
+            // The caller's buffer is the result window. Fenced: once the call is over, the
+            // server cannot write the caller's memory any more, on any transport.
+            // No more than the endpoint's buffer: a server refuses larger result windows.
+            let len = dst.capacity().min(endpoint.buffer_size as usize);
+            let window = conn
+                .grant_fenced(dst, 0, len, Access::REMOTE_WRITE)
+                .map_err(Status::from)?;
+            request.reply_to = Some(DescriptorFrame::from(window.descriptor()));
+            guard.windows.push(window);
         } else if let Some(size) = inner.reply_size(endpoint) {
             let window = reply_window(inner, size)?;
             request.reply_to = Some(DescriptorFrame::from(window.descriptor()));
@@ -207,6 +286,15 @@ impl Client {
             match events.recv().await {
                 None => return Err(self.closed_status()),
                 Some(ServerEvent::Response(r)) => break r,
+                Some(ServerEvent::Grant(g)) if into => {
+                    return Err(Status::out_of_range(format!(
+                        "the result of {} {} has {} bytes, more than the {} of the buffer given",
+                        endpoint.op,
+                        endpoint.path,
+                        g.need_buffer,
+                        guard.windows.last().map_or(0, |w| w.descriptor().len)
+                    )));
+                }
                 Some(ServerEvent::Grant(g)) => {
                     inner.transfers.fetch_add(1, Ordering::Relaxed);
                     let reply_to = self.transfer(endpoint, g, &data, &mut guard).await?;
@@ -239,6 +327,27 @@ impl Client {
         if let Some(status) = status {
             return Err(Status::from(status));
         }
+        if into {
+            return match (reply, inline_payload) {
+                (Some(mut buf), Some(payload)) if payload.len() <= buf.capacity() => {
+                    // Small enough to ride in the response: one copy, into the caller's buffer.
+                    buf.fill_from(&payload).map_err(Status::from)?;
+                    Ok((metadata, Received::Into(buf)))
+                }
+                (Some(mut buf), None) if pushed_len <= buf.capacity() as u64 => {
+                    buf.set_len(pushed_len as usize);
+                    Ok((metadata, Received::Into(buf)))
+                }
+                (None, _) => Err(Status::unavailable(
+                    "the connection ended with the result buffer",
+                )),
+                _ => Err(Status::internal(format!(
+                    "protocol violation: the server announced a result outside the buffer \
+                     given for {} {}",
+                    endpoint.op, endpoint.path
+                ))),
+            };
+        }
         if !inbound {
             let len = match &inline_payload {
                 Some(p) => p.len() as u64,
@@ -266,7 +375,7 @@ impl Client {
                 )))
             }
         };
-        Ok((metadata, received))
+        Ok((metadata, Received::Bytes(received)))
     }
 
     /// Answers a grant: writes the payload into the server's window, or offers a window as

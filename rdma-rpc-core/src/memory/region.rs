@@ -1,8 +1,11 @@
 //! User memory registered once: a [`MemoryRegion`] the application owns, and leases of its
 //! byte ranges that calls and one-sided operations use in place, with no staging copy.
 
+use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use bytes::Bytes;
 
 use super::{Access, Recycle, Region, RegisteredBuf};
 use crate::error::{Error, Result};
@@ -30,6 +33,58 @@ struct Leases {
     taken: Mutex<Vec<(usize, usize)>>,
 }
 
+/// The live memory regions by address, so that bytes frozen from a lease are recognised as
+/// registered memory (and sent without a staging copy). Applications have few regions.
+static REGIONS: Mutex<BTreeMap<u64, (u64, Weak<Region>)>> = Mutex::new(BTreeMap::new());
+
+fn regions() -> MutexGuard<'static, BTreeMap<u64, (u64, Weak<Region>)>> {
+    REGIONS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Drop for Leases {
+    fn drop(&mut self) {
+        regions().remove(&self.region.addr());
+    }
+}
+
+/// Keeps frozen bytes (and so their lease) alive while a view of them is in use.
+struct KeepBytes(#[allow(dead_code)] Bytes);
+
+impl Recycle for KeepBytes {
+    fn give_back(&self, _: Arc<Region>, _: usize, _: usize) {}
+}
+
+/// A read-only view of `bytes` when they lie in a lease of a [`MemoryRegion`] (they were made
+/// by [`RegisteredBuf::freeze`] of a lease, or are a slice of such bytes): registered memory
+/// that can be sent as it is. The view keeps `bytes` alive, and with them the lease.
+///
+/// Only for sources of sends and writes: the bytes are frozen, nothing may write them.
+pub(crate) fn frozen_view(bytes: &Bytes) -> Option<RegisteredBuf> {
+    if bytes.is_empty() {
+        return None;
+    }
+    let at = bytes.as_ptr() as u64;
+    let end = at.checked_add(bytes.len() as u64)?;
+    let region = {
+        let map = regions();
+        let (&base, (len, region)) = map.range(..=at).next_back()?;
+        if end > base + len {
+            return None;
+        }
+        region.upgrade()?
+    };
+    // Frozen bytes of a lease: the lease is held by their owner for as long as they live,
+    // so the range is still the region's and nobody writes it.
+    let start = (at - region.addr()) as usize;
+    Some(RegisteredBuf {
+        region,
+        start,
+        capacity: bytes.len(),
+        len: bytes.len(),
+        pool: Some(Arc::new(KeepBytes(bytes.clone())) as Arc<dyn Recycle>),
+    })
+}
+
 impl Leases {
     fn taken(&self) -> MutexGuard<'_, Vec<(usize, usize)>> {
         self.taken.lock().unwrap_or_else(|e| e.into_inner())
@@ -49,9 +104,11 @@ impl MemoryRegion {
     /// Allocates and registers `len` zeroed bytes (at most [`MAX_BUFFER`](super::MAX_BUFFER)),
     /// with every right: which of them a peer gets is decided per offer.
     pub fn new(len: usize) -> Result<MemoryRegion> {
+        let region = Region::new(len, Access::ALL)?;
+        regions().insert(region.addr(), (len as u64, Arc::downgrade(&region)));
         Ok(MemoryRegion {
             leases: Arc::new(Leases {
-                region: Region::new(len, Access::ALL)?,
+                region,
                 taken: Mutex::new(Vec::new()),
             }),
         })
@@ -158,6 +215,43 @@ mod tests {
             assert!(err.to_string().contains("outside"), "{err}");
         }
         region.lease(1000, 24).unwrap();
+    }
+
+    #[test]
+    fn frozen_leases_are_recognised_as_registered_memory() {
+        let region = MemoryRegion::new(1 << 16).unwrap();
+        let mut lease = region.lease(4096, 1000).unwrap();
+        lease.as_mut_slice().fill(9);
+        let bytes = lease.freeze();
+        let view = frozen_view(&bytes).expect("a lease");
+        assert_eq!(
+            (view.addr(), view.len()),
+            (region.leases.region.addr() + 4096, 1000)
+        );
+        drop(view);
+        let part = bytes.slice(100..200);
+        let view = frozen_view(&part).expect("a slice of a lease");
+        assert_eq!(
+            (view.addr(), view.as_slice()),
+            (region.leases.region.addr() + 4196, &[9u8; 100][..])
+        );
+        drop((bytes, part));
+        assert_eq!(region.leased(), 1000, "the view keeps the lease");
+        drop(view);
+        assert_eq!(region.leased(), 0);
+        assert!(
+            frozen_view(&Bytes::from(vec![1u8; 64])).is_none(),
+            "plain bytes"
+        );
+        assert!(frozen_view(&Bytes::new()).is_none());
+        let gone = {
+            let other = MemoryRegion::new(4096).unwrap();
+            other.leases.region.addr()
+        };
+        assert!(
+            regions().get(&gone).is_none(),
+            "a dropped region is forgotten"
+        );
     }
 
     #[test]

@@ -47,6 +47,7 @@ macro_rules! with_suite {
             remote_buffers_are_read_written_and_updated_in_place_on,
             remote_buffer_misuse_gets_statuses_and_touches_nothing_on,
             stray_revocations_are_answered_and_bounded_on,
+            region_leases_travel_through_write_and_read_endpoints_on,
         );
     };
 }

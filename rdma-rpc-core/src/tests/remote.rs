@@ -366,3 +366,72 @@ async fn remote_buffers_are_read_written_and_updated_in_place() {
 async fn remote_buffer_misuse_gets_statuses_and_touches_nothing() {
     remote_buffer_misuse_gets_statuses_and_touches_nothing_on(&tcp_backend()).await;
 }
+
+/// Write and read endpoints with user memory: bytes frozen from a lease are sent from where
+/// they are, and a result lands straight in the lease given for it (pushed, or copied from
+/// the response when small); a result larger than the lease is refused with the sizes named.
+pub(crate) async fn region_leases_travel_through_write_and_read_endpoints_on(b: &Backend) {
+    use super::e2e::{req, BLOB_READ, BLOB_WRITE, MSG_RECEIVE};
+    use super::service::{TestResponse, ENDPOINTS as TEST};
+    let h = super::Harness::default_on(b).await;
+    let client = h.client().await;
+    let region = MemoryRegion::new(1 << 20).unwrap();
+    let metadata = |len: usize, seed: u32| encode_message(&req(len, seed));
+    let response = |bytes: Bytes| -> TestResponse { prost::Message::decode(bytes).unwrap() };
+
+    for len in [100usize, 200_000] {
+        let mut lease = region.lease(4096, len).unwrap();
+        lease.as_mut_slice().copy_from_slice(&pattern(len, 9));
+        let sent = lease.freeze();
+        let (got, _) = client
+            .call_raw(
+                &TEST[BLOB_WRITE],
+                metadata(len, 9),
+                Some(sent.clone()),
+                None,
+            )
+            .await
+            .unwrap();
+        assert!(response(got).exact, "{len} bytes written from a lease");
+        drop(sent);
+
+        for ep in [BLOB_READ, MSG_RECEIVE] {
+            let dst = region.lease(300_000, 250_000).unwrap();
+            let (got, dst) = client
+                .call_raw_into(&TEST[ep], metadata(len, 11), dst, None)
+                .await
+                .unwrap();
+            assert_eq!(response(got).len, len as u64);
+            assert!(
+                dst.as_slice() == &pattern(len, 11)[..],
+                "{len} bytes landed in the lease"
+            );
+        }
+    }
+    assert_eq!(region.leased(), 0, "every lease came back");
+    let small = region.lease(0, 1000).unwrap();
+    let status = client
+        .call_raw_into(&TEST[BLOB_READ], metadata(200_000, 1), small, None)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::OutOfRange, "{status}");
+    assert!(status.message().contains("200000"), "{status}");
+    // (The refused call's window stays the server's until it answers: other ranges below.)
+    let dst = region.lease(2000, 100).unwrap();
+    let inbound = client
+        .call_raw_into(&TEST[BLOB_WRITE], Bytes::new(), dst, None)
+        .await;
+    assert_eq!(inbound.unwrap_err().code(), Code::InvalidArgument);
+    // The connection serves on.
+    let dst = region.lease(3000, 64).unwrap();
+    let (_, dst) = client
+        .call_raw_into(&TEST[MSG_RECEIVE], metadata(64, 2), dst, None)
+        .await
+        .unwrap();
+    assert!(dst.as_slice() == &pattern(64, 2)[..]);
+}
+
+#[tokio::test]
+async fn region_leases_travel_through_write_and_read_endpoints() {
+    region_leases_travel_through_write_and_read_endpoints_on(&tcp_backend()).await;
+}

@@ -67,11 +67,15 @@ impl DocaConnection {
     fn source(&self, data: SendData) -> Result<Local> {
         let buf = match data {
             SendData::Registered(buf) => buf,
-            SendData::Bytes(bytes) => {
-                let mut buf = self.engine().staging.acquire(bytes.len())?;
-                buf.fill_from(&bytes)?;
-                buf
-            }
+            SendData::Bytes(bytes) => match crate::memory::frozen_view(&bytes) {
+                // Frozen bytes of a memory region: sent from where they are.
+                Some(view) => view,
+                None => {
+                    let mut buf = self.engine().staging.acquire(bytes.len())?;
+                    buf.fill_from(&bytes)?;
+                    buf
+                }
+            },
             #[allow(unreachable_patterns)]
             _ => return Err(Error::InvalidArgument("unsupported send data".into())),
         };

@@ -494,3 +494,55 @@ async fn bad_addresses_are_reported() {
     let err = t.connect("doca://nohost").await.unwrap_err();
     assert!(err.to_string().contains("<ip>:<port>"), "{err}");
 }
+
+#[tokio::test]
+async fn frozen_region_leases_are_sent_without_a_staging_copy() {
+    use crate::memory::MemoryRegion;
+    let t = transport();
+    let (a, b) = pair_on(&t, "doca://127.0.0.1:0").await;
+    let region = MemoryRegion::new(1 << 20).unwrap();
+    let mut lease = region.lease(8192, 100_000).unwrap();
+    lease.as_mut_slice().copy_from_slice(&pattern(100_000, 5));
+    let frozen = lease.freeze();
+    let grant = b
+        .grant(
+            RegisteredBuf::new(100_000, Access::ALL).unwrap(),
+            0,
+            100_000,
+            Access::REMOTE_WRITE,
+        )
+        .unwrap();
+    let before = t.staging.acquired();
+    a.write(
+        SendData::Bytes(frozen.slice(1000..)),
+        grant.descriptor(),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(t.staging.acquired(), before, "no staging copy");
+    a.write(
+        SendData::Bytes(Bytes::from(pattern(1000, 5))),
+        grant.descriptor(),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(t.staging.acquired(), before + 1, "plain bytes are copied");
+    let mut got = grant.revoke().await.unwrap();
+    got.set_len(100_000);
+    // The lease's bytes from 1000 on went to the start of the window, then plain bytes over
+    // its first 1000.
+    let want = pattern(100_000, 5);
+    assert!(got.as_slice()[..1000] == want[..1000], "the plain bytes");
+    assert!(
+        got.as_slice()[1000..99_000] == want[2000..],
+        "the lease's bytes"
+    );
+    drop(frozen);
+    assert_eq!(
+        region.leased(),
+        0,
+        "the lease comes back once the bytes are gone"
+    );
+}
