@@ -18,7 +18,9 @@
 //! ```
 //!
 //! # Lifetimes
-//! An [`Offer`] lives until [`Offer::revoke`] or until it is dropped. Revoking is a handshake:
+//! [`RemoteMemory::lend`] offers memory for one piece of work, usually one call, and revokes
+//! it when that is done: the default. An [`Offer`] made with [`RemoteMemory::offer`] lives
+//! until [`Offer::revoke`] or until it is dropped. Revoking is a handshake:
 //! the peer refuses new uses of the handle at once, finishes the uses in flight, confirms,
 //! and only then is the window taken down and the memory given back. Dropping an offer takes
 //! the window down at once, without waiting: a use in flight then fails, and on RDMA such a
@@ -409,6 +411,41 @@ impl RemoteMemory {
             grant: Some(grant),
             end: self.end.clone(),
         })
+    }
+
+    /// Offers `buf` for the length of one piece of work, usually one call: runs `work` with
+    /// the handle, then revokes the offer, and returns what `work` returned with the buffer
+    /// (`None` if the connection ended and dropped it). The default lifetime of a remote
+    /// buffer; [`offer`](Self::offer) is for offers that outlive a call.
+    ///
+    /// ```no_run
+    /// # async fn run(client: rdma_rpc_core::Client, region: rdma_rpc_core::MemoryRegion)
+    /// # -> Result<(), rdma_rpc_core::Status> {
+    /// use rdma_rpc_core::Access;
+    /// let block = region.lease(0, 4096).map_err(rdma_rpc_core::Status::from)?;
+    /// let (answer, block) = client
+    ///     .remote_memory()
+    ///     .lend(block, Access::REMOTE_READ, |handle| async move {
+    ///         // put `handle` in a request message and make the call
+    ///         # drop(handle);
+    ///         Ok::<_, rdma_rpc_core::Status>(())
+    ///     })
+    ///     .await?;
+    /// # drop((answer, block)); Ok(()) }
+    /// ```
+    pub async fn lend<F, Fut, T>(
+        &self,
+        buf: RegisteredBuf,
+        access: Access,
+        work: F,
+    ) -> Result<(T, Option<RegisteredBuf>), Status>
+    where
+        F: FnOnce(RemoteBuf) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let offer = self.offer(buf, access)?;
+        let done = work(offer.handle()).await;
+        Ok((done, offer.revoke().await))
     }
 
     /// Reads `dst.capacity()` bytes at `offset` of the peer's window into `dst` (its length

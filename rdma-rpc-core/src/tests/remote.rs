@@ -196,12 +196,16 @@ pub(crate) async fn remote_buffers_are_read_written_and_updated_in_place_on(b: &
     // The server reads a block straight from the client's region, at an offset.
     let mut block = region.lease(4096, 64 << 10).unwrap();
     block.as_mut_slice()[100..100 + 5000].copy_from_slice(&pattern(5000, 1));
-    let offer = memory.offer(block, Access::REMOTE_READ).unwrap();
-    let pulled = call(&client, PULL, req(&offer.handle(), 100, 5000, 1))
+    let (pulled, back) = memory
+        .lend(block, Access::REMOTE_READ, |handle| {
+            let client = client.clone();
+            async move { call(&client, PULL, req(&handle, 100, 5000, 1)).await }
+        })
         .await
         .unwrap();
-    assert!(pulled.exact, "the handler read the client's bytes");
-    assert!(offer.revoke().await.is_some());
+    assert!(pulled.unwrap().exact, "the handler read the client's bytes");
+    assert!(back.is_some(), "lent for the call, then back");
+    drop(back);
 
     // The server writes into it.
     let offer = memory
