@@ -85,9 +85,18 @@ async fn blocks_round_trip_over_doca() {
 /// The data 2 target dies after storing 10 halves: the rest of the writes say so, every read
 /// is rebuilt from data 1 and the parity, and every byte comes back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_target_lost_mid_run_loses_nothing() {
+async fn a_target_lost_mid_run_loses_nothing_over_tcp() {
+    a_target_lost_mid_run_loses_nothing("tcp://").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_lost_mid_run_loses_nothing_over_doca() {
+    a_target_lost_mid_run_loses_nothing("doca://").await;
+}
+
+async fn a_target_lost_mid_run_loses_nothing(scheme: &str) {
     let blocks = 40;
-    let cluster = start("tcp://", &config(16 << 10, blocks, 0)).await;
+    let cluster = start(scheme, &config(16 << 10, blocks, 0)).await;
     let stored = cluster.targets[1].stored(10);
     let client = cluster.client().await.unwrap();
     let run =
@@ -169,9 +178,18 @@ async fn ready(
 /// A corrupt data half is rebuilt from the parity; a corrupt parity behind it is caught by its
 /// checksum and reported as data loss, naming the block, never returned as data.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn corrupt_halves_are_detected_by_checksum() {
+async fn corrupt_halves_are_detected_by_checksum_over_tcp() {
+    corrupt_halves_are_detected_by_checksum("tcp://").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_halves_are_detected_by_checksum_over_doca() {
+    corrupt_halves_are_detected_by_checksum("doca://").await;
+}
+
+async fn corrupt_halves_are_detected_by_checksum(scheme: &str) {
     let len = 8192;
-    let cluster = start("tcp://", &config(len, 8, 0)).await;
+    let cluster = start(scheme, &config(len, 8, 0)).await;
     let (stub, client) = ready(&cluster, len).await;
     let region = MemoryRegion::new(len).unwrap();
     for block in 0..4 {
