@@ -164,6 +164,9 @@ impl Client {
         timeout: Option<Duration>,
     ) -> Result<(Bytes, Received), Status> {
         let inner = &*self.inner;
+        if let Some(status) = crate::protocol::oversized_message(endpoint, metadata.len()) {
+            return Err(status);
+        }
         let (data, dst) = match payload {
             Payload::Data(data) => (data.unwrap_or_default(), None),
             Payload::Into(dst) => (Bytes::new(), Some(dst)),

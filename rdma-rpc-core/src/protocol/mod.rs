@@ -81,3 +81,20 @@ pub(crate) fn unusable_hello(hello: &frames::Hello) -> Option<String> {
     }
     None
 }
+
+/// Whether a request message of `len` encoded bytes is too large for `endpoint`: on send and
+/// receive endpoints messages travel in the endpoint's buffer (docs/spec.md), so they must fit
+/// it. Both sides check: the client before sending, the server before running the handler.
+pub(crate) fn oversized_message(
+    endpoint: &crate::service::EndpointDef,
+    len: usize,
+) -> Option<crate::status::Status> {
+    use crate::service::OpKind;
+    let carried = matches!(endpoint.op, OpKind::Send | OpKind::Receive);
+    (carried && len as u64 > endpoint.buffer_size).then(|| {
+        crate::status::Status::resource_exhausted(format!(
+            "the request message is {len} bytes, more than the {} byte buffer of {} {}",
+            endpoint.buffer_size, endpoint.op, endpoint.path
+        ))
+    })
+}

@@ -40,7 +40,7 @@ use crate::protocol::route::{fits_inline, result_route, Incoming, ResultRoute};
 use crate::protocol::wait::{wait, Wait};
 use crate::protocol::CallMap;
 use crate::service::{EndpointDef, RawRequest, ServerCall, Service};
-use crate::status::Status;
+use crate::status::{Code, Status};
 use crate::transport::{BoxFuture, Descriptor, Fencing, Grant, SendData};
 
 /// What the client says about a call after the request.
@@ -134,6 +134,10 @@ type Pending = BoxFuture<'static, crate::error::Result<()>>;
 pub(super) fn run(mut call: Call) -> impl Future<Output = ()> + Send {
     async move {
         let (mut response, pending) = answer(&mut call).await;
+        let max = call.channel.peer_max_frame();
+        if prost::Message::encoded_len(&response) + FRAME_MARGIN > max {
+            response = fitted(&call, response, max);
+        }
         // Slots freed by this call (or earlier ones) go back to the client with the response.
         let room = call
             .channel
@@ -148,6 +152,39 @@ pub(super) fn run(mut call: Call) -> impl Future<Output = ()> + Send {
             Box::pin(await_push(&call, pending)).await;
         }
     }
+}
+
+/// Room kept in a frame for what wraps the response (the frame's own fields, credits, slots).
+const FRAME_MARGIN: usize = 64;
+
+/// A response too large for one frame, made to fit: an error keeps its code with its message
+/// cut short; a result message is refused with `RESOURCE_EXHAUSTED` naming the limit. Either
+/// way the caller gets an answer at once, and the log says why.
+fn fitted(call: &Call, response: ResponseFrame, max: usize) -> ResponseFrame {
+    let size = prost::Message::encoded_len(&response);
+    let ep = call.endpoint;
+    if let Some(status) = response.status {
+        let keep = max.saturating_sub(FRAME_MARGIN + 128);
+        let mut cut = keep.min(status.message.len());
+        while !status.message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let message = format!(
+            "{} … (cut from {} bytes to fit max_frame)",
+            &status.message[..cut],
+            status.message.len()
+        );
+        tracing::warn!(call = call.id, path = ep.path, op = %ep.op, "an error message of {} bytes was cut to fit max_frame ({max})", status.message.len());
+        return error_response(call.id, &Status::new(Code::from_u32(status.code), message));
+    }
+    let status = Status::resource_exhausted(format!(
+        "the response message of {} {} encodes to {size} bytes, more than the connection's \
+         max_frame of {max}: messages travel in control frames; large results belong in the \
+         endpoint's buffer (receive, read)",
+        ep.op, ep.path
+    ));
+    tracing::warn!(call = call.id, path = ep.path, op = %ep.op, %status, "response refused");
+    error_response(call.id, &status)
 }
 
 /// The call's response frame, and the push still under way, if any.

@@ -405,6 +405,10 @@ fn start_call(
         .map_err(|_| Status::invalid_argument("the request's path is not UTF-8"))?;
     let route = shared.routes.find(path, req.op)?;
     let ep = route.endpoint;
+    if let Some(status) = crate::protocol::oversized_message(&ep, req.metadata.len()) {
+        tracing::warn!(peer = %peer, path = ep.path, op = %ep.op, %status, "request refused");
+        return Err(status);
+    }
     if ep.op.is_inbound() && req.payload_len > u64::from(inline_threshold) {
         // Slots would have saved this payload a round trip: arm them with the response.
         slots.want();

@@ -31,9 +31,7 @@ pub(crate) fn req(len: usize, seed: u32) -> TestRequest {
     TestRequest {
         len: len as u64,
         seed,
-        delay_ms: 0,
-        gated: false,
-        keep: false,
+        ..TestRequest::default()
     }
 }
 

@@ -14,7 +14,7 @@ use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{Hello, Kind, RequestFrame};
 use crate::service::{EndpointDef, OpKind};
 use crate::transport::{Fencing, SendData};
-use crate::{Access, ClientConfig, Code, Error, Request, ServerConfig};
+use crate::{Access, ClientConfig, Code, Error, Request, ServerConfig, Status};
 
 async fn still_serving(h: &Harness) {
     let client = h.client().await;
@@ -711,4 +711,86 @@ pub(crate) async fn silent_clients_time_out_in_the_handshake_on(b: &Backend) {
 #[tokio::test]
 async fn silent_clients_time_out_in_the_handshake() {
     silent_clients_time_out_in_the_handshake_on(&tcp_backend()).await;
+}
+
+/// Messages too large for their frame or their endpoint fail the call at once with a status
+/// that names the limit, on both sides, and the connection serves on (before: the response was
+/// dropped and the caller waited for its deadline, or forever).
+pub(crate) async fn oversized_messages_fail_at_once_naming_the_limit_on(b: &Backend) {
+    let h = Harness::default_on(b).await;
+    let client = h.client().await;
+    let send = |request: TestRequest| {
+        let client = client.clone();
+        async move {
+            call_inbound::<_, TestResponse>(
+                &client,
+                &ENDPOINTS[MSG_SEND],
+                // A bound, so that a regression fails instead of hanging.
+                Request::new(request).with_timeout(Duration::from_secs(30)),
+                Bytes::from(pattern(10, 1)),
+            )
+            .await
+        }
+    };
+    // A response message larger than max_frame (16 KiB).
+    let big = TestRequest {
+        pad_response: 20_000,
+        ..req(10, 1)
+    };
+    let status = send(big).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status}");
+    assert!(status.message().contains("max_frame"), "{status}");
+    // An error whose message is larger: its code stays, its message is cut.
+    let failing = TestRequest {
+        fail_with: 20_000,
+        ..req(10, 1)
+    };
+    let status = send(failing).await.unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status}");
+    assert!(
+        status.message().contains("cut from 20000 bytes"),
+        "{}",
+        &status.message()[status.message().len() - 60..]
+    );
+    // A request message larger than a send endpoint's buffer (the panic endpoint's is 64
+    // bytes): refused by the client before sending, and by the server from a raw client.
+    const PANIC: usize = 5;
+    // Never decoded: the size is checked first.
+    let padded = vec![0u8; 100];
+    let status = client
+        .call_raw(
+            &ENDPOINTS[PANIC],
+            Bytes::from(padded.clone()),
+            Some(Bytes::new()),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status}");
+    assert!(status.message().contains("64 byte buffer"), "{status}");
+    let raw = RawClient::connect(&h).await;
+    raw.send_request(RequestFrame {
+        id: 1,
+        path: Bytes::from_static(b"/panic"),
+        op: OpKind::Send.as_u32(),
+        metadata: Bytes::from(padded),
+        ..Default::default()
+    })
+    .await;
+    match raw.next().await {
+        Kind::Response(r) => {
+            let status = Status::from(r.status.expect("a status"));
+            assert_eq!(status.code(), Code::ResourceExhausted, "{status}");
+        }
+        other => panic!("expected a response, got {other:?}"),
+    }
+    assert!(
+        send(req(10, 1)).await.unwrap().exact,
+        "the connection serves on"
+    );
+}
+
+#[tokio::test]
+async fn oversized_messages_fail_at_once_naming_the_limit() {
+    oversized_messages_fail_at_once_naming_the_limit_on(&tcp_backend()).await;
 }

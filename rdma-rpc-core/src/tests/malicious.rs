@@ -113,6 +113,7 @@ fn response(id: u64) -> ResponseFrame {
         metadata: Bytes::from(prost::Message::encode_to_vec(&TestResponse {
             len: 0,
             exact: true,
+            ..Default::default()
         })),
         ..Default::default()
     }

@@ -48,6 +48,7 @@ macro_rules! with_suite {
             remote_buffer_misuse_gets_statuses_and_touches_nothing_on,
             stray_revocations_are_answered_and_bounded_on,
             region_leases_travel_through_write_and_read_endpoints_on,
+            oversized_messages_fail_at_once_naming_the_limit_on,
         );
     };
 }

@@ -29,6 +29,12 @@ pub(crate) struct TestRequest {
     /// The handler keeps the payload it got ([`TestService::kept`]).
     #[prost(bool, tag = "5")]
     pub(crate) keep: bool,
+    /// The handler pads its response message with this many bytes.
+    #[prost(uint64, tag = "6")]
+    pub(crate) pad_response: u64,
+    /// The handler fails with an `INTERNAL` status whose message has this many bytes.
+    #[prost(uint64, tag = "7")]
+    pub(crate) fail_with: u64,
 }
 
 /// Response metadata.
@@ -40,6 +46,9 @@ pub(crate) struct TestResponse {
     /// Whether inbound bytes matched the pattern exactly.
     #[prost(bool, tag = "2")]
     pub(crate) exact: bool,
+    /// `pad_response` bytes.
+    #[prost(bytes = "vec", tag = "3")]
+    pub(crate) padding: Vec<u8>,
 }
 
 pub(crate) const MAX: u64 = 16 << 20;
@@ -150,12 +159,20 @@ impl TestService {
     async fn inbound(&self, req: TestRequest, data: Bytes) -> Result<TestResponse, Status> {
         self.inbound_runs.fetch_add(1, Ordering::SeqCst);
         self.wait(&req).await;
+        if req.fail_with > 0 {
+            return Err(Status::internal("x".repeat(req.fail_with as usize)));
+        }
         let exact = data.len() as u64 == req.len && data[..] == pattern(data.len(), req.seed)[..];
         let len = data.len() as u64;
         if req.keep {
             self.kept.lock().unwrap().push(data);
         }
-        Ok(TestResponse { len, exact })
+        let padding = vec![0x5a; req.pad_response as usize];
+        Ok(TestResponse {
+            len,
+            exact,
+            padding,
+        })
     }
 
     async fn outbound(
@@ -177,6 +194,7 @@ impl TestService {
         Ok(TestResponse {
             len: req.len,
             exact: true,
+            ..Default::default()
         })
     }
 }
