@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use examples::generated::storage_service::{StorageCommand, StorageServiceClient};
 use examples::storage::cluster::{Cluster, ClusterConfig};
-use examples::storage::flags::Flags;
+use examples::storage::flags::{self, Flags};
 use examples::storage::initiator::{self, InitiatorConfig};
 use examples::storage::service::ServiceConfig;
 use rdma_rpc_core::transport::transport_for;
@@ -110,11 +110,5 @@ async fn run() -> Result<(), String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     examples::logging::init();
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("storage-demo: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    flags::exit("storage-demo", run().await)
 }

@@ -8,7 +8,7 @@
 use std::process::ExitCode;
 
 use examples::generated::storage_service::{StorageCommand, StorageServiceClient};
-use examples::storage::flags::Flags;
+use examples::storage::flags::{self, Flags};
 use examples::storage::initiator::{self, InitiatorConfig};
 use rdma_rpc_core::Client;
 
@@ -55,11 +55,5 @@ async fn run() -> Result<(), String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     examples::logging::init();
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("storage-initiator: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    flags::exit("storage-initiator", run().await)
 }

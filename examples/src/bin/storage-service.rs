@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use examples::generated::storage_service::StorageServiceServer;
-use examples::storage::flags::Flags;
+use examples::storage::flags::{self, Flags};
 use examples::storage::service::{Service, ServiceConfig};
 use rdma_rpc_core::transport::transport_for;
 use rdma_rpc_core::Server;
@@ -54,25 +54,11 @@ async fn run() -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     println!("storage service on {}: {service:?}", server.local_addr());
     let down = service.shut_down();
-    server
-        .serve_with_shutdown(async move {
-            tokio::select! {
-                _ = down => println!("shut down by the initiator"),
-                _ = tokio::signal::ctrl_c() => println!("interrupted"),
-            }
-        })
-        .await
-        .map_err(|e| e.to_string())
+    flags::serve_until(server, down, "the initiator").await
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     examples::logging::init();
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("storage-service: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    flags::exit("storage-service", run().await)
 }

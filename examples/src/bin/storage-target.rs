@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use examples::generated::storage_target::StorageTargetServer;
 use examples::storage::codec::Slot;
-use examples::storage::flags::Flags;
+use examples::storage::flags::{self, Flags};
 use examples::storage::target::{Target, TargetConfig};
 use rdma_rpc_core::Server;
 
@@ -52,25 +52,11 @@ async fn run() -> Result<(), String> {
         config.half_size
     );
     let down = target.shut_down();
-    server
-        .serve_with_shutdown(async move {
-            tokio::select! {
-                _ = down => println!("shut down by the service"),
-                _ = tokio::signal::ctrl_c() => println!("interrupted"),
-            }
-        })
-        .await
-        .map_err(|e| e.to_string())
+    flags::serve_until(server, down, "the service").await
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     examples::logging::init();
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("storage-target: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    flags::exit("storage-target", run().await)
 }

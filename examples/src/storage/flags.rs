@@ -1,8 +1,41 @@
-//! Command-line flags of the storage binaries: `--name value` pairs, sizes with binary units
-//! (`64KiB`), durations (`5s`), and a usage text on `--help` or on a mistake.
+//! The command line of the storage binaries: `--name value` pairs, sizes with binary units
+//! (`64KiB`), durations (`5s`), a usage text on `--help` or on a mistake, and what every one
+//! of them does at the end (exit codes, serving until told to stop).
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::process::ExitCode;
 use std::time::Duration;
+
+use rdma_rpc_core::BoundServer;
+
+/// The exit of binary `name`: 0, or 1 with `name: error` on stderr.
+pub fn exit(name: &str, result: Result<(), String>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Serves until `down` resolves (`by` asked for it) or Ctrl-C; calls in flight finish first.
+pub async fn serve_until(
+    server: BoundServer,
+    down: impl Future<Output = ()> + Send,
+    by: &str,
+) -> Result<(), String> {
+    server
+        .serve_with_shutdown(async move {
+            tokio::select! {
+                _ = down => println!("shut down by {by}"),
+                _ = tokio::signal::ctrl_c() => println!("interrupted"),
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())
+}
 
 /// Parsed flags.
 #[derive(Debug)]

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use rdma_rpc_core::transport::Transport;
 use rdma_rpc_core::{
-    Access, Bytes, Client, Code, MemoryRegion, RegisteredBuf, RemoteBuf, Request, Status,
+    Access, Bytes, Client, Code, MemoryRegion, RegisteredBuf, RemoteBuf, RemoteMemory, Request,
+    Status,
 };
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
@@ -24,7 +25,7 @@ use crate::generated::storage_service::{
     StorageService,
 };
 use crate::generated::storage_target::{
-    Command, HalfIo, StorageTargetClient, TargetControl, TargetGeometry,
+    Command, HalfDone, HalfIo, StorageTargetClient, TargetControl, TargetGeometry,
 };
 
 /// How the service behaves.
@@ -270,18 +271,7 @@ impl Service {
 
     /// Has target `t` fetch its half of `block` from `half` (one RDMA read by the target).
     async fn store(&self, t: usize, block: u64, half: RegisteredBuf) -> Result<(), Status> {
-        let link = &self.links[t];
-        let offer = link
-            .client
-            .remote_memory()
-            .offer(half, Access::REMOTE_READ)?;
-        let io = HalfIo {
-            block,
-            buffer: Some(offer.handle()),
-            length: self.half_size as u32,
-        };
-        let done = link.stub.write_half(io, Bytes::new()).await;
-        offer.revoke().await;
+        let (done, _) = self.lend(t, block, half, Access::REMOTE_READ, true).await?;
         done.map(drop)
     }
 
@@ -293,17 +283,9 @@ impl Service {
         half: RegisteredBuf,
     ) -> Result<RegisteredBuf, Status> {
         let link = &self.links[t];
-        let offer = link
-            .client
-            .remote_memory()
-            .offer(half, Access::REMOTE_WRITE)?;
-        let io = HalfIo {
-            block,
-            buffer: Some(offer.handle()),
-            length: self.half_size as u32,
-        };
-        let done = link.stub.read_half(io, Bytes::new()).await;
-        let half = offer.revoke().await;
+        let (done, half) = self
+            .lend(t, block, half, Access::REMOTE_WRITE, false)
+            .await?;
         let done = done?;
         if !done.stored {
             return Err(Status::not_found(format!(
@@ -312,6 +294,34 @@ impl Service {
             )));
         }
         half.ok_or_else(|| Status::unavailable(format!("the {} target went away", link.slot)))
+    }
+
+    /// Lends `half` to target `t` for one I/O request about `block` (a write when `write`).
+    async fn lend(
+        &self,
+        t: usize,
+        block: u64,
+        half: RegisteredBuf,
+        access: Access,
+        write: bool,
+    ) -> Result<(Result<HalfDone, Status>, Option<RegisteredBuf>), Status> {
+        let link = &self.links[t];
+        let length = self.half_size as u32;
+        let io = |handle| HalfIo {
+            block,
+            buffer: Some(handle),
+            length,
+        };
+        link.client
+            .remote_memory()
+            .lend(half, access, |handle| async move {
+                if write {
+                    link.stub.write_half(io(handle), Bytes::new()).await
+                } else {
+                    link.stub.read_half(io(handle), Bytes::new()).await
+                }
+            })
+            .await
     }
 
     /// The three half areas of a staging slot.
@@ -328,6 +338,22 @@ impl Service {
                 .map_err(Status::from)
         };
         Ok([lease(0)?, lease(1)?, lease(2)?])
+    }
+
+    /// Checks an I/O request: storage running, block and length in range, a buffer named.
+    #[allow(clippy::type_complexity)]
+    fn start_io(
+        &self,
+        request: Request<BlockIo>,
+    ) -> Result<(Arc<Staging>, RemoteMemory, BlockIo, RemoteBuf), Status> {
+        let staging = self.running()?;
+        let initiator = request
+            .remote_memory()
+            .cloned()
+            .ok_or_else(|| Status::internal("a request without a connection"))?;
+        let io = request.into_inner();
+        let buffer = self.check_io(&io)?;
+        Ok((staging, initiator, io, buffer))
     }
 
     fn check_io(&self, io: &BlockIo) -> Result<RemoteBuf, Status> {
@@ -467,13 +493,7 @@ impl StorageService for Arc<Service> {
     }
 
     async fn write_block(&self, request: Request<BlockIo>, _: Bytes) -> Result<BlockDone, Status> {
-        let staging = self.running()?;
-        let initiator = request
-            .remote_memory()
-            .cloned()
-            .ok_or_else(|| Status::internal("a request without a connection"))?;
-        let io = request.into_inner();
-        let buffer = self.check_io(&io)?;
+        let (staging, initiator, io, buffer) = self.start_io(request)?;
         let slot = staging.slot().await;
         // One RDMA read: the block, from the initiator's memory into staging.
         let area = staging
@@ -531,13 +551,7 @@ impl StorageService for Arc<Service> {
     }
 
     async fn read_block(&self, request: Request<BlockIo>, _: Bytes) -> Result<BlockDone, Status> {
-        let staging = self.running()?;
-        let initiator = request
-            .remote_memory()
-            .cloned()
-            .ok_or_else(|| Status::internal("a request without a connection"))?;
-        let io = request.into_inner();
-        let buffer = self.check_io(&io)?;
+        let (staging, initiator, io, buffer) = self.start_io(request)?;
         let slot = staging.slot().await;
         let [h1, h2, hp] = self.halves(&staging, &slot)?;
         let n = self.reads.fetch_add(1, Ordering::Relaxed) + 1;

@@ -83,6 +83,39 @@ impl DocaConnection {
         Ok(Local { buf, mmap })
     }
 
+    /// What the peer gets for a window of `buf` exported by `mmap`.
+    fn descriptor(
+        &self,
+        buf: &RegisteredBuf,
+        offset: usize,
+        len: usize,
+        access: Access,
+        mmap: &Mmap,
+    ) -> Descriptor {
+        Descriptor {
+            addr: buf.addr() + offset as u64,
+            len: len as u64,
+            rkey: self.next_key.fetch_add(1, Ordering::Relaxed),
+            access,
+            blob: mmap.export().clone(),
+        }
+    }
+
+    /// A grant of `buf[offset..offset + len]` with `access` is possible on this connection.
+    fn can_grant(
+        &self,
+        buf: &RegisteredBuf,
+        offset: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<()> {
+        check_grant_range(buf, offset, len, access)?;
+        match self.shared.current_error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
     fn writable(&self, buf: RegisteredBuf) -> Result<Local> {
         if !buf.access().contains(Access::LOCAL_WRITE) {
             return Err(Error::InvalidArgument(
@@ -206,20 +239,11 @@ impl Connection for DocaConnection {
         len: usize,
         access: Access,
     ) -> Result<Grant> {
-        check_grant_range(&buf, offset, len, access)?;
-        if let Some(e) = self.shared.current_error() {
-            return Err(e);
-        }
+        self.can_grant(&buf, offset, len, access)?;
         // One mmap per region and set of rights, exported once: the peer gets exactly the
         // rights of this grant, over the whole region (DOCA cannot narrow an export).
         let mmap = mmap_for(&self.engine().dev, &buf, access | local_bits(&buf))?;
-        let descriptor = Descriptor {
-            addr: buf.addr() + offset as u64,
-            len: len as u64,
-            rkey: self.next_key.fetch_add(1, Ordering::Relaxed),
-            access,
-            blob: mmap.export().clone(),
-        };
+        let descriptor = self.descriptor(&buf, offset, len, access, &mmap);
         let handle = DocaWindow {
             buf: Mutex::new(Some(buf)),
         };
@@ -238,10 +262,7 @@ impl Connection for DocaConnection {
         len: usize,
         access: Access,
     ) -> Result<Grant> {
-        check_grant_range(&buf, offset, len, access)?;
-        if let Some(e) = self.shared.current_error() {
-            return Err(e);
-        }
+        self.can_grant(&buf, offset, len, access)?;
         // An mmap of the window alone, exported once: the peer reaches exactly these bytes
         // with exactly these rights, and destroying the mmap at revocation makes its later
         // accesses fail (doca-api.md, `doca_mmap_destroy`: imports of a destroyed mmap stop
@@ -256,13 +277,7 @@ impl Connection for DocaConnection {
                 (access | local_bits(&buf)).bits(),
             )
         }?;
-        let descriptor = Descriptor {
-            addr: buf.addr() + offset as u64,
-            len: len as u64,
-            rkey: self.next_key.fetch_add(1, Ordering::Relaxed),
-            access,
-            blob: mmap.export().clone(),
-        };
+        let descriptor = self.descriptor(&buf, offset, len, access, &mmap);
         let handle = FencedWindow {
             mmap: Mutex::new(Some(mmap)),
             buf: Mutex::new(Some(buf)),
