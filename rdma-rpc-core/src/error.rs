@@ -68,8 +68,9 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
-    /// An operating-system I/O call failed.
-    #[error("{context}")]
+    /// An operating-system I/O call failed. Its message carries the cause (`connecting to
+    /// tcp://host:1: Connection refused`), which is also its `source`.
+    #[error("{context}: {source}")]
     Io {
         /// What was being done.
         context: String,

@@ -794,3 +794,28 @@ pub(crate) async fn oversized_messages_fail_at_once_naming_the_limit_on(b: &Back
 async fn oversized_messages_fail_at_once_naming_the_limit() {
     oversized_messages_fail_at_once_naming_the_limit_on(&tcp_backend()).await;
 }
+
+/// Errors a new user meets first say what to do: a missing scheme names the ones there are, an
+/// unknown one lists them all, and a refused connection says "refused" in its message (not
+/// only in its `Debug`).
+#[tokio::test]
+async fn address_and_connection_errors_say_what_is_wrong() {
+    let no_scheme = crate::transport::transport_for("127.0.0.1:7470")
+        .unwrap_err()
+        .to_string();
+    assert!(no_scheme.contains("tcp://127.0.0.1:7470"), "{no_scheme}");
+    let unknown = crate::transport::transport_for("rdma://h:1")
+        .unwrap_err()
+        .to_string();
+    assert!(unknown.contains("doca+oob"), "{unknown}");
+    // A port nobody listens on (bound, then closed).
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let refused = crate::Client::connect(&format!("tcp://127.0.0.1:{port}"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.to_lowercase().contains("refused"), "{refused}");
+}

@@ -345,11 +345,18 @@ pub trait Transport: Send + Sync + fmt::Debug {
     fn fencing(&self) -> Fencing;
 }
 
-/// The transport an address names: `tcp://` (or no scheme) is the software transport,
+/// The transport an address names: `tcp://` is the software transport,
 /// `mem://` the in-process transport, `doca://` and `doca+oob://` DOCA RDMA.
 pub fn transport_for(addr: &str) -> Result<Arc<dyn Transport>> {
     match addr.split_once("://").map(|(scheme, _)| scheme) {
-        None | Some("tcp") => Ok(Arc::new(tcp::TcpTransport::new())),
+        Some("tcp") => Ok(Arc::new(tcp::TcpTransport::new())),
+        None => Err(Error::InvalidAddress {
+            addr: addr.to_owned(),
+            reason: format!(
+                "no transport scheme: write tcp://{addr} for the software transport (or \
+                 mem://, doca://, doca+oob://)"
+            ),
+        }),
         Some("mem") => Ok(Arc::new(mem::MemTransport::new())),
         #[cfg(feature = "doca")]
         Some(scheme) if scheme.starts_with("doca") => doca::transport_for(addr),
@@ -360,7 +367,7 @@ pub fn transport_for(addr: &str) -> Result<Arc<dyn Transport>> {
         }),
         Some(other) => Err(Error::InvalidAddress {
             addr: addr.to_owned(),
-            reason: format!("unknown transport `{other}` (known: tcp, mem, doca)"),
+            reason: format!("unknown transport `{other}` (known: tcp, mem, doca, doca+oob)"),
         }),
     }
 }
