@@ -82,7 +82,9 @@ impl KvStore for MemoryKv {
         }
         let entry = state.blocks.entry(req.key).or_insert((0, Bytes::new()));
         entry.0 += 1;
-        entry.1 = data;
+        // A copy: `data` is a lease of one of the path's pooled buffers, and a store that
+        // kept it would hold every buffer after a few puts.
+        entry.1 = Bytes::copy_from_slice(&data);
         response.version = entry.0;
         Ok(response)
     }

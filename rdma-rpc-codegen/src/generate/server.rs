@@ -19,8 +19,18 @@ pub(super) fn generate(ir: &ServiceIr) -> TokenStream {
 /// What a handler's arguments mean, by operation.
 fn handler_doc(op: OpKind) -> &'static str {
     match op {
-        OpKind::Send => "`data` holds the bytes the client sent.",
-        OpKind::Write => "`data` holds the bytes the client wrote into the endpoint's buffer.",
+        OpKind::Send => {
+            "`data` holds the bytes the client sent. It may be a lease of one of the path's\n\
+             pooled buffers: keeping it (or a slice of it) after returning keeps that buffer\n\
+             from the path's later calls; copy what you keep (`data.to_vec()`)."
+        }
+        OpKind::Write => {
+            "`data` holds the bytes the client wrote into the endpoint's buffer: a lease of\n\
+             one of the path's pooled buffers. Keeping it (or a slice of it) after returning\n\
+             keeps that buffer from the path's later calls, which fail with\n\
+             `RESOURCE_EXHAUSTED` once every buffer is kept; copy what you keep\n\
+             (`data.to_vec()`)."
+        }
         OpKind::Receive => {
             "Fill `buf` (its capacity is the buffer size; set its length with `fill_from` or \
              `set_len`): the client receives its contents with the response."

@@ -118,7 +118,7 @@ fn client_false_omits_client() {
 fn docs_from_spec_and_defaults() {
     let code = generate(&kv(), &Options::default());
     assert!(code.contains(
-        "    /// Writes one block into the server's block buffer and commits it under `key`.\n    ///\n    /// Endpoint `/kv/block`, operation `write`, buffer of 4 MiB, timeout 250 ms.\n    /// `data` holds the bytes the client wrote into the endpoint's buffer.\n    fn put_block("
+        "    /// Writes one block into the server's block buffer and commits it under `key`.\n    ///\n    /// Endpoint `/kv/block`, operation `write`, buffer of 4 MiB, timeout 250 ms.\n    /// `data` holds the bytes the client wrote into the endpoint's buffer: a lease of\n    /// one of the path's pooled buffers. Keeping it (or a slice of it) after returning\n"
     ), "{code}");
     assert!(code.contains("/// A key-value block store. Blocks move by one-sided RDMA"));
     // A field without `doc` gets one (`missing_docs` is on in user crates).

@@ -46,7 +46,11 @@ pub trait DocaCppEndpoints: ::core::marker::Send + ::core::marker::Sync + 'stati
         Output = ::core::result::Result<(), ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
     /// Endpoint `/rdma/ep1`, operation `write`, buffer of 4 MiB.
-    /// `data` holds the bytes the client wrote into the endpoint's buffer.
+    /// `data` holds the bytes the client wrote into the endpoint's buffer: a lease of
+    /// one of the path's pooled buffers. Keeping it (or a slice of it) after returning
+    /// keeps that buffer from the path's later calls, which fail with
+    /// `RESOURCE_EXHAUSTED` once every buffer is kept; copy what you keep
+    /// (`data.to_vec()`).
     fn rdma_ep1_write(
         &self,
         request: ::rdma_rpc_core::codegen::Request<()>,
@@ -55,7 +59,9 @@ pub trait DocaCppEndpoints: ::core::marker::Send + ::core::marker::Sync + 'stati
         Output = ::core::result::Result<(), ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
     /// Endpoint `/rdma/ep0`, operation `send`, buffer of 4 KiB.
-    /// `data` holds the bytes the client sent.
+    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
+    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
+    /// from the path's later calls; copy what you keep (`data.to_vec()`).
     fn rdma_ep0_send(
         &self,
         request: ::rdma_rpc_core::codegen::Request<()>,

@@ -240,7 +240,11 @@ pub trait KvStore: ::core::marker::Send + ::core::marker::Sync + 'static {
     /// Writes one block into the server's block buffer and commits it under `key`.
     ///
     /// Endpoint `/kv/block`, operation `write`, buffer of 4 MiB, timeout 250 ms.
-    /// `data` holds the bytes the client wrote into the endpoint's buffer.
+    /// `data` holds the bytes the client wrote into the endpoint's buffer: a lease of
+    /// one of the path's pooled buffers. Keeping it (or a slice of it) after returning
+    /// keeps that buffer from the path's later calls, which fail with
+    /// `RESOURCE_EXHAUSTED` once every buffer is kept; copy what you keep
+    /// (`data.to_vec()`).
     fn put_block(
         &self,
         request: ::rdma_rpc_core::codegen::Request<PutBlockRequest>,
@@ -268,7 +272,9 @@ pub trait KvStore: ::core::marker::Send + ::core::marker::Sync + 'static {
     /// Sends a control command (flush, compact, ...); the server acts on it once it arrives.
     ///
     /// Endpoint `/kv/control`, operation `send`, buffer of 1 KiB, timeout 1 s.
-    /// `data` holds the bytes the client sent.
+    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
+    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
+    /// from the path's later calls; copy what you keep (`data.to_vec()`).
     fn control(
         &self,
         request: ::rdma_rpc_core::codegen::Request<ControlCommand>,

@@ -178,7 +178,9 @@ pub trait StorageService: ::core::marker::Send + ::core::marker::Sync + 'static 
     /// Reports the block size and capacity the targets offer together.
     ///
     /// Endpoint `/storage/query`, operation `send`, buffer of 4 KiB, timeout 10 s.
-    /// `data` holds the bytes the client sent.
+    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
+    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
+    /// from the path's later calls; copy what you keep (`data.to_vec()`).
     fn query_storage(
         &self,
         request: ::rdma_rpc_core::codegen::Request<()>,
@@ -192,7 +194,9 @@ pub trait StorageService: ::core::marker::Send + ::core::marker::Sync + 'static 
     /// Prepares the service for I/O from this initiator (sizes its staging memory).
     ///
     /// Endpoint `/storage/init`, operation `send`, buffer of 4 KiB, timeout 10 s.
-    /// `data` holds the bytes the client sent.
+    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
+    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
+    /// from the path's later calls; copy what you keep (`data.to_vec()`).
     fn init_storage(
         &self,
         request: ::rdma_rpc_core::codegen::Request<InitStorage>,
@@ -203,7 +207,9 @@ pub trait StorageService: ::core::marker::Send + ::core::marker::Sync + 'static 
     /// Starts or stops I/O, or shuts the service and its targets down.
     ///
     /// Endpoint `/storage/control`, operation `send`, buffer of 4 KiB, timeout 10 s.
-    /// `data` holds the bytes the client sent.
+    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
+    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
+    /// from the path's later calls; copy what you keep (`data.to_vec()`).
     fn control(
         &self,
         request: ::rdma_rpc_core::codegen::Request<StorageControl>,
@@ -214,7 +220,9 @@ pub trait StorageService: ::core::marker::Send + ::core::marker::Sync + 'static 
     /// Stores the block that waits in the initiator's memory (`buffer`).
     ///
     /// Endpoint `/storage/io/write`, operation `send`, buffer of 4 KiB, timeout 30 s.
-    /// `data` holds the bytes the client sent.
+    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
+    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
+    /// from the path's later calls; copy what you keep (`data.to_vec()`).
     fn write_block(
         &self,
         request: ::rdma_rpc_core::codegen::Request<BlockIo>,
@@ -225,7 +233,9 @@ pub trait StorageService: ::core::marker::Send + ::core::marker::Sync + 'static 
     /// Reads a stored block into the initiator's memory (`buffer`).
     ///
     /// Endpoint `/storage/io/read`, operation `send`, buffer of 4 KiB, timeout 30 s.
-    /// `data` holds the bytes the client sent.
+    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
+    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
+    /// from the path's later calls; copy what you keep (`data.to_vec()`).
     fn read_block(
         &self,
         request: ::rdma_rpc_core::codegen::Request<BlockIo>,

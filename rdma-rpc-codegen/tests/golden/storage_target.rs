@@ -146,7 +146,9 @@ pub trait StorageTarget: ::core::marker::Send + ::core::marker::Sync + 'static {
     /// Reports the size of the halves this target stores and how many it holds.
     ///
     /// Endpoint `/target/query`, operation `send`, buffer of 4 KiB, timeout 5 s.
-    /// `data` holds the bytes the client sent.
+    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
+    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
+    /// from the path's later calls; copy what you keep (`data.to_vec()`).
     fn query(
         &self,
         request: ::rdma_rpc_core::codegen::Request<()>,
@@ -157,7 +159,9 @@ pub trait StorageTarget: ::core::marker::Send + ::core::marker::Sync + 'static {
     /// Starts, stops or shuts the target down.
     ///
     /// Endpoint `/target/control`, operation `send`, buffer of 4 KiB, timeout 5 s.
-    /// `data` holds the bytes the client sent.
+    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
+    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
+    /// from the path's later calls; copy what you keep (`data.to_vec()`).
     fn control(
         &self,
         request: ::rdma_rpc_core::codegen::Request<TargetControl>,
@@ -168,7 +172,9 @@ pub trait StorageTarget: ::core::marker::Send + ::core::marker::Sync + 'static {
     /// Stores the half of block `block` that waits in the service's memory (`source`).
     ///
     /// Endpoint `/target/io/write`, operation `send`, buffer of 4 KiB, timeout 10 s.
-    /// `data` holds the bytes the client sent.
+    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
+    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
+    /// from the path's later calls; copy what you keep (`data.to_vec()`).
     fn write_half(
         &self,
         request: ::rdma_rpc_core::codegen::Request<HalfIo>,
@@ -179,7 +185,9 @@ pub trait StorageTarget: ::core::marker::Send + ::core::marker::Sync + 'static {
     /// Writes the stored half of block `block` into the service's memory (`destination`).
     ///
     /// Endpoint `/target/io/read`, operation `send`, buffer of 4 KiB, timeout 10 s.
-    /// `data` holds the bytes the client sent.
+    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
+    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
+    /// from the path's later calls; copy what you keep (`data.to_vec()`).
     fn read_half(
         &self,
         request: ::rdma_rpc_core::codegen::Request<HalfIo>,

@@ -97,6 +97,9 @@ pub(super) struct Call {
     pub(super) index: usize,
     pub(super) endpoint: EndpointDef,
     pub(super) pool: BufferPool,
+    /// The calls of the path holding one of `pool`'s buffers, and this call's place among them.
+    pub(super) holders: super::Holders,
+    pub(super) holding: Option<super::Holding>,
     /// This connection's share of `pool`.
     pub(super) share: Share,
     /// Held while the call holds a buffer of `pool`.
@@ -421,7 +424,10 @@ async fn take_buffer(call: &mut Call) -> Result<RegisteredBuf, Status> {
         call.share_permit = call.share.try_enter();
     }
     if call.share_permit.is_some() {
+        // Counted before the buffer is taken: whoever sees the pool empty sees this holder.
+        let holding = call.holders.enter();
         if let Some(buf) = call.pool.try_acquire() {
+            call.holding = Some(holding);
             return Ok(buf);
         }
     }
@@ -463,8 +469,26 @@ async fn wait_for_buffer(call: &mut Call) -> Result<RegisteredBuf, Status> {
             }
         }
     }
+    if call.pool.available() == 0 && call.holders.count() == 0 {
+        // No call holds a buffer of this path: handlers that returned keep them all, and
+        // nothing will give one back. Waiting would only hide that.
+        let status = Status::resource_exhausted(format!(
+            "all {} buffers of {} {} are kept by handlers that returned and still hold their \
+             `data` (a Bytes of a pool buffer keeps it): copy what a handler keeps \
+             (`data.to_vec()`), or raise max_buffers",
+            call.pool.count(),
+            endpoint.op,
+            endpoint.path
+        ));
+        tracing::warn!(peer = %call.request.peer, reason = status.message(), "call refused");
+        return Err(status);
+    }
+    let holding = call.holders.enter();
     match tokio::time::timeout_at(limit, call.pool.acquire()).await {
-        Ok(buf) => Ok(buf),
+        Ok(buf) => {
+            call.holding = Some(holding);
+            Ok(buf)
+        }
         Err(_) if deadline_first => Err(Status::deadline_exceeded(format!(
             "no free buffer for {} {} before the deadline (all {} in use)",
             endpoint.op,

@@ -430,6 +430,8 @@ fn start_call(
         index: route.index,
         endpoint: ep,
         pool: route.pool.clone(),
+        holders: route.holders.clone(),
+        holding: None,
         share: shares.of(ep.path, &route.pool),
         share_permit: None,
         request: RawRequest {

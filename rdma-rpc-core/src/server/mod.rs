@@ -327,6 +327,34 @@ pub(crate) struct Route {
     pub(crate) index: usize,
     pub(crate) endpoint: EndpointDef,
     pub(crate) pool: BufferPool,
+    /// The calls of the path holding (or taking) one of `pool`'s buffers.
+    pub(crate) holders: Holders,
+}
+
+/// The calls of one path that hold one of its pool buffers, or are taking one. Tells a pool
+/// drained by calls in flight (worth waiting for) from one drained by handlers that returned
+/// and kept their `data` (not worth waiting for: nothing gives a buffer back).
+#[derive(Clone, Default)]
+pub(crate) struct Holders(Arc<std::sync::atomic::AtomicUsize>);
+
+/// One holder, counted until dropped.
+pub(crate) struct Holding(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Holders {
+    pub(crate) fn enter(&self) -> Holding {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Holding(self.0.clone())
+    }
+
+    pub(crate) fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// The routing table: path → operations, with one buffer pool per path (the operations of a
@@ -370,6 +398,7 @@ impl Routes {
             }
         }
         let mut pools = HashMap::new();
+        let mut holders: HashMap<&'static str, Holders> = HashMap::new();
         for (path, size) in &sizes {
             let count = (config.pool_budget / (*size).max(1) as usize)
                 .clamp(config.min_buffers.max(1), config.max_buffers.max(1));
@@ -384,6 +413,7 @@ impl Routes {
                     index,
                     endpoint: *ep,
                     pool: pools[ep.path].clone(),
+                    holders: holders.entry(ep.path).or_default().clone(),
                 });
             }
         }

@@ -569,3 +569,49 @@ pub(crate) async fn stray_revocations_are_answered_and_bounded_on(b: &Backend) {
 async fn stray_revocations_are_answered_and_bounded() {
     stray_revocations_are_answered_and_bounded_on(&tcp_backend()).await;
 }
+
+/// Handlers that keep their payloads hold the path's pool buffers after they return: a call
+/// then fails at once with `RESOURCE_EXHAUSTED` saying so, instead of waiting `buffer_wait`
+/// (an hour here) for a buffer nothing will give back; once the handlers let go, calls go
+/// through again.
+pub(crate) async fn buffers_kept_by_handlers_fail_calls_at_once_on(b: &Backend) {
+    let config = ServerConfig {
+        min_buffers: 2,
+        max_buffers: 2,
+        write_slots: 0,
+        buffer_wait: std::time::Duration::from_secs(3600),
+        ..ServerConfig::default()
+    };
+    let h = Harness::start_on(b, config).await;
+    let client = h.client().await;
+    let len = 100_000;
+    for seed in 0..2 {
+        let mut keep = req(len, seed);
+        keep.keep = true;
+        let done = crate::codegen::call_inbound::<_, super::service::TestResponse>(
+            &client,
+            &super::service::ENDPOINTS[BLOB_WRITE],
+            crate::Request::new(keep),
+            Bytes::from(super::pattern(len, seed)),
+        );
+        assert!(done.await.unwrap().exact);
+    }
+    let err = bounded(
+        "a call behind kept buffers",
+        inbound(&client, BLOB_WRITE, len, 7),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
+    assert!(
+        err.message().contains("kept by handlers") && err.message().contains("/blob"),
+        "{err}"
+    );
+    h.service.kept.lock().unwrap().clear();
+    assert!(inbound(&client, BLOB_WRITE, len, 8).await.unwrap().exact);
+}
+
+#[tokio::test]
+async fn buffers_kept_by_handlers_fail_calls_at_once() {
+    buffers_kept_by_handlers_fail_calls_at_once_on(&tcp_backend()).await;
+}

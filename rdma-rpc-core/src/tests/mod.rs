@@ -49,6 +49,7 @@ macro_rules! with_suite {
             stray_revocations_are_answered_and_bounded_on,
             region_leases_travel_through_write_and_read_endpoints_on,
             oversized_messages_fail_at_once_naming_the_limit_on,
+            buffers_kept_by_handlers_fail_calls_at_once_on,
         );
     };
 }
