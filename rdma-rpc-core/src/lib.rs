@@ -1,5 +1,18 @@
 #![doc = include_str!("../README.md")]
 
+/// Builder setters, one per configuration field: `name(value)` sets `self.config.name`.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(mut self, value: $ty) -> Self {
+                self.config.$name = value;
+                self
+            }
+        )*
+    };
+}
+
 pub mod client;
 #[doc(hidden)]
 pub mod codegen;

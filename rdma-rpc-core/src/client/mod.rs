@@ -99,16 +99,19 @@ impl ClientBuilder {
         self
     }
 
-    /// See [`ClientConfig::max_in_flight`].
-    pub fn max_in_flight(mut self, n: u32) -> Self {
-        self.config.max_in_flight = n;
-        self
-    }
-
-    /// See [`ClientConfig::staging_budget`].
-    pub fn staging_budget(mut self, bytes: usize) -> Self {
-        self.config.staging_budget = bytes;
-        self
+    setters! {
+        /// See [`ClientConfig::max_in_flight`].
+        max_in_flight: u32,
+        /// See [`ClientConfig::max_frame`].
+        max_frame: usize,
+        /// See [`ClientConfig::recv_credits`].
+        recv_credits: u32,
+        /// See [`ClientConfig::inline_threshold`].
+        inline_threshold: u32,
+        /// See [`ClientConfig::connect_timeout`].
+        connect_timeout: Duration,
+        /// See [`ClientConfig::staging_budget`].
+        staging_budget: usize,
     }
 
     /// Connects and runs the handshake.
@@ -311,8 +314,17 @@ impl Client {
         }
     }
 
+    /// Whether the connection is over: closed here, or lost or ended by the server once this
+    /// client has seen it (a failed call has). New calls then fail at once, with the reason. A
+    /// client does not reconnect; make a new one.
+    pub fn is_closed(&self) -> bool {
+        lock(&self.inner.closed).is_some()
+    }
+
     /// Closes the connection: calls in flight end with [`Code::Unavailable`](crate::Code).
     pub fn close(&self) {
+        lock(&self.inner.closed)
+            .get_or_insert_with(|| Status::unavailable("closed by this client"));
         self.inner.channel.conn().close();
     }
 

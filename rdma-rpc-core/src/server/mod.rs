@@ -174,18 +174,6 @@ impl fmt::Debug for ServerBuilder {
     }
 }
 
-macro_rules! setters {
-    ($($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {
-        $(
-            $(#[$doc])*
-            pub fn $name(mut self, value: $ty) -> Self {
-                self.config.$name = value;
-                self
-            }
-        )*
-    };
-}
-
 /// Largest write slot over a transport that cannot fence windows: its payload is copied
 /// before the handler sees it.
 pub(crate) const MAX_UNFENCED_SLOT: usize = 64 << 10;
@@ -242,6 +230,16 @@ impl ServerBuilder {
         idle_timeout: Option<Duration>,
         /// See [`ServerConfig::max_in_flight`].
         max_in_flight: u32,
+        /// See [`ServerConfig::max_frame`].
+        max_frame: usize,
+        /// See [`ServerConfig::recv_credits`].
+        recv_credits: u32,
+        /// See [`ServerConfig::min_buffers`].
+        min_buffers: usize,
+        /// See [`ServerConfig::max_buffers`].
+        max_buffers: usize,
+        /// See [`ServerConfig::handshake_timeout`].
+        handshake_timeout: Duration,
         /// See [`ServerConfig::inline_threshold`].
         inline_threshold: u32,
         /// See [`ServerConfig::pool_budget`].

@@ -819,3 +819,39 @@ async fn address_and_connection_errors_say_what_is_wrong() {
         .to_string();
     assert!(refused.to_lowercase().contains("refused"), "{refused}");
 }
+
+/// Every configuration field has a builder setter (the config structs are `non_exhaustive`),
+/// and a client says when its connection is over.
+#[tokio::test]
+async fn builders_set_every_field_and_clients_know_when_they_are_closed() {
+    let h = Harness::default_on(&tcp_backend()).await;
+    let refused = crate::Client::builder()
+        .transport(h.transport.clone())
+        .recv_credits(2)
+        .connect(&h.addr)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("recv_credits"), "{refused}");
+    let bound = crate::Server::builder()
+        .recv_credits(2)
+        .bind("tcp://127.0.0.1:0")
+        .await;
+    let Err(err) = bound else {
+        panic!("a server with too few receives was bound")
+    };
+    assert!(err.to_string().contains("recv_credits"), "{err}");
+    let client = crate::Client::builder()
+        .transport(h.transport.clone())
+        .max_frame(32 * 1024)
+        .inline_threshold(1024)
+        .connect_timeout(Duration::from_secs(5))
+        .connect(&h.addr)
+        .await
+        .unwrap();
+    assert!(inbound(&client, MSG_SEND, 10, 1).await.unwrap().exact);
+    assert!(!client.is_closed());
+    client.close();
+    let err = inbound(&client, MSG_SEND, 10, 1).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+    assert!(client.is_closed());
+}
