@@ -135,26 +135,39 @@ type Pending = BoxFuture<'static, crate::error::Result<()>>;
 /// `async fn` would store the 500-byte `Call` twice in its future.)
 #[allow(clippy::manual_async_fn)]
 pub(super) fn run(mut call: Call) -> impl Future<Output = ()> + Send {
-    async move {
-        let (mut response, pending) = answer(&mut call).await;
-        let max = call.channel.peer_max_frame();
-        if prost::Message::encoded_len(&response) + FRAME_MARGIN > max {
-            response = fitted(&call, response, max);
-        }
-        // Slots freed by this call (or earlier ones) go back to the client with the response.
-        let room = call
-            .channel
-            .peer_max_frame()
-            .saturating_sub(prost::Message::encoded_len(&response) + 64);
-        response.slots = call.slots.arm(call.channel.conn().as_ref(), room);
-        call.in_flight.remove(call.id);
-        if let Err(e) = call.channel.send(Kind::Response(response)).await {
-            tracing::debug!(call = call.id, error = %e, "response not sent: connection gone");
-        }
-        if let Some(pending) = pending {
-            Box::pin(await_push(&call, pending)).await;
-        }
-    }
+    // Everything the call logs carries what it is (a span nobody listens to costs a check).
+    let span = tracing::info_span!(
+        "call",
+        service = call.service.name(),
+        method = call.endpoint.method,
+        path = call.endpoint.path,
+        op = %call.endpoint.op,
+        peer = %call.request.peer,
+        id = call.id,
+    );
+    tracing::Instrument::instrument(
+        async move {
+            let (mut response, pending) = answer(&mut call).await;
+            let max = call.channel.peer_max_frame();
+            if prost::Message::encoded_len(&response) + FRAME_MARGIN > max {
+                response = fitted(&call, response, max);
+            }
+            // Slots freed by this call (or earlier ones) go back to the client with the response.
+            let room = call
+                .channel
+                .peer_max_frame()
+                .saturating_sub(prost::Message::encoded_len(&response) + 64);
+            response.slots = call.slots.arm(call.channel.conn().as_ref(), room);
+            call.in_flight.remove(call.id);
+            if let Err(e) = call.channel.send(Kind::Response(response)).await {
+                tracing::debug!(call = call.id, error = %e, "response not sent: connection gone");
+            }
+            if let Some(pending) = pending {
+                Box::pin(await_push(&call, pending)).await;
+            }
+        },
+        span,
+    )
 }
 
 /// Room kept in a frame for what wraps the response (the frame's own fields, credits, slots).

@@ -251,6 +251,7 @@ async fn run(
                         match started {
                             Ok((call, events)) => {
                                 calls.insert(id, events);
+                                let ep = call.endpoint;
                                 let mut running = match spare.take() {
                                     Some(mut reused) => {
                                         std::pin::Pin::set(&mut reused, call::run(call));
@@ -267,11 +268,11 @@ async fn run(
                                     Inline::Done => spare = Some(running),
                                     Inline::Waiting => {
                                         let handle = tasks.spawn(running);
-                                        task_ids.insert(handle.id(), id);
+                                        task_ids.insert(handle.id(), (id, ep));
                                     }
                                     Inline::Panicked => {
                                         drop(running);
-                                        answer_panic(&channel, &calls, id).await?;
+                                        answer_panic(&channel, &calls, id, &ep, &negotiated.peer).await?;
                                     }
                                 }
                             }
@@ -304,9 +305,9 @@ async fn run(
                     Ok((task, ())) => (task, false),
                     Err(e) => (e.id(), e.is_panic()),
                 };
-                if let Some(id) = task_ids.remove(&task) {
+                if let Some((id, ep)) = task_ids.remove(&task) {
                     if panicked {
-                        answer_panic(&channel, &calls, id).await?;
+                        answer_panic(&channel, &calls, id, &ep, &negotiated.peer).await?;
                     } else {
                         calls.remove(id);
                     }
@@ -347,9 +348,22 @@ async fn poll_inline(mut call: std::pin::Pin<&mut (impl Future<Output = ()> + ?S
 }
 
 /// Answers for a call whose handler panicked, if it had not answered.
-async fn answer_panic(channel: &FrameChannel, calls: &InFlight, id: u64) -> Result<(), Error> {
+async fn answer_panic(
+    channel: &FrameChannel,
+    calls: &InFlight,
+    id: u64,
+    ep: &crate::service::EndpointDef,
+    peer: &str,
+) -> Result<(), Error> {
     if calls.remove(id) {
-        tracing::error!(call = id, "handler panicked");
+        tracing::error!(
+            call = id,
+            method = ep.method,
+            path = ep.path,
+            op = %ep.op,
+            peer,
+            "handler panicked"
+        );
         let frame = error_response(id, &Status::internal("the handler panicked"));
         channel.send(Kind::Response(frame)).await?;
     }

@@ -855,3 +855,58 @@ async fn builders_set_every_field_and_clients_know_when_they_are_closed() {
     assert_eq!(err.code(), Code::Unavailable, "{err}");
     assert!(client.is_closed());
 }
+
+/// A handler's panic is logged with what the call was (method, path, operation, peer), not
+/// only its id: what an operator needs to find the handler.
+#[test]
+fn a_panic_is_logged_with_the_call_it_ended() {
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let h = Harness::default_on(&tcp_backend()).await;
+            let client = h.client().await;
+            let err = call_inbound::<_, TestResponse>(
+                &client,
+                &ENDPOINTS[5],
+                Request::new(req(1, 1)),
+                Bytes::new(),
+            )
+            .await
+            .unwrap_err();
+            assert_eq!(err.code(), Code::Internal, "{err}");
+        });
+    });
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("handler panicked"))
+        .unwrap_or_else(|| panic!("no panic logged:\n{log}"));
+    for field in [
+        "method=\"panic_send\"",
+        "path=\"/panic\"",
+        "op=send",
+        "peer=\"tcp://",
+    ] {
+        assert!(line.contains(field), "{field} missing from: {line}");
+    }
+}
