@@ -527,7 +527,7 @@ impl StagingPools {
     }
 
     /// Buffers handed out so far.
-    #[cfg_attr(not(test), allow(dead_code))]
+    #[cfg_attr(not(all(test, feature = "doca")), allow(dead_code))]
     pub(crate) fn acquired(&self) -> u64 {
         self.acquired.load(std::sync::atomic::Ordering::Relaxed)
     }

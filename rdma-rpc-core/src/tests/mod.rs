@@ -1,7 +1,6 @@
 //! End-to-end tests of client, server and protocol, written against `dyn Transport` so the
 //! same suite runs over every transport.
 
-#[cfg(feature = "doca")]
 /// The end-to-end suite functions (each `async fn(&Backend)`) that every backend runs, handed to
 /// `$m!`, after any leading tokens: `with_suite!(m)` is `m!(a_on, b_on, ...)`, and
 /// `with_suite!(m, @tests)` is `m!(@tests a_on, ...)`. One list, so a test added to the suite
@@ -54,6 +53,7 @@ macro_rules! with_suite {
     };
 }
 
+#[cfg(feature = "doca")]
 mod doca;
 mod e2e;
 mod fast_paths;
