@@ -160,21 +160,22 @@ async fn io(
     } else {
         Access::REMOTE_WRITE
     };
-    let offer = client.remote_memory().offer(buf, access)?;
-    let request = BlockIo {
-        block,
-        buffer: Some(offer.handle()),
-        length,
-    };
-    let done = if write {
-        stub.write_block(request, Bytes::new()).await
-    } else {
-        stub.read_block(request, Bytes::new()).await
-    };
-    let buf = offer
-        .revoke()
-        .await
-        .ok_or_else(|| Status::unavailable("the connection to the service ended"))?;
+    let (done, buf) = client
+        .remote_memory()
+        .lend(buf, access, |handle| async move {
+            let request = BlockIo {
+                block,
+                buffer: Some(handle),
+                length,
+            };
+            if write {
+                stub.write_block(request, Bytes::new()).await
+            } else {
+                stub.read_block(request, Bytes::new()).await
+            }
+        })
+        .await?;
+    let buf = buf.ok_or_else(|| Status::unavailable("the connection to the service ended"))?;
     Ok((done?, buf))
 }
 
