@@ -19,7 +19,7 @@ pub use crate::transport::BoxFuture;
 /// Decodes a request message.
 pub fn decode_request<M: prost::Message + Default>(raw: RawRequest) -> Result<Request<M>, Status> {
     let mut raw = raw;
-    let message = M::decode(std::mem::take(&mut raw.metadata))
+    let message = M::decode(std::mem::take(&mut raw.message))
         .map_err(|e| Status::invalid_argument(format!("malformed request message: {e}")))?;
     Ok(Request::from_parts(message, raw))
 }
@@ -57,10 +57,10 @@ where
     Req: prost::Message,
     Resp: prost::Message + Default,
 {
-    let timeout = request.timeout();
-    let metadata = encode_message(request.get_ref());
+    let (message, options) = request.into_call();
+    let message = encode_message(&message);
     let (response, _) = client
-        .call_raw(endpoint, metadata, Some(data), timeout)
+        .call_raw(endpoint, message, Some(data), options)
         .await?;
     Resp::decode(response).map_err(|e| Status::internal(format!("malformed response message: {e}")))
 }
@@ -77,10 +77,10 @@ where
     Req: prost::Message,
     Resp: prost::Message + Default,
 {
-    let timeout = request.timeout();
-    let metadata = encode_message(request.get_ref());
+    let (message, options) = request.into_call();
+    let message = encode_message(&message);
     let (response, dst) = client
-        .call_raw_into(endpoint, metadata, dst, timeout)
+        .call_raw_into(endpoint, message, dst, options)
         .await?;
     let response = Resp::decode(response)
         .map_err(|e| Status::internal(format!("malformed response message: {e}")))?;
@@ -97,9 +97,9 @@ where
     Req: prost::Message,
     Resp: prost::Message + Default,
 {
-    let timeout = request.timeout();
-    let metadata = encode_message(request.get_ref());
-    let (response, data) = client.call_raw(endpoint, metadata, None, timeout).await?;
+    let (message, options) = request.into_call();
+    let message = encode_message(&message);
+    let (response, data) = client.call_raw(endpoint, message, None, options).await?;
     let response = Resp::decode(response)
         .map_err(|e| Status::internal(format!("malformed response message: {e}")))?;
     Ok((response, data))

@@ -17,7 +17,10 @@ pub mod client;
 #[doc(hidden)]
 pub mod codegen;
 pub mod error;
+pub mod interceptor;
 pub mod memory;
+pub mod metadata;
+pub mod observe;
 pub mod protocol;
 pub mod remote;
 pub mod server;
@@ -26,11 +29,15 @@ pub mod status;
 pub mod transport;
 
 pub use bytes::Bytes;
-pub use client::{Client, ClientBuilder, ClientConfig, ClientStats};
+pub use client::{CallOptions, Client, ClientBuilder, ClientConfig, ClientStats};
 pub use error::{Error, Result};
 pub use memory::{Access, BufferPool, MemoryRegion, RegisteredBuf};
+pub use metadata::Metadata;
 pub use remote::{Offer, RemoteBuf, RemoteMemory};
-pub use server::{BoundServer, ConnectionCount, Server, ServerBuilder, ServerConfig};
+pub use server::{
+    BoundServer, ConnectionCount, ConnectionInfo, PoolInfo, Server, ServerBuilder, ServerConfig,
+    ServerHandle,
+};
 pub use service::{EndpointDef, IntoRequest, OpKind, RawRequest, Request, ServerCall, Service};
 pub use status::{Code, Status};
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::memory::RegisteredBuf;
+use crate::metadata::Metadata;
 use crate::remote::RemoteMemory;
 use crate::status::Status;
 use crate::transport::BoxFuture;
@@ -100,6 +101,7 @@ impl EndpointDef {
 pub struct Request<T> {
     message: T,
     timeout: Option<Duration>,
+    metadata: Metadata,
     peer: Option<Arc<str>>,
     remote: Option<RemoteMemory>,
 }
@@ -110,6 +112,7 @@ impl<T> Request<T> {
         Request {
             message,
             timeout: None,
+            metadata: Metadata::new(),
             peer: None,
             remote: None,
         }
@@ -130,6 +133,31 @@ impl<T> Request<T> {
     /// left, as it said when sending.
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout
+    }
+
+    /// The call's metadata: on the client, what the call will carry; on the server, what the
+    /// client sent (after the server's interceptors).
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    /// The call's metadata, to add to (client side): `request.metadata_mut().insert("k", "v")`.
+    pub fn metadata_mut(&mut self) -> &mut Metadata {
+        &mut self.metadata
+    }
+
+    /// The call's metadata, by value.
+    pub fn into_metadata(self) -> Metadata {
+        self.metadata
+    }
+
+    /// The message and the call's options (deadline and metadata), for a client call.
+    pub(crate) fn into_call(self) -> (T, crate::client::CallOptions) {
+        let options = crate::client::CallOptions {
+            timeout: self.timeout,
+            metadata: self.metadata,
+        };
+        (self.message, options)
     }
 
     /// The peer's address (server side).
@@ -164,6 +192,7 @@ impl<T> Request<T> {
         Request {
             message,
             timeout: raw.timeout,
+            metadata: raw.metadata,
             peer: Some(raw.peer),
             remote: raw.remote,
         }
@@ -192,7 +221,9 @@ impl<T> IntoRequest<T> for Request<T> {
 #[derive(Debug, Clone)]
 pub struct RawRequest {
     /// The encoded request message (prost).
-    pub metadata: Bytes,
+    pub message: Bytes,
+    /// The call's metadata, as the client sent it and the server's interceptors left it.
+    pub metadata: Metadata,
     /// The peer's address (shared by the calls of a connection).
     pub peer: Arc<str>,
     /// The time the client has left, if it set a deadline.

@@ -1,22 +1,107 @@
 //! A standalone server of the doca-cpp endpoints, for two terminals or two machines.
 //!
-//! `cargo run --release -p examples --bin server -- [ADDRESS]` (default `tcp://0.0.0.0:7470`;
-//! `doca://<ip>:<port>` for the DOCA transport). Ctrl-C shuts down gracefully. Logs go to
-//! stderr, filtered by `RUST_LOG` (default `warn`: every dropped connection with its reason;
-//! `RUST_LOG=rdma_rpc_core=debug` for more).
+//! `cargo run --release -p examples --bin server -- [ADDRESS] [--metrics HOST:PORT]
+//! [--report-every SECONDS]` (default `tcp://0.0.0.0:7470`; `doca://<ip>:<port>` for the DOCA
+//! transport). Ctrl-C shuts down gracefully. Logs go to stderr, filtered by `RUST_LOG`
+//! (default `warn`: every dropped connection and refused call with its reason;
+//! `RUST_LOG=rdma_rpc_core=debug` for every call). `--metrics` serves Prometheus metrics at
+//! `http://HOST:PORT/metrics`; `--report-every` prints the connections and pool use.
 
+use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use examples::buffers::PathBuffers;
 use examples::generated::doca_cpp::{DocaCppEndpointsServer, DOCA_CPP_ENDPOINTS_ENDPOINTS};
-use rdma_rpc_core::Server;
+use rdma_rpc_core::{Server, ServerHandle};
+
+const USAGE: &str = "usage: server [ADDRESS] [--metrics HOST:PORT] [--report-every SECONDS]";
+
+struct Args {
+    addr: String,
+    metrics: Option<SocketAddr>,
+    report_every: Option<Duration>,
+}
+
+fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mut parsed = Args {
+        addr: "tcp://0.0.0.0:7470".into(),
+        metrics: None,
+        report_every: None,
+    };
+    while let Some(arg) = args.next() {
+        let mut value = |flag: &str| args.next().ok_or(format!("{flag} needs a value"));
+        match arg.as_str() {
+            "--metrics" => {
+                let v = value("--metrics")?;
+                parsed.metrics = Some(
+                    v.parse()
+                        .map_err(|e| format!("--metrics {v}: not HOST:PORT ({e})"))?,
+                );
+            }
+            "--report-every" => {
+                let v = value("--report-every")?;
+                let secs: u64 = v
+                    .parse()
+                    .map_err(|e| format!("--report-every {v}: not a number of seconds ({e})"))?;
+                parsed.report_every = Some(Duration::from_secs(secs.max(1)));
+            }
+            "-h" | "--help" => return Err(String::new()),
+            flag if flag.starts_with('-') => return Err(format!("unknown flag {flag}")),
+            addr => parsed.addr = addr.to_owned(),
+        }
+    }
+    Ok(parsed)
+}
+
+/// Prints the connections and the pools' use every `every`.
+async fn report(handle: ServerHandle, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let conns = handle.connections();
+        println!("{} connection(s)", conns.len());
+        for c in &conns {
+            println!(
+                "  #{} {}: {} call(s) in flight, {} answered",
+                c.id, c.peer, c.calls_in_flight, c.calls_answered
+            );
+        }
+        for p in handle.pools() {
+            println!(
+                "  pool {}: {} of {} buffers of {} bytes in use ({} by calls in flight)",
+                p.path, p.in_use, p.buffers, p.buffer_size, p.held_by_calls
+            );
+        }
+    }
+}
 
 #[tokio::main]
 async fn main() -> ExitCode {
     examples::logging::init();
-    let addr = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "tcp://0.0.0.0:7470".into());
+    let args = match parse(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(e) if e.is_empty() => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("server: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(at) = args.metrics {
+        let installed = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(at)
+            .install();
+        if let Err(e) = installed {
+            eprintln!("server: cannot serve metrics on {at}: {e}");
+            return ExitCode::FAILURE;
+        }
+        println!("metrics on http://{at}/metrics");
+    }
+    let addr = args.addr;
     let server = match Server::builder()
         .add_service(DocaCppEndpointsServer::new(PathBuffers::default()))
         .bind(&addr)
@@ -29,6 +114,9 @@ async fn main() -> ExitCode {
         }
     };
     println!("serving on {}", server.local_addr());
+    if let Some(every) = args.report_every {
+        tokio::spawn(report(server.handle(), every));
+    }
     for ep in DOCA_CPP_ENDPOINTS_ENDPOINTS {
         println!(
             "  {:<8} {:<10} buffer {} bytes",

@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{lock, Client, Entry, Inner, ServerEvent};
+use super::{lock, CallOptions, Client, Entry, Inner, ServerEvent};
+use crate::interceptor::OutgoingCall;
 use crate::memory::{Access, RegisteredBuf};
 use crate::protocol::frames::{
     AckFrame, CallId, DescriptorFrame, GrantFrame, Kind, RequestFrame, ResponseFrame,
@@ -83,20 +84,22 @@ impl Drop for CallGuard<'_> {
 
 impl Client {
     /// Runs one call of `endpoint` with an encoded request message. Inbound endpoints (send,
-    /// write) take `data`; outbound ones (receive, read) return the bytes. Used by generated
-    /// clients; see `codegen::call_inbound` and `codegen::call_outbound`.
+    /// write) take `data`; outbound ones (receive, read) return the bytes. `options` is a
+    /// [`CallOptions`], or just a deadline (`None`, `Some(duration)`). Returns the encoded
+    /// response message and the bytes. Used by generated clients; see
+    /// `codegen::call_inbound` and `codegen::call_outbound`.
     pub async fn call_raw(
         &self,
         endpoint: &EndpointDef,
-        metadata: Bytes,
+        message: Bytes,
         data: Option<Bytes>,
-        timeout: Option<Duration>,
+        options: impl Into<CallOptions>,
     ) -> Result<(Bytes, Bytes), Status> {
-        let (metadata, received) = self
-            .call_timed(endpoint, metadata, Payload::Data(data), timeout)
+        let (message, received) = self
+            .call_timed(endpoint, message, Payload::Data(data), options.into())
             .await?;
         match received {
-            Received::Bytes(bytes) => Ok((metadata, bytes)),
+            Received::Bytes(bytes) => Ok((message, bytes)),
             Received::Into(_) => Err(Status::internal("a result buffer nobody asked for")),
         }
     }
@@ -109,9 +112,9 @@ impl Client {
     pub async fn call_raw_into(
         &self,
         endpoint: &EndpointDef,
-        metadata: Bytes,
+        message: Bytes,
         dst: RegisteredBuf,
-        timeout: Option<Duration>,
+        options: impl Into<CallOptions>,
     ) -> Result<(Bytes, RegisteredBuf), Status> {
         if endpoint.op.is_inbound() {
             return Err(Status::invalid_argument(format!(
@@ -119,11 +122,11 @@ impl Client {
                 endpoint.op, endpoint.path
             )));
         }
-        let (metadata, received) = self
-            .call_timed(endpoint, metadata, Payload::Into(dst), timeout)
+        let (message, received) = self
+            .call_timed(endpoint, message, Payload::Into(dst), options.into())
             .await?;
         match received {
-            Received::Into(buf) => Ok((metadata, buf)),
+            Received::Into(buf) => Ok((message, buf)),
             Received::Bytes(_) => Err(Status::internal("the result buffer was lost")),
         }
     }
@@ -131,15 +134,30 @@ impl Client {
     async fn call_timed(
         &self,
         endpoint: &EndpointDef,
-        metadata: Bytes,
+        message: Bytes,
         payload: Payload,
-        timeout: Option<Duration>,
+        mut options: CallOptions,
     ) -> Result<(Bytes, Received), Status> {
-        let timeout = timeout
+        let shared = &*self.shared;
+        if !shared.interceptors.is_empty() {
+            shared.interceptors.run(&mut OutgoingCall {
+                endpoint,
+                metadata: &mut options.metadata,
+            })?;
+        }
+        options.metadata.check()?;
+        let timeout = options
+            .timeout
             .or(endpoint.timeout())
-            .or(self.inner.config.default_timeout);
-        let call = self.call_inner(endpoint, metadata, payload, timeout);
-        match timeout {
+            .or(shared.config.default_timeout);
+        let started = std::time::Instant::now();
+        let call = async {
+            let inner = self.connection().await?;
+            inner
+                .call_inner(endpoint, message, payload, timeout, &options.metadata)
+                .await
+        };
+        let result = match timeout {
             Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
                 Err(Status::deadline_exceeded(format!(
                     "{} {} did not complete within {limit:?}",
@@ -147,12 +165,18 @@ impl Client {
                 )))
             }),
             None => call.await,
-        }
+        };
+        let code = result
+            .as_ref()
+            .map_or_else(Status::code, |_| crate::Code::Ok);
+        shared.metrics.called(endpoint, code, started.elapsed());
+        result
     }
+}
 
+impl Inner {
     fn closed_status(&self) -> Status {
-        lock(&self.inner.closed)
-            .clone()
+        self.lost()
             .unwrap_or_else(|| Status::unavailable("connection lost"))
     }
 
@@ -162,8 +186,9 @@ impl Client {
         metadata: Bytes,
         payload: Payload,
         timeout: Option<Duration>,
+        call_metadata: &crate::metadata::Metadata,
     ) -> Result<(Bytes, Received), Status> {
-        let inner = &*self.inner;
+        let inner = self;
         if let Some(status) = crate::protocol::oversized_message(endpoint, metadata.len()) {
             return Err(status);
         }
@@ -209,9 +234,19 @@ impl Client {
         let conn = inner.channel.conn();
 
         let inbound = endpoint.op.is_inbound();
+        let call_metadata = if call_metadata.is_empty() {
+            Vec::new()
+        } else {
+            call_metadata.to_frames()
+        };
+        // Each entry: its bytes, plus at most 18 of tags and lengths.
+        let metadata_len: usize = call_metadata
+            .iter()
+            .map(|e| e.key.len() + e.value.len() + 18)
+            .sum();
         let inline = fits_inline(
             data.len(),
-            metadata.len(),
+            metadata.len() + metadata_len,
             inner.inline_threshold,
             inner.channel.peer_max_frame(),
         );
@@ -227,6 +262,7 @@ impl Client {
             payload_len: data.len() as u64,
             inline_payload: (inbound && route == Outgoing::Inline).then(|| data.clone()),
             timeout_us: timeout.map_or(0, |t| t.as_micros().max(1) as u64),
+            call_metadata,
             ..Default::default()
         };
         let mut slot_write = None;
@@ -299,7 +335,7 @@ impl Client {
                     )));
                 }
                 Some(ServerEvent::Grant(g)) => {
-                    inner.transfers.fetch_add(1, Ordering::Relaxed);
+                    inner.counters.transfers.fetch_add(1, Ordering::Relaxed);
                     let reply_to = self.transfer(endpoint, g, &data, &mut guard).await?;
                     inner
                         .channel
@@ -310,7 +346,7 @@ impl Client {
             }
         };
         guard.done = true;
-        inner.completed.fetch_add(1, Ordering::Relaxed);
+        inner.counters.completed.fetch_add(1, Ordering::Relaxed);
         let ResponseFrame {
             status,
             metadata,
@@ -407,8 +443,7 @@ impl Client {
                 window.access.contains(Access::REMOTE_WRITE),
             )
             .map_err(violation)?;
-            self.inner
-                .channel
+            self.channel
                 .conn()
                 .write(SendData::Bytes(data.clone()), &window, None)
                 .await
@@ -417,7 +452,7 @@ impl Client {
         } else {
             let len = grant.need_buffer;
             check_result_window(endpoint, len).map_err(violation)?;
-            let window = reply_window(&self.inner, len as usize)?;
+            let window = reply_window(self, len as usize)?;
             let offered = DescriptorFrame::from(window.descriptor());
             guard.windows.push(window);
             Ok(Some(offered))

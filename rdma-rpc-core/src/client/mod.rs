@@ -11,20 +11,23 @@
 
 mod call;
 mod copies;
+mod reconnect;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::AbortHandle;
 
 use crate::error::{Error, Result};
+use crate::interceptor::{Chain, ClientInterceptor};
 use crate::memory::StagingPools;
+use crate::metadata::Metadata;
 use crate::protocol::channel::FrameChannel;
-use crate::protocol::frames::{GrantFrame, Hello, Kind, ResponseFrame, SlotFrame};
+use crate::protocol::frames::{CallId, GrantFrame, Hello, Kind, ResponseFrame, SlotFrame};
 use crate::protocol::mailbox;
 use crate::protocol::CallMap;
 use crate::protocol::PROTOCOL_VERSION;
@@ -50,8 +53,18 @@ pub struct ClientConfig {
     pub inline_threshold: u32,
     /// Deadline of calls that set none and whose endpoint has none. Default: none.
     pub default_timeout: Option<Duration>,
-    /// Longest wait for the connection and handshake. Default 10 s.
+    /// Longest wait for the connection and handshake (also of each reconnection). Default
+    /// 10 s.
     pub connect_timeout: Duration,
+    /// Dial again when a call finds the connection lost (the server restarted, the network
+    /// failed, the server closed an idle connection). Calls in flight at the loss still fail;
+    /// see [`Client`]. Default `true`.
+    pub reconnect: bool,
+    /// Wait after the first failed reconnection; it doubles with each further failure, up to
+    /// `reconnect_backoff_max` (less up to a fifth, at random). Default 100 ms.
+    pub reconnect_backoff: Duration,
+    /// Longest wait between reconnection attempts. Default 5 s.
+    pub reconnect_backoff_max: Duration,
     /// Memory kept registered for results (the windows receive and read calls offer) and
     /// pulled payloads, per power-of-two size class; buffers beyond it are allocated per call.
     /// Over DOCA it also bounds the plain buffers kept warm for the copies of pushed results.
@@ -68,6 +81,9 @@ impl Default for ClientConfig {
             inline_threshold: 8 * 1024,
             default_timeout: None,
             connect_timeout: Duration::from_secs(10),
+            reconnect: true,
+            reconnect_backoff: Duration::from_millis(100),
+            reconnect_backoff_max: Duration::from_secs(5),
             staging_budget: 64 << 20,
         }
     }
@@ -78,6 +94,7 @@ impl Default for ClientConfig {
 pub struct ClientBuilder {
     config: ClientConfig,
     transport: Option<Arc<dyn Transport>>,
+    interceptors: Chain<dyn ClientInterceptor>,
 }
 
 impl ClientBuilder {
@@ -99,6 +116,13 @@ impl ClientBuilder {
         self
     }
 
+    /// Adds an interceptor: it runs before each call leaves, after those added before it (see
+    /// [`interceptor`](crate::interceptor)).
+    pub fn interceptor(mut self, interceptor: impl ClientInterceptor) -> Self {
+        self.interceptors.push(Arc::new(interceptor));
+        self
+    }
+
     setters! {
         /// See [`ClientConfig::max_in_flight`].
         max_in_flight: u32,
@@ -110,6 +134,12 @@ impl ClientBuilder {
         inline_threshold: u32,
         /// See [`ClientConfig::connect_timeout`].
         connect_timeout: Duration,
+        /// See [`ClientConfig::reconnect`].
+        reconnect: bool,
+        /// See [`ClientConfig::reconnect_backoff`].
+        reconnect_backoff: Duration,
+        /// See [`ClientConfig::reconnect_backoff_max`].
+        reconnect_backoff_max: Duration,
         /// See [`ClientConfig::staging_budget`].
         staging_budget: usize,
     }
@@ -129,18 +159,47 @@ impl ClientBuilder {
             Some(t) => t,
             None => transport_for(addr)?,
         };
-        let limit = self.config.connect_timeout;
-        let config = self.config;
-        tokio::time::timeout(limit, async move {
-            let conn = transport.connect(addr).await?;
-            Client::handshake(conn, config).await
+        let counters = Arc::new(Counters::default());
+        let inner = dial(&transport, addr, &self.config, &counters).await?;
+        let redial = self.config.reconnect.then(|| Redial {
+            addr: addr.to_owned(),
+            transport,
+            backoff: tokio::sync::Mutex::new(reconnect::Backoff::new(
+                self.config.reconnect_backoff,
+                self.config.reconnect_backoff_max,
+            )),
+        });
+        Ok(Client {
+            shared: Arc::new(Shared {
+                current: Mutex::new(inner),
+                redial,
+                closed: AtomicBool::new(false),
+                counters,
+                interceptors: self.interceptors,
+                config: self.config,
+                metrics: Default::default(),
+            }),
         })
-        .await
-        .map_err(|_| Error::ConnectionClosed {
-            peer: addr.to_owned(),
-            reason: format!("no connection and handshake within {limit:?}"),
-        })?
     }
+}
+
+/// Connects to `addr` and runs the handshake, within the connect timeout.
+async fn dial(
+    transport: &Arc<dyn Transport>,
+    addr: &str,
+    config: &ClientConfig,
+    counters: &Arc<Counters>,
+) -> Result<Arc<Inner>> {
+    let limit = config.connect_timeout;
+    tokio::time::timeout(limit, async {
+        let conn = transport.connect(addr).await?;
+        Client::handshake(conn, config, counters.clone()).await
+    })
+    .await
+    .map_err(|_| Error::ConnectionClosed {
+        peer: addr.to_owned(),
+        reason: format!("no connection and handshake within {limit:?}"),
+    })?
 }
 
 /// Counters of a client, for reports and benchmarks.
@@ -198,8 +257,9 @@ pub(crate) struct Inner {
     closed: Mutex<Option<Status>>,
     in_flight: Arc<Semaphore>,
     next_id: AtomicU64,
-    completed: AtomicU64,
-    transfers: AtomicU64,
+    counters: Arc<Counters>,
+    /// Pings waiting for their pong, by id.
+    pings: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<()>>>,
     inline_threshold: usize,
     /// Write slots of the server not used yet: (index, window).
     slots: Mutex<Vec<(u32, Descriptor)>>,
@@ -210,12 +270,23 @@ pub(crate) struct Inner {
     staging: StagingPools,
     /// Warm buffers for copies of pushed results over unfenced transports.
     copies: Arc<copies::CopyPool>,
-    config: ClientConfig,
     /// The task reading the connection (set once, right after construction).
     driver: OnceLock<AbortHandle>,
 }
 
+/// Counters of a client, kept across reconnections.
+#[derive(Debug, Default)]
+struct Counters {
+    completed: AtomicU64,
+    transfers: AtomicU64,
+}
+
 impl Inner {
+    /// Why the connection is over, if it is.
+    fn lost(&self) -> Option<Status> {
+        lock(&self.closed).clone()
+    }
+
     /// A free write slot that holds `len` bytes.
     fn take_slot(&self, len: usize) -> Option<(u32, Descriptor)> {
         let mut slots = lock(&self.slots);
@@ -266,20 +337,93 @@ impl Drop for Inner {
 }
 
 /// A connection to a server. Clones share the connection; calls run concurrently.
+///
+/// When the connection is lost, calls in flight fail with `UNAVAILABLE` and the next call
+/// dials again (unless [`ClientConfig::reconnect`] is off): lazily, with exponential backoff
+/// between failed attempts; calls made during a backoff fail at once with `UNAVAILABLE`
+/// saying when the next attempt is due. A call is never repeated by the client: one that was
+/// in flight may or may not have run. Offers of [`remote_memory`](Client::remote_memory)
+/// belong to one connection and end with it.
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
+}
+
+/// What the clones of a client share: the current connection and how to make a new one.
+struct Shared {
+    current: Mutex<Arc<Inner>>,
+    /// How to dial again; `None` when reconnection is off.
+    redial: Option<Redial>,
+    /// Closed by [`Client::close`]: never reconnects.
+    closed: AtomicBool,
+    counters: Arc<Counters>,
+    interceptors: Chain<dyn ClientInterceptor>,
+    config: ClientConfig,
+    metrics: crate::observe::ClientEndpoints,
+}
+
+struct Redial {
+    addr: String,
+    transport: Arc<dyn Transport>,
+    /// Held by the one attempt that runs; calls that find the connection lost meanwhile wait
+    /// for its outcome.
+    backoff: tokio::sync::Mutex<reconnect::Backoff>,
 }
 
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = self.current();
         f.debug_struct("Client")
-            .field("peer", &self.inner.channel.conn().peer())
-            .field(
-                "in_flight_available",
-                &self.inner.in_flight.available_permits(),
-            )
+            .field("peer", &inner.channel.conn().peer())
+            .field("in_flight_available", &inner.in_flight.available_permits())
+            .field("reconnect", &self.shared.redial.is_some())
             .finish()
+    }
+}
+
+/// Options of one call: its deadline and metadata. Generated clients take them from a
+/// [`Request`](crate::Request); raw calls take them directly (a plain `Option<Duration>`
+/// converts into a deadline without metadata).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct CallOptions {
+    /// Deadline; overrides the endpoint's default and [`ClientConfig::default_timeout`].
+    pub timeout: Option<Duration>,
+    /// Metadata the handler reads.
+    pub metadata: Metadata,
+}
+
+impl CallOptions {
+    /// No deadline of its own, no metadata.
+    pub fn new() -> CallOptions {
+        CallOptions::default()
+    }
+
+    /// Sets the deadline.
+    pub fn timeout(mut self, timeout: Duration) -> CallOptions {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets the metadata.
+    pub fn metadata(mut self, metadata: Metadata) -> CallOptions {
+        self.metadata = metadata;
+        self
+    }
+}
+
+impl From<Option<Duration>> for CallOptions {
+    fn from(timeout: Option<Duration>) -> CallOptions {
+        CallOptions {
+            timeout,
+            metadata: Metadata::new(),
+        }
+    }
+}
+
+impl From<Duration> for CallOptions {
+    fn from(timeout: Duration) -> CallOptions {
+        CallOptions::from(Some(timeout))
     }
 }
 
@@ -295,43 +439,129 @@ impl Client {
         ClientBuilder::default()
     }
 
+    fn current(&self) -> Arc<Inner> {
+        lock(&self.shared.current).clone()
+    }
+
+    /// The connection calls use now: the current one, or a new one if it was lost.
+    async fn connection(&self) -> Result<Arc<Inner>, Status> {
+        let inner = self.current();
+        let Some(why) = inner.lost() else {
+            return Ok(inner);
+        };
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(why);
+        }
+        let Some(redial) = &self.shared.redial else {
+            return Err(why);
+        };
+        let mut backoff = redial.backoff.lock().await;
+        // Another call may have reconnected while this one waited.
+        let inner = self.current();
+        let Some(why) = inner.lost() else {
+            return Ok(inner);
+        };
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(why);
+        }
+        let addr = &redial.addr;
+        if let Err((wait, error)) = backoff.ready(Instant::now()) {
+            return Err(Status::unavailable(format!(
+                "{} (reconnecting to {addr}: the last attempt failed: {error}; next attempt in \
+                 {wait:?})",
+                why.message()
+            )));
+        }
+        match dial(
+            &redial.transport,
+            addr,
+            &self.shared.config,
+            &self.shared.counters,
+        )
+        .await
+        {
+            Ok(fresh) => {
+                if backoff.failures() > 0 {
+                    tracing::info!(
+                        addr = %addr,
+                        attempts = backoff.failures() + 1,
+                        "reconnected"
+                    );
+                } else {
+                    tracing::info!(addr = %addr, "reconnected");
+                }
+                backoff.succeeded();
+                crate::observe::reconnect(true);
+                *lock(&self.shared.current) = fresh.clone();
+                Ok(fresh)
+            }
+            Err(e) => {
+                let wait = backoff.failed(Instant::now(), e.to_string(), reconnect::jitter());
+                crate::observe::reconnect(false);
+                tracing::warn!(
+                    addr = %addr,
+                    error = %e,
+                    next_attempt_in = ?wait,
+                    "reconnecting failed"
+                );
+                Err(Status::unavailable(format!(
+                    "{} (reconnecting to {addr} failed: {e}; next attempt in {wait:?})",
+                    why.message()
+                )))
+            }
+        }
+    }
+
     /// The server's address.
-    pub fn peer(&self) -> &str {
-        self.inner.channel.conn().peer()
+    pub fn peer(&self) -> String {
+        self.current().channel.conn().peer().to_owned()
     }
 
-    /// This connection's remote memory: offer client memory to the server (the handles go
-    /// in request messages), and use the remote buffers the server offers.
+    /// The current connection's remote memory: offer client memory to the server (the
+    /// handles go in request messages), and use the remote buffers the server offers. Offers
+    /// end with the connection (a reconnection starts with none).
     pub fn remote_memory(&self) -> RemoteMemory {
-        self.inner.remote.clone()
+        self.current().remote.clone()
     }
 
-    /// Counters of this connection (shared by clones).
+    /// Counters of this client (shared by clones, kept across reconnections).
     pub fn stats(&self) -> ClientStats {
+        let counters = &self.shared.counters;
         ClientStats {
-            calls: self.inner.completed.load(Ordering::Relaxed),
-            transfers: self.inner.transfers.load(Ordering::Relaxed),
+            calls: counters.completed.load(Ordering::Relaxed),
+            transfers: counters.transfers.load(Ordering::Relaxed),
         }
     }
 
     /// Whether the connection is over: closed here, or lost or ended by the server once this
-    /// client has seen it (a failed call has). New calls then fail at once, with the reason. A
-    /// client does not reconnect; make a new one.
+    /// client has seen it (a failed call has). New calls then fail at once with the reason,
+    /// or, with [`ClientConfig::reconnect`] on and unless [`close`](Client::close) was
+    /// called, dial again.
     pub fn is_closed(&self) -> bool {
-        lock(&self.inner.closed).is_some()
+        self.current().lost().is_some()
     }
 
-    /// Closes the connection: calls in flight end with [`Code::Unavailable`](crate::Code).
+    /// Closes the connection for good: calls in flight end with
+    /// [`Code::Unavailable`](crate::Code), and later calls fail (no reconnection).
     pub fn close(&self) {
-        lock(&self.inner.closed)
-            .get_or_insert_with(|| Status::unavailable("closed by this client"));
-        self.inner.channel.conn().close();
+        self.shared.closed.store(true, Ordering::Release);
+        let inner = self.current();
+        lock(&inner.closed).get_or_insert_with(|| Status::unavailable("closed by this client"));
+        inner.channel.conn().close();
+    }
+
+    /// Measures one round trip to the server's runtime (no handler runs): a ping frame the
+    /// server answers at once. Reconnects first if the connection was lost.
+    pub async fn ping(&self) -> Result<Duration, Status> {
+        let inner = self.connection().await?;
+        inner.ping().await
     }
 
     async fn handshake(
         conn: Arc<dyn crate::transport::Connection>,
-        config: ClientConfig,
-    ) -> Result<Client> {
+        config: &ClientConfig,
+        counters: Arc<Counters>,
+    ) -> Result<Arc<Inner>> {
         let initial = crate::protocol::INITIAL_RECEIVES.min(config.recv_credits);
         let token = crate::remote::new_token();
         let channel = Arc::new(FrameChannel::growing(
@@ -405,9 +635,8 @@ impl Client {
             closed: Mutex::new(None),
             in_flight: Arc::new(Semaphore::new(max_in_flight as usize)),
             next_id: AtomicU64::new(1),
-            completed: AtomicU64::new(0),
-            transfers: AtomicU64::new(0),
-            config,
+            counters,
+            pings: Mutex::new(HashMap::new()),
             driver: OnceLock::new(),
         });
         // Spawned once `inner` exists: a driver started inside `Arc::new_cyclic` could read a
@@ -415,7 +644,37 @@ impl Client {
         // take that for a client that is gone.
         let driver = tokio::spawn(drive(Arc::downgrade(&inner), channel));
         let _ = inner.driver.set(driver.abort_handle());
-        Ok(Client { inner })
+        Ok(inner)
+    }
+}
+
+impl Inner {
+    async fn ping(&self) -> Result<Duration, Status> {
+        if let Some(why) = self.lost() {
+            return Err(why);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        lock(&self.pings).insert(id, tx);
+        // Forgets the ping if the caller stops waiting.
+        struct Forget<'a>(&'a Inner, u64);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                lock(&self.0.pings).remove(&self.1);
+            }
+        }
+        let _forget = Forget(self, id);
+        let started = Instant::now();
+        self.channel
+            .send(Kind::Ping(CallId { id }))
+            .await
+            .map_err(Status::from)?;
+        match rx.await {
+            Ok(()) => Ok(started.elapsed()),
+            Err(_) => Err(self
+                .lost()
+                .unwrap_or_else(|| Status::unavailable("connection lost"))),
+        }
     }
 }
 
@@ -449,6 +708,12 @@ async fn drive(inner: std::sync::Weak<Inner>, channel: Arc<FrameChannel>) {
             }
             Some(Kind::Revoked(r)) => {
                 inner.remote.end().on_revoked(r.offers);
+                continue;
+            }
+            Some(Kind::Pong(pong)) => {
+                if let Some(tx) = lock(&inner.pings).remove(&pong.id) {
+                    let _ = tx.send(());
+                }
                 continue;
             }
             Some(Kind::Goaway(status)) => {
@@ -489,5 +754,6 @@ async fn drive(inner: std::sync::Weak<Inner>, channel: Arc<FrameChannel>) {
         lock(&inner.closed).get_or_insert(reason);
         // Dropping the entries ends every waiting call (it sees its channel close).
         lock(&inner.calls).clear();
+        lock(&inner.pings).clear();
     }
 }

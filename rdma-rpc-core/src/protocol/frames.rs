@@ -5,7 +5,7 @@ use bytes::Bytes;
 /// A control frame: one message kind plus the credits it returns to the peer.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct Frame {
-    #[prost(oneof = "Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10")]
+    #[prost(oneof = "Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12")]
     pub(crate) kind: Option<Kind>,
     /// Receives the sender re-posted since its last frame (flow control).
     #[prost(uint32, tag = "15")]
@@ -46,6 +46,12 @@ pub(crate) enum Kind {
     /// Either way: answer to `Revoke`, for any number of offers at once.
     #[prost(message, tag = "10")]
     Revoked(Offers),
+    /// Client → server: a liveness probe; the server answers `Pong` with the same id at once.
+    #[prost(message, tag = "11")]
+    Ping(CallId),
+    /// Server → client: answer to `Ping`.
+    #[prost(message, tag = "12")]
+    Pong(CallId),
 }
 
 /// Names offers of the connection (ids are the offerer's).
@@ -146,6 +152,18 @@ pub(crate) struct RequestFrame {
     /// The server may write the result (receive, read) into this client window.
     #[prost(message, optional, tag = "10")]
     pub(crate) reply_to: Option<DescriptorFrame>,
+    /// The call's metadata (key, value pairs the application sets: tokens, trace ids).
+    #[prost(message, repeated, tag = "11")]
+    pub(crate) call_metadata: Vec<MetadataEntry>,
+}
+
+/// One metadata entry of a request.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct MetadataEntry {
+    #[prost(string, tag = "1")]
+    pub(crate) key: String,
+    #[prost(bytes = "bytes", tag = "2")]
+    pub(crate) value: Bytes,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

@@ -45,8 +45,11 @@ impl std::hash::Hasher for IdHasher {
     }
 }
 
-/// The protocol version this build speaks (2: write slots, pushed results, pulled payloads).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// The protocol version this build speaks (2: write slots, pushed results, pulled payloads;
+/// 3: remote buffers and their revocation, call metadata, pings). Peers of different
+/// versions refuse each other in the handshake: a version 2 server would drop a call's
+/// metadata (an auth token) without a word.
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Sizes of control frames apart from their metadata and inline payload (generous upper
 /// bound of the prost overhead of a request or response frame).

@@ -56,11 +56,23 @@ pub(super) enum ClientEvent {
 /// client's acks and cancels) and the call tasks (which leave it just before answering, so a
 /// client that sends its next request on seeing a response is never over the limit).
 #[derive(Clone, Default)]
-pub(super) struct InFlight(Arc<Mutex<CallMap<Sender<ClientEvent>>>>);
+pub(super) struct InFlight(Arc<InFlightCalls>);
+
+#[derive(Default)]
+pub(super) struct InFlightCalls {
+    calls: Mutex<CallMap<Sender<ClientEvent>>>,
+    /// Calls that left (answered).
+    answered: std::sync::atomic::AtomicU64,
+}
 
 impl InFlight {
     fn calls(&self) -> std::sync::MutexGuard<'_, CallMap<Sender<ClientEvent>>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.calls.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Calls answered so far.
+    pub(super) fn answered(&self) -> u64 {
+        self.0.answered.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(super) fn len(&self) -> usize {
@@ -77,7 +89,13 @@ impl InFlight {
 
     /// Removes a call; whether it was still there.
     pub(super) fn remove(&self, id: u64) -> bool {
-        self.calls().remove(&id).is_some()
+        let removed = self.calls().remove(&id).is_some();
+        if removed {
+            self.0
+                .answered
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        removed
     }
 
     /// Routes a client event to its call, if the call is still in flight.
@@ -126,6 +144,10 @@ pub(super) struct Call {
     pub(super) buffer_wait: Duration,
     /// Outbound results up to this size go back inside the response frame.
     pub(super) inline_threshold: usize,
+    /// Grants sent: each one costs the call a round trip more.
+    pub(super) grants: u8,
+    /// The endpoint's metrics.
+    pub(super) metrics: Arc<crate::observe::ServerEndpoint>,
 }
 
 /// A transfer still under way when the response is sent (a pushed result); awaited after.
@@ -136,6 +158,7 @@ type Pending = BoxFuture<'static, crate::error::Result<()>>;
 #[allow(clippy::manual_async_fn)]
 pub(super) fn run(mut call: Call) -> impl Future<Output = ()> + Send {
     // Everything the call logs carries what it is (a span nobody listens to costs a check).
+    // Its last fields are known at the end: the status, the bytes moved and the round trips.
     let span = tracing::info_span!(
         "call",
         service = call.service.name(),
@@ -144,7 +167,11 @@ pub(super) fn run(mut call: Call) -> impl Future<Output = ()> + Send {
         op = %call.endpoint.op,
         peer = %call.request.peer,
         id = call.id,
+        status = tracing::field::Empty,
+        bytes = tracing::field::Empty,
+        round_trips = tracing::field::Empty,
     );
+    let started = Instant::now();
     tracing::Instrument::instrument(
         async move {
             let (mut response, pending) = answer(&mut call).await;
@@ -152,6 +179,7 @@ pub(super) fn run(mut call: Call) -> impl Future<Output = ()> + Send {
             if prost::Message::encoded_len(&response) + FRAME_MARGIN > max {
                 response = fitted(&call, response, max);
             }
+            finished(&call, &response, started);
             // Slots freed by this call (or earlier ones) go back to the client with the response.
             let room = call
                 .channel
@@ -168,6 +196,33 @@ pub(super) fn run(mut call: Call) -> impl Future<Output = ()> + Send {
         },
         span,
     )
+}
+
+/// Records how the call ended: in its span, in a `DEBUG` event, and in metrics.
+fn finished(call: &Call, response: &ResponseFrame, started: Instant) {
+    let code = response
+        .status
+        .as_ref()
+        .map_or(Code::Ok, |s| Code::from_u32(s.code));
+    let bytes = if code != Code::Ok {
+        0
+    } else if call.endpoint.op.is_inbound() {
+        call.payload_len
+    } else {
+        response
+            .inline_payload
+            .as_ref()
+            .map_or(response.pushed_len, |p| p.len() as u64)
+    };
+    let round_trips = 1 + u32::from(call.grants);
+    let span = tracing::Span::current();
+    span.record("status", code.as_str());
+    span.record("bytes", bytes);
+    span.record("round_trips", round_trips);
+    let elapsed = started.elapsed();
+    tracing::debug!(elapsed_us = elapsed.as_micros() as u64, "call answered");
+    let in_use = call.pool.count().saturating_sub(call.pool.available());
+    call.metrics.answered(code, bytes, elapsed, in_use);
 }
 
 /// Room kept in a frame for what wraps the response (the frame's own fields, credits, slots).
@@ -525,6 +580,7 @@ async fn wait_for_buffer(call: &mut Call) -> Result<RegisteredBuf, Status> {
 
 /// Sends `frame` and waits for the client's ack: its window, if it sent one.
 async fn ask(call: &mut Call, frame: GrantFrame) -> Result<Option<Descriptor>, Status> {
+    call.grants = call.grants.saturating_add(1);
     call.channel
         .send(Kind::Grant(frame))
         .await

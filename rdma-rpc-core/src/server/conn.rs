@@ -15,6 +15,7 @@ use super::share::PoolShares;
 use super::slots::{SharedSlots, Slots};
 use super::Shared;
 use crate::error::Error;
+use crate::interceptor::IncomingCall;
 use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{Hello, Kind, RequestFrame, StatusFrame};
 use crate::protocol::mailbox::{mailbox, Sender};
@@ -115,10 +116,18 @@ pub(super) async fn serve(
         match e {
             // The peer went away: nothing an operator must look at.
             Error::ConnectionClosed { .. } => {
+                crate::observe::connection_dropped("closed");
                 tracing::debug!(%peer, error = %e, "connection ended")
             }
             // A limit, a timeout or a protocol violation: say which.
-            _ => tracing::warn!(%peer, error = %e, "connection dropped"),
+            _ => {
+                let reason = match e {
+                    Error::Protocol { .. } | Error::VersionMismatch { .. } => "protocol",
+                    _ => "other",
+                };
+                crate::observe::connection_dropped(reason);
+                tracing::warn!(%peer, error = %e, "connection dropped")
+            }
         }
     } else {
         tracing::debug!(%peer, "connection ended");
@@ -170,8 +179,6 @@ async fn run(
         token: crate::remote::new_token(),
     };
     let remote = RemoteMemory::new(End::new(channel.clone(), ack.token, hello.token));
-    channel.send_priority(Kind::HelloAck(ack)).await?;
-
     let negotiated = Negotiated {
         inline_threshold,
         pull_writes,
@@ -179,6 +186,12 @@ async fn run(
         remote,
     };
     let calls = InFlight::default();
+    // Listed for `ServerHandle::connections` (and counted) while it serves: from before the
+    // client learns it is connected.
+    let _listed = super::listing::Live::list(&shared, negotiated.peer.clone(), calls.clone());
+    let _counted = crate::observe::OpenConnection::new();
+    channel.send_priority(Kind::HelloAck(ack)).await?;
+
     let mut shares = PoolShares::new(cfg.pool_share_percent);
     let mut task_ids = HashMap::new();
     let mut tasks = JoinSet::new();
@@ -277,6 +290,14 @@ async fn run(
                                 }
                             }
                             Err(status) => {
+                                tracing::warn!(
+                                    peer = %negotiated.peer,
+                                    call = id,
+                                    code = status.code().as_str(),
+                                    reason = status.message(),
+                                    "call refused"
+                                );
+                                crate::observe::server_refused(status.code());
                                 let mut frame = error_response(id, &status);
                                 // A refused request may still have used a slot.
                                 let room = channel.peer_max_frame().saturating_sub(prost::Message::encoded_len(&frame) + 64);
@@ -289,6 +310,7 @@ async fn run(
                     Kind::Cancel(call) => calls.route(call.id, ClientEvent::Cancel),
                     Kind::Revoke(r) => negotiated.remote.end().on_revoke(r.offers),
                     Kind::Revoked(r) => negotiated.remote.end().on_revoked(r.offers),
+                    Kind::Ping(ping) => channel.send(Kind::Pong(ping)).await?,
                     Kind::Goaway(status) => {
                         tracing::debug!(message = %status.message, "client said goodbye");
                         return Ok(());
@@ -382,6 +404,8 @@ fn frame_name(kind: &Kind) -> &'static str {
         Kind::Goaway(_) => "Goaway",
         Kind::Revoke(_) => "Revoke",
         Kind::Revoked(_) => "Revoked",
+        Kind::Ping(_) => "Ping",
+        Kind::Pong(_) => "Pong",
     }
 }
 
@@ -420,7 +444,6 @@ fn start_call(
     let route = shared.routes.find(path, req.op)?;
     let ep = route.endpoint;
     if let Some(status) = crate::protocol::oversized_message(&ep, req.metadata.len()) {
-        tracing::warn!(peer = %peer, path = ep.path, op = %ep.op, %status, "request refused");
         return Err(status);
     }
     if ep.op.is_inbound() && req.payload_len > u64::from(inline_threshold) {
@@ -434,6 +457,17 @@ fn start_call(
         source: req.source.is_some(),
     };
     let incoming = crate::protocol::route::incoming(&ep, &shape, pull_writes)?;
+    let mut metadata = crate::metadata::Metadata::from_frames(req.call_metadata)?;
+    if !shared.interceptors.is_empty() {
+        let mut call = IncomingCall {
+            service: route.service.name(),
+            endpoint: &ep,
+            peer,
+            metadata: &mut metadata,
+        };
+        // A refusal is logged with the others, by the connection loop.
+        shared.interceptors.run(&mut call)?;
+    }
     let timeout = (req.timeout_us > 0).then(|| Duration::from_micros(req.timeout_us));
     let (tx, events) = mailbox();
     let call = call::Call {
@@ -449,7 +483,8 @@ fn start_call(
         share: shares.of(ep.path, &route.pool),
         share_permit: None,
         request: RawRequest {
-            metadata: req.metadata,
+            message: req.metadata,
+            metadata,
             peer: peer.clone(),
             timeout,
             remote: Some(remote.clone()),
@@ -466,6 +501,8 @@ fn start_call(
         transfer_timeout: shared.config.transfer_timeout,
         buffer_wait: shared.config.buffer_wait,
         inline_threshold: inline_threshold as usize,
+        grants: 0,
+        metrics: route.metrics.clone(),
     };
     Ok((call, tx))
 }

@@ -14,10 +14,12 @@
 mod admission;
 mod call;
 mod conn;
+mod listing;
 mod share;
 mod slots;
 
 pub use admission::ConnectionCount;
+pub use listing::{ConnectionInfo, PoolInfo, ServerHandle};
 
 use std::collections::HashMap;
 use std::fmt;
@@ -29,6 +31,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::error::{Error, Result};
+use crate::interceptor::{Chain, ServerInterceptor};
 use crate::memory::{Access, BufferPool};
 use crate::service::{EndpointDef, OpKind, Service};
 use crate::transport::{transport_for, Fencing, Listener, Transport};
@@ -47,7 +50,7 @@ pub struct ServerConfig {
     /// Closes a handshaken connection that has no call in flight and sent no frame for this
     /// long (the client sees `UNAVAILABLE`). `None` keeps idle connections open; set it on a
     /// server that untrusted clients reach, so idle sockets cannot hold every connection
-    /// slot. Default `None` (clients do not reconnect by themselves yet).
+    /// slot (clients reconnect on their next call). Default `None`.
     pub idle_timeout: Option<Duration>,
     /// Most calls in flight per connection. Default 128.
     pub max_in_flight: u32,
@@ -159,6 +162,7 @@ pub struct ServerBuilder {
     config: ServerConfig,
     services: Vec<Arc<dyn Service>>,
     transport: Option<Arc<dyn Transport>>,
+    interceptors: Chain<dyn ServerInterceptor>,
 }
 
 impl fmt::Debug for ServerBuilder {
@@ -170,6 +174,7 @@ impl fmt::Debug for ServerBuilder {
                 &self.services.iter().map(|s| s.name()).collect::<Vec<_>>(),
             )
             .field("transport", &self.transport)
+            .field("interceptors", &self.interceptors)
             .finish()
     }
 }
@@ -206,6 +211,14 @@ impl ServerBuilder {
     /// Adds a service (a generated `<Name>Server` adapter, or a hand-written [`Service`]).
     pub fn add_service(mut self, service: impl Service) -> Self {
         self.services.push(Arc::new(service));
+        self
+    }
+
+    /// Adds an interceptor: it runs before the handler of each call, after those added
+    /// before it; a refusal answers the call with its status (see
+    /// [`interceptor`](crate::interceptor)).
+    pub fn interceptor(mut self, interceptor: impl ServerInterceptor) -> Self {
+        self.interceptors.push(Arc::new(interceptor));
         self
     }
 
@@ -297,7 +310,12 @@ impl ServerBuilder {
         let listener = transport.listen(addr).await?;
         tracing::info!(addr = %listener.local_addr(), "rdma-rpc server listening");
         Ok(BoundServer {
-            shared: Arc::new(Shared { config, routes }),
+            shared: Arc::new(Shared {
+                config,
+                routes,
+                interceptors: self.interceptors,
+                live: listing::Live::default(),
+            }),
             listener,
             admission: admission::Admission::new(),
         })
@@ -327,6 +345,8 @@ pub(crate) struct Route {
     pub(crate) pool: BufferPool,
     /// The calls of the path holding (or taking) one of `pool`'s buffers.
     pub(crate) holders: Holders,
+    /// The endpoint's metrics series.
+    pub(crate) metrics: Arc<crate::observe::ServerEndpoint>,
 }
 
 /// The calls of one path that hold one of its pool buffers, or are taking one. Tells a pool
@@ -412,10 +432,18 @@ impl Routes {
                     endpoint: *ep,
                     pool: pools[ep.path].clone(),
                     holders: holders.entry(ep.path).or_default().clone(),
+                    metrics: Arc::new(crate::observe::ServerEndpoint::new(service.name(), *ep)),
                 });
             }
         }
         Ok(Routes { paths })
+    }
+
+    /// One route per path (the operations of a path share its pool).
+    pub(crate) fn each_path(&self) -> impl Iterator<Item = &Route> {
+        self.paths
+            .values()
+            .filter_map(|ops| ops.iter().flatten().next())
     }
 
     /// The route of a request, or the status that explains why there is none.
@@ -449,6 +477,9 @@ impl Routes {
 pub(crate) struct Shared {
     pub(crate) config: ServerConfig,
     pub(crate) routes: Routes,
+    pub(crate) interceptors: Chain<dyn ServerInterceptor>,
+    /// The handshaken connections, for [`ServerHandle::connections`].
+    pub(crate) live: listing::Live,
 }
 
 /// A server bound to its address, ready to serve.
@@ -475,6 +506,15 @@ impl BoundServer {
     /// The number of connections the server holds, now and as it changes while it serves.
     pub fn connection_count(&self) -> ConnectionCount {
         self.admission.count()
+    }
+
+    /// A view of the server that outlives [`serve`](BoundServer::serve): its connections
+    /// and the use of its buffer pools.
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle {
+            shared: self.shared.clone(),
+            count: self.admission.count(),
+        }
     }
 
     /// Serves until an error.

@@ -24,6 +24,7 @@ use super::faults::*;
 use super::hostile::*;
 use super::malicious::*;
 use super::remote::*;
+use super::sessions::*;
 use super::{bounded, Backend, Harness};
 use crate::transport::doca::{DocaConfig, DocaTransport, ProgressMode};
 

@@ -856,10 +856,8 @@ async fn builders_set_every_field_and_clients_know_when_they_are_closed() {
     assert!(client.is_closed());
 }
 
-/// A handler's panic is logged with what the call was (method, path, operation, peer), not
-/// only its id: what an operator needs to find the handler.
-#[test]
-fn a_panic_is_logged_with_the_call_it_ended() {
+/// Runs `body` on a current-thread runtime and returns what it logged at DEBUG and above.
+fn logged(body: impl std::future::Future<Output = ()>) -> String {
     #[derive(Clone, Default)]
     struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
     impl std::io::Write for Captured {
@@ -875,6 +873,7 @@ fn a_panic_is_logged_with_the_call_it_ended() {
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::DEBUG)
         .with_ansi(false)
         .finish();
     tracing::subscriber::with_default(subscriber, || {
@@ -882,31 +881,100 @@ fn a_panic_is_logged_with_the_call_it_ended() {
             .enable_all()
             .build()
             .unwrap();
-        rt.block_on(async {
-            let h = Harness::default_on(&tcp_backend()).await;
-            let client = h.client().await;
-            let err = call_inbound::<_, TestResponse>(
-                &client,
-                &ENDPOINTS[5],
-                Request::new(req(1, 1)),
-                Bytes::new(),
-            )
-            .await
-            .unwrap_err();
-            assert_eq!(err.code(), Code::Internal, "{err}");
-        });
+        rt.block_on(body);
     });
     let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    log
+}
+
+/// The line of `log` that contains `what`, with every one of `fields`.
+fn line_with<'a>(log: &'a str, what: &str, fields: &[&str]) -> &'a str {
     let line = log
         .lines()
-        .find(|l| l.contains("handler panicked"))
-        .unwrap_or_else(|| panic!("no panic logged:\n{log}"));
-    for field in [
-        "method=\"panic_send\"",
-        "path=\"/panic\"",
-        "op=send",
-        "peer=\"tcp://",
-    ] {
+        .find(|l| l.contains(what))
+        .unwrap_or_else(|| panic!("no {what:?} logged:\n{log}"));
+    for field in fields {
         assert!(line.contains(field), "{field} missing from: {line}");
     }
+    line
+}
+
+/// A handler's panic is logged with what the call was (method, path, operation, peer), not
+/// only its id: what an operator needs to find the handler.
+#[test]
+fn a_panic_is_logged_with_the_call_it_ended() {
+    let log = logged(async {
+        let h = Harness::default_on(&tcp_backend()).await;
+        let client = h.client().await;
+        let err = call_inbound::<_, TestResponse>(
+            &client,
+            &ENDPOINTS[5],
+            Request::new(req(1, 1)),
+            Bytes::new(),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.code(), Code::Internal, "{err}");
+    });
+    line_with(
+        &log,
+        "handler panicked",
+        &[
+            "method=\"panic_send\"",
+            "path=\"/panic\"",
+            "op=send",
+            "peer=\"tcp://",
+        ],
+    );
+}
+
+/// Each answered call's span ends with its status, bytes and round trips; a refused call is a
+/// warning with its reason.
+#[test]
+fn calls_are_logged_with_their_outcome() {
+    let log = logged(async {
+        let h = Harness::default_on(&tcp_backend()).await;
+        let client = h.client().await;
+        assert!(inbound(&client, MSG_SEND, 10, 1).await.unwrap().exact);
+        // A payload larger than the inline threshold, without slots: granted, two round trips
+        // (or pulled, one).
+        assert!(
+            inbound(&client, BLOB_WRITE, 100_000, 2)
+                .await
+                .unwrap()
+                .exact
+        );
+        let unknown = EndpointDef {
+            path: "/nowhere",
+            op: OpKind::Send,
+            buffer_size: 64,
+            method: "nowhere",
+            timeout_ms: None,
+        };
+        let err = client
+            .call_raw(&unknown, Bytes::new(), None, None)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unimplemented, "{err}");
+    });
+    line_with(
+        &log,
+        "call answered",
+        &[
+            "path=\"/msg\"",
+            "status=\"OK\"",
+            "bytes=10",
+            "round_trips=1",
+        ],
+    );
+    let blob = log
+        .lines()
+        .find(|l| l.contains("call answered") && l.contains("path=\"/blob\""))
+        .unwrap_or_else(|| panic!("no blob call logged:\n{log}"));
+    assert!(blob.contains("bytes=100000"), "{blob}");
+    line_with(
+        &log,
+        "call refused",
+        &["WARN", "code=\"UNIMPLEMENTED\"", "/nowhere"],
+    );
 }

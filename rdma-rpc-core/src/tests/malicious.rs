@@ -48,8 +48,10 @@ impl RawServer {
     /// A client of this server, connected once `accept` answered its handshake.
     async fn client(&self, ack: Hello) -> (Client, FrameChannel) {
         let addr = self.listener.local_addr();
+        // One connection per client: these tests are about what that connection does.
         let connect = Client::builder()
             .transport(self.backend.transport.clone())
+            .reconnect(false)
             .connect(&addr);
         let (client, channel) = tokio::join!(connect, self.accept(ack));
         (client.expect("connect"), channel)

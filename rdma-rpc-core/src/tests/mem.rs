@@ -22,6 +22,7 @@ use super::faults::*;
 use super::hostile::*;
 use super::malicious::*;
 use super::remote::*;
+use super::sessions::*;
 use super::{bounded, Backend, Harness};
 use crate::transport::mem::{MemConfig, MemTransport};
 

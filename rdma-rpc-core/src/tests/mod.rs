@@ -49,6 +49,11 @@ macro_rules! with_suite {
             region_leases_travel_through_write_and_read_endpoints_on,
             oversized_messages_fail_at_once_naming_the_limit_on,
             buffers_kept_by_handlers_fail_calls_at_once_on,
+            metadata_and_interceptors_reach_the_handler_on,
+            ping_measures_round_trips_without_a_handler_on,
+            a_client_survives_a_server_restart_on,
+            a_client_without_reconnection_stays_closed_on,
+            failed_reconnections_back_off_and_say_why_on,
         );
     };
 }
@@ -66,6 +71,7 @@ mod mem;
 mod raw;
 mod remote;
 mod service;
+mod sessions;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -126,9 +132,18 @@ impl Harness {
 
     /// A server on `backend` (any transport).
     pub(crate) async fn start_on(backend: &Backend, config: ServerConfig) -> Harness {
+        Harness::start_built(backend, config, |builder| builder).await
+    }
+
+    /// A server on `backend`, with more set on its builder by `build`.
+    pub(crate) async fn start_built(
+        backend: &Backend,
+        config: ServerConfig,
+        build: impl FnOnce(crate::ServerBuilder) -> crate::ServerBuilder,
+    ) -> Harness {
         let transport = backend.transport.clone();
         let service = TestService::default();
-        let server = Server::builder()
+        let server = build(Server::builder())
             .config(config)
             .transport(transport.clone())
             .add_service(service.clone())

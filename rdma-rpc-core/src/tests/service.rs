@@ -121,6 +121,8 @@ pub(crate) struct TestService {
     entered: Arc<tokio::sync::watch::Sender<usize>>,
     /// Payloads handlers kept, as they hold them.
     pub(crate) kept: Arc<std::sync::Mutex<Vec<Bytes>>>,
+    /// The metadata of every inbound call that carried some, as its handler saw it.
+    pub(crate) metadata_seen: Arc<std::sync::Mutex<Vec<crate::Metadata>>>,
 }
 
 impl Default for TestService {
@@ -131,6 +133,7 @@ impl Default for TestService {
             gate: Arc::new(tokio::sync::watch::channel(false).0),
             entered: Arc::new(tokio::sync::watch::channel(0).0),
             kept: Arc::default(),
+            metadata_seen: Arc::default(),
         }
     }
 }
@@ -216,6 +219,10 @@ impl Service for TestService {
         match (index, call) {
             (0 | 2 | 4, ServerCall::Inbound { request, data }) => Box::pin(async move {
                 let request = decode_request::<TestRequest>(request)?;
+                if !request.metadata().is_empty() {
+                    let seen = request.metadata().clone();
+                    self.metadata_seen.lock().unwrap().push(seen);
+                }
                 let response = self.inbound(request.into_inner(), data).await?;
                 Ok(encode_message(&response))
             }),

@@ -46,6 +46,7 @@ pub mod tcp;
 /// A boxed, `Send` future: what the object-safe transport traits return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+#[doc(hidden)] // A transport internal: public for rdma-rpc's own crates and tests only.
 /// What a peer needs to reach one window of memory with one-sided operations.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Descriptor {
@@ -92,6 +93,7 @@ impl fmt::Debug for Descriptor {
     }
 }
 
+#[doc(hidden)] // A transport internal: public for rdma-rpc's own crates and tests only.
 /// How a completed receive was filled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -105,6 +107,7 @@ pub enum RecvOpcode {
     WriteWithImm,
 }
 
+#[doc(hidden)] // A transport internal: public for rdma-rpc's own crates and tests only.
 /// A completed receive.
 #[derive(Debug)]
 pub struct RecvCompletion {
@@ -166,6 +169,7 @@ impl From<RegisteredBuf> for SendData {
     }
 }
 
+#[doc(hidden)] // A transport internal: public for rdma-rpc's own crates and tests only.
 /// The transport side of a [`Grant`]: revokes the window.
 pub trait WindowHandle: Send + Sync + fmt::Debug {
     /// Removes the window, waits until no remote access is still using it, and gives the
@@ -173,6 +177,7 @@ pub trait WindowHandle: Send + Sync + fmt::Debug {
     fn revoke(self: Box<Self>) -> BoxFuture<'static, Option<RegisteredBuf>>;
 }
 
+#[doc(hidden)] // A transport internal: public for rdma-rpc's own crates and tests only.
 /// A window of a buffer exposed to the peer of one connection.
 ///
 /// The buffer is owned by the window until [`revoke`](Grant::revoke) returns it, so local code
@@ -217,6 +222,7 @@ pub enum Fencing {
     Unfenced,
 }
 
+#[doc(hidden)] // A transport internal: public for rdma-rpc's own crates and tests only.
 /// One reliable connection with RDMA semantics. See the [module docs](self).
 ///
 /// Operations posted on one connection take effect at the peer in the order they were posted,
@@ -324,6 +330,7 @@ pub trait Connection: Send + Sync + fmt::Debug + 'static {
     fn closed(&self) -> BoxFuture<'_, Error>;
 }
 
+#[doc(hidden)] // A transport internal: public for rdma-rpc's own crates and tests only.
 /// Accepts connections.
 pub trait Listener: Send + Sync + fmt::Debug {
     /// The next established connection.
@@ -336,9 +343,11 @@ pub trait Listener: Send + Sync + fmt::Debug {
 /// A way to reach peers: the software transport over TCP, or DOCA RDMA.
 pub trait Transport: Send + Sync + fmt::Debug {
     /// Listens on `addr`.
+    #[doc(hidden)]
     fn listen(&self, addr: &str) -> BoxFuture<'_, Result<Box<dyn Listener>>>;
 
     /// Connects to `addr`.
+    #[doc(hidden)]
     fn connect(&self, addr: &str) -> BoxFuture<'_, Result<Arc<dyn Connection>>>;
 
     /// What its connections promise about revoked windows ([`Connection::fencing`]).

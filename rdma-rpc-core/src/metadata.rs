@@ -1,0 +1,213 @@
+//! Per-call metadata: key, value pairs a client attaches to a call (an auth token, a trace
+//! id) and the handler reads, next to the typed message.
+//!
+//! ```
+//! use rdma_rpc_core::{Metadata, Request};
+//!
+//! let mut request = Request::new(());
+//! request.metadata_mut().insert("authorization", "Bearer 0123");
+//! request.metadata_mut().insert("x-trace-id", "4bf92f35");
+//! // A handler reads them back:
+//! assert_eq!(request.metadata().get_str("authorization"), Some("Bearer 0123"));
+//! ```
+//!
+//! Keys are 1 to [`MAX_KEY_LEN`] bytes of lowercase ASCII letters, digits, `-`, `_` and `.`
+//! (as gRPC's); values are any bytes. A call whose metadata has a bad key, or more than
+//! [`MAX_ENTRIES`] entries, fails with `INVALID_ARGUMENT` before anything is sent (the server
+//! checks again). Metadata travels in the request frame, so it counts towards the request
+//! message's limit.
+
+use bytes::Bytes;
+
+use crate::protocol::frames::MetadataEntry;
+use crate::status::Status;
+
+/// Longest metadata key, in bytes.
+pub const MAX_KEY_LEN: usize = 128;
+/// Most entries of one call's metadata.
+pub const MAX_ENTRIES: usize = 64;
+
+/// Key, value pairs of one call. Keys are unique: [`insert`](Metadata::insert) replaces.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Metadata {
+    entries: Vec<(String, Bytes)>,
+}
+
+impl Metadata {
+    /// No entries.
+    pub fn new() -> Metadata {
+        Metadata::default()
+    }
+
+    /// Sets `key` to `value`, replacing what it held; returns the old value. The key is
+    /// checked when the call is made.
+    pub fn insert(&mut self, key: impl Into<String>, value: impl Into<Bytes>) -> Option<Bytes> {
+        let key = key.into();
+        let value = value.into();
+        match self.entries.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, old)) => Some(std::mem::replace(old, value)),
+            None => {
+                self.entries.push((key, value));
+                None
+            }
+        }
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&Bytes> {
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// The value of `key`, if it is UTF-8.
+    pub fn get_str(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    /// Removes `key`; returns its value.
+    pub fn remove(&mut self, key: &str) -> Option<Bytes> {
+        let at = self.entries.iter().position(|(k, _)| k == key)?;
+        Some(self.entries.remove(at).1)
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there is no entry.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entries, in the order they were first inserted.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Bytes)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// Checks every key and the number of entries.
+    pub(crate) fn check(&self) -> Result<(), Status> {
+        if self.entries.len() > MAX_ENTRIES {
+            return Err(Status::invalid_argument(format!(
+                "{} metadata entries, more than the {MAX_ENTRIES} a call may carry",
+                self.entries.len()
+            )));
+        }
+        for (key, _) in &self.entries {
+            check_key(key)?;
+        }
+        Ok(())
+    }
+
+    /// The entries as they travel.
+    pub(crate) fn to_frames(&self) -> Vec<MetadataEntry> {
+        self.entries
+            .iter()
+            .map(|(key, value)| MetadataEntry {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect()
+    }
+
+    /// Metadata a peer sent: checked like the sender's, duplicates refused.
+    pub(crate) fn from_frames(frames: Vec<MetadataEntry>) -> Result<Metadata, Status> {
+        let mut metadata = Metadata {
+            entries: Vec::with_capacity(frames.len().min(MAX_ENTRIES)),
+        };
+        if frames.len() > MAX_ENTRIES {
+            return Err(Status::invalid_argument(format!(
+                "{} metadata entries, more than the {MAX_ENTRIES} a call may carry",
+                frames.len()
+            )));
+        }
+        for MetadataEntry { key, value } in frames {
+            check_key(&key)?;
+            if metadata.get(&key).is_some() {
+                return Err(Status::invalid_argument(format!(
+                    "metadata key `{key}` appears twice"
+                )));
+            }
+            metadata.entries.push((key, value));
+        }
+        Ok(metadata)
+    }
+}
+
+impl<'a> IntoIterator for &'a Metadata {
+    type Item = (&'a str, &'a Bytes);
+    type IntoIter = Box<dyn Iterator<Item = (&'a str, &'a Bytes)> + 'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
+    }
+}
+
+fn check_key(key: &str) -> Result<(), Status> {
+    let valid = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b);
+    if key.is_empty() || key.len() > MAX_KEY_LEN || !key.bytes().all(valid) {
+        let shown: String = key.chars().take(MAX_KEY_LEN).collect();
+        return Err(Status::invalid_argument(format!(
+            "metadata key `{}` is not 1 to {MAX_KEY_LEN} bytes of lowercase ASCII letters, \
+             digits, `-`, `_` or `.`",
+            shown.escape_debug()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Code;
+
+    #[test]
+    fn insert_replaces_and_keeps_order() {
+        let mut m = Metadata::new();
+        assert_eq!(m.insert("b", "1"), None);
+        assert_eq!(m.insert("a", "2"), None);
+        assert_eq!(m.insert("b", "3"), Some(Bytes::from("1")));
+        let keys: Vec<_> = m.iter().map(|(k, v)| (k, v.clone())).collect();
+        assert_eq!(keys, [("b", Bytes::from("3")), ("a", Bytes::from("2"))]);
+        assert_eq!(m.remove("b"), Some(Bytes::from("3")));
+        assert_eq!(m.len(), 1);
+        assert_eq!(m.get_str("a"), Some("2"));
+    }
+
+    #[test]
+    fn keys_are_checked_on_both_ends() {
+        for bad in [
+            "",
+            "Authorization",
+            "a b",
+            "ключ",
+            &"k".repeat(MAX_KEY_LEN + 1),
+        ] {
+            let mut m = Metadata::new();
+            m.insert(bad, "v");
+            assert_eq!(
+                m.check().unwrap_err().code(),
+                Code::InvalidArgument,
+                "{bad:?}"
+            );
+            let err = Metadata::from_frames(m.to_frames()).unwrap_err();
+            assert_eq!(err.code(), Code::InvalidArgument, "{bad:?}");
+        }
+        let mut m = Metadata::new();
+        m.insert("x-trace_id.1", "v");
+        m.check().unwrap();
+        assert_eq!(Metadata::from_frames(m.to_frames()).unwrap(), m);
+    }
+
+    #[test]
+    fn a_peer_cannot_send_duplicates_or_too_many() {
+        let entry = |key: &str| MetadataEntry {
+            key: key.into(),
+            value: Bytes::new(),
+        };
+        let err = Metadata::from_frames(vec![entry("a"), entry("a")]).unwrap_err();
+        assert!(err.message().contains("twice"), "{err}");
+        let many = (0..=MAX_ENTRIES).map(|i| entry(&format!("k{i}"))).collect();
+        let err = Metadata::from_frames(many).unwrap_err();
+        assert!(err.message().contains("more than"), "{err}");
+    }
+}

@@ -1,0 +1,177 @@
+//! Metrics (feature `metrics`) and the server's listing of connections and pools, read back
+//! after known calls. A test binary of its own: the recorder is global.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::MetricKind;
+use rdma_rpc_core::service::{EndpointDef, OpKind};
+use rdma_rpc_core::{Client, Code, Server};
+
+/// What the recorder holds: its snapshots report what changed since the last one.
+type Snapshot = Vec<(
+    metrics_util::CompositeKey,
+    Option<metrics::Unit>,
+    Option<metrics::SharedString>,
+    DebugValue,
+)>;
+
+/// The value of one metric with exactly these labels.
+fn value<'a>(
+    snap: &'a Snapshot,
+    kind: MetricKind,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> &'a DebugValue {
+    let found = snap.iter().find(|(key, ..)| {
+        let key_labels: Vec<(&str, &str)> =
+            key.key().labels().map(|l| (l.key(), l.value())).collect();
+        key.kind() == kind
+            && key.key().name() == name
+            && key_labels.len() == labels.len()
+            && labels.iter().all(|l| key_labels.contains(l))
+    });
+    match found {
+        Some((_, _, _, value)) => value,
+        None => panic!("no {kind:?} {name} {labels:?}"),
+    }
+}
+
+fn counter(snap: &Snapshot, name: &str, labels: &[(&str, &str)]) -> u64 {
+    match value(snap, MetricKind::Counter, name, labels) {
+        DebugValue::Counter(n) => *n,
+        other => panic!("{name}: {other:?}"),
+    }
+}
+
+static UNKNOWN: EndpointDef = EndpointDef {
+    path: "/nowhere",
+    op: OpKind::Send,
+    buffer_size: 64,
+    method: "nowhere",
+    timeout_ms: None,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_bytes_refusals_connections_and_pools_are_counted() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter: Snapshotter = recorder.snapshotter();
+    recorder
+        .install()
+        .expect("the only recorder of this binary");
+
+    let server = Server::builder()
+        .add_service(common::Echo)
+        .bind("tcp://127.0.0.1:0")
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    let handle = server.handle();
+    tokio::spawn(server.serve());
+
+    let client = Client::connect(&addr).await.unwrap();
+    for len in [10, 20, 30] {
+        let (message, _) = client
+            .call_raw(
+                &common::ENDPOINTS[0],
+                Bytes::new(),
+                Some(Bytes::from(vec![7; len])),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(message, Bytes::from(len.to_string()));
+    }
+    let err = client
+        .call_raw(&UNKNOWN, Bytes::new(), None, Duration::from_secs(30))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unimplemented, "{err}");
+    client.ping().await.unwrap();
+    let snap: Snapshot = snapshotter.snapshot().into_vec();
+
+    // The server side, recorded before each response left.
+    let server_calls = |code| {
+        counter(
+            &snap,
+            "rdma_rpc_server_calls_total",
+            &[("service", "Echo"), ("method", "echo"), ("code", code)],
+        )
+    };
+    assert_eq!(server_calls("OK"), 3);
+    assert_eq!(
+        counter(
+            &snap,
+            "rdma_rpc_server_bytes_total",
+            &[("service", "Echo"), ("method", "echo"), ("direction", "in")]
+        ),
+        60
+    );
+    assert_eq!(
+        counter(
+            &snap,
+            "rdma_rpc_server_calls_refused_total",
+            &[("code", "UNIMPLEMENTED")]
+        ),
+        1
+    );
+    match value(
+        &snap,
+        MetricKind::Histogram,
+        "rdma_rpc_server_call_duration_seconds",
+        &[("service", "Echo"), ("method", "echo")],
+    ) {
+        DebugValue::Histogram(samples) => assert_eq!(samples.len(), 3),
+        other => panic!("{other:?}"),
+    }
+    match value(&snap, MetricKind::Gauge, "rdma_rpc_server_connections", &[]) {
+        DebugValue::Gauge(n) => assert_eq!(n.into_inner(), 1.0),
+        other => panic!("{other:?}"),
+    }
+    match value(
+        &snap,
+        MetricKind::Gauge,
+        "rdma_rpc_server_pool_buffers_in_use",
+        &[("path", "/echo")],
+    ) {
+        DebugValue::Gauge(n) => assert_eq!(n.into_inner(), 0.0, "inline payloads take none"),
+        other => panic!("{other:?}"),
+    }
+
+    // The client side.
+    let client_calls = |path, code| {
+        counter(
+            &snap,
+            "rdma_rpc_client_calls_total",
+            &[("path", path), ("op", "send"), ("code", code)],
+        )
+    };
+    assert_eq!(client_calls("/echo", "OK"), 3);
+    assert_eq!(client_calls("/nowhere", "UNIMPLEMENTED"), 1);
+
+    // The listing.
+    let conns = handle.connections();
+    assert_eq!(conns.len(), 1, "{conns:?}");
+    assert_eq!(conns[0].calls_answered, 3);
+    assert_eq!(conns[0].calls_in_flight, 0);
+    let pools = handle.pools();
+    assert_eq!(pools.len(), 1, "{pools:?}");
+    assert_eq!(pools[0].path, "/echo");
+    assert_eq!(pools[0].buffer_size, 1 << 20);
+    assert_eq!(pools[0].in_use, 0);
+
+    // A connection that ends leaves the listing and the gauge.
+    client.close();
+    drop(client);
+    handle.connection_count().wait_for(|n| n == 0).await;
+    assert!(handle.connections().is_empty());
+    let snap: Snapshot = snapshotter.snapshot().into_vec();
+    // (Snapshots report changes since the last one.)
+    match value(&snap, MetricKind::Gauge, "rdma_rpc_server_connections", &[]) {
+        DebugValue::Gauge(n) => assert_eq!(n.into_inner(), -1.0),
+        other => panic!("{other:?}"),
+    }
+}
