@@ -21,7 +21,6 @@
 
 #[cfg(feature = "metrics")]
 mod on {
-    use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
     use std::time::Duration;
 
@@ -102,9 +101,10 @@ mod on {
         }
     }
 
-    /// The series of a client's endpoints.
+    /// The series of a client's endpoints: a short list searched by the address of the
+    /// endpoint's path (no hashing per call; endpoints are few).
     #[derive(Default)]
-    pub(crate) struct ClientEndpoints(Mutex<HashMap<(&'static str, u32), ClientEndpoint>>);
+    pub(crate) struct ClientEndpoints(Mutex<Vec<((usize, u32), ClientEndpoint)>>);
 
     #[derive(Default)]
     struct ClientEndpoint {
@@ -112,11 +112,32 @@ mod on {
         duration: OnceLock<Histogram>,
     }
 
+    /// Endpoints remembered per client; beyond, each call registers its series again (the
+    /// recorder finds the same ones).
+    const REMEMBERED: usize = 256;
+
     impl ClientEndpoints {
         pub(crate) fn called(&self, endpoint: &EndpointDef, code: Code, elapsed: Duration) {
             let (path, op) = (endpoint.path, endpoint.op.as_str());
+            let key = (path.as_ptr() as usize, endpoint.op.as_u32());
             let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            let series = all.entry((path, endpoint.op.as_u32())).or_default();
+            let at = match all.iter().position(|(k, _)| *k == key) {
+                Some(at) => at,
+                None if all.len() < REMEMBERED => {
+                    all.push((key, ClientEndpoint::default()));
+                    all.len() - 1
+                }
+                None => {
+                    drop(all);
+                    let code = code.as_str();
+                    metrics::counter!("rdma_rpc_client_calls_total", "path" => path, "op" => op, "code" => code)
+                        .increment(1);
+                    metrics::histogram!("rdma_rpc_client_call_duration_seconds", "path" => path, "op" => op)
+                        .record(elapsed.as_secs_f64());
+                    return;
+                }
+            };
+            let series = &all[at].1;
             series.calls[code as usize]
                 .get_or_init(|| {
                     metrics::counter!(
@@ -197,6 +218,15 @@ mod on {
 }
 
 pub(crate) use on::*;
+
+/// Whether metrics are recorded (the `metrics` feature).
+pub(crate) const METRICS: bool = cfg!(feature = "metrics");
+
+/// The time now, if anything will use a duration: metrics, or a `DEBUG` log. Reading the clock
+/// costs more than the rest of a small call's bookkeeping.
+pub(crate) fn clock() -> Option<std::time::Instant> {
+    (METRICS || tracing::enabled!(tracing::Level::DEBUG)).then(std::time::Instant::now)
+}
 
 /// Counts a handshaken connection in the connections gauge until dropped.
 pub(crate) struct OpenConnection(());

@@ -150,7 +150,7 @@ impl Client {
             .timeout
             .or(endpoint.timeout())
             .or(shared.config.default_timeout);
-        let started = std::time::Instant::now();
+        let started = crate::observe::METRICS.then(std::time::Instant::now);
         let call = async {
             let inner = self.connection().await?;
             inner
@@ -166,10 +166,12 @@ impl Client {
             }),
             None => call.await,
         };
-        let code = result
-            .as_ref()
-            .map_or_else(Status::code, |_| crate::Code::Ok);
-        shared.metrics.called(endpoint, code, started.elapsed());
+        if let Some(started) = started {
+            let code = result
+                .as_ref()
+                .map_or_else(Status::code, |_| crate::Code::Ok);
+            shared.metrics.called(endpoint, code, started.elapsed());
+        }
         result
     }
 }
@@ -212,7 +214,7 @@ impl Inner {
             .acquire_owned()
             .await
             .map_err(|_| self.closed_status())?;
-        if let Some(status) = lock(&inner.closed).clone() {
+        if let Some(status) = inner.lost() {
             return Err(status);
         }
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);

@@ -255,6 +255,8 @@ pub(crate) struct Inner {
     calls: Mutex<CallMap<Entry>>,
     /// Set once the connection is over: why.
     closed: Mutex<Option<Status>>,
+    /// Whether `closed` is set.
+    over: AtomicBool,
     in_flight: Arc<Semaphore>,
     next_id: AtomicU64,
     counters: Arc<Counters>,
@@ -282,8 +284,18 @@ struct Counters {
 }
 
 impl Inner {
+    /// Marks the connection over, for `why` unless it already was.
+    fn end(&self, why: Status) {
+        lock(&self.closed).get_or_insert(why);
+        self.over.store(true, Ordering::Release);
+    }
+
     /// Why the connection is over, if it is.
     fn lost(&self) -> Option<Status> {
+        // Read on every call: the flag spares the lock while the connection lives.
+        if !self.over.load(Ordering::Acquire) {
+            return None;
+        }
         lock(&self.closed).clone()
     }
 
@@ -444,11 +456,19 @@ impl Client {
     }
 
     /// The connection calls use now: the current one, or a new one if it was lost.
+    ///
+    /// The dialing lives in a boxed future of its own: the future of every call would
+    /// otherwise carry room for a whole connection handshake.
     async fn connection(&self) -> Result<Arc<Inner>, Status> {
         let inner = self.current();
-        let Some(why) = inner.lost() else {
-            return Ok(inner);
-        };
+        match inner.lost() {
+            None => Ok(inner),
+            Some(why) => Box::pin(self.redial(why)).await,
+        }
+    }
+
+    /// The slow path of [`connection`](Client::connection): the connection is over.
+    async fn redial(&self, why: Status) -> Result<Arc<Inner>, Status> {
         if self.shared.closed.load(Ordering::Acquire) {
             return Err(why);
         }
@@ -546,7 +566,7 @@ impl Client {
     pub fn close(&self) {
         self.shared.closed.store(true, Ordering::Release);
         let inner = self.current();
-        lock(&inner.closed).get_or_insert_with(|| Status::unavailable("closed by this client"));
+        inner.end(Status::unavailable("closed by this client"));
         inner.channel.conn().close();
     }
 
@@ -633,6 +653,7 @@ impl Client {
             channel: channel.clone(),
             calls: Mutex::new(CallMap::default()),
             closed: Mutex::new(None),
+            over: AtomicBool::new(false),
             in_flight: Arc::new(Semaphore::new(max_in_flight as usize)),
             next_id: AtomicU64::new(1),
             counters,
@@ -720,10 +741,12 @@ async fn drive(inner: std::sync::Weak<Inner>, channel: Arc<FrameChannel>) {
                 let status = Status::from(status);
                 tracing::debug!(%status, "server said goodbye");
                 // Calls in flight still get their responses; new calls are refused.
-                *lock(&inner.closed) = Some(Status::new(
+                let said = Status::new(
                     status.code(),
                     format!("the server closed the connection: {}", status.message()),
-                ));
+                );
+                *lock(&inner.closed) = Some(said);
+                inner.over.store(true, Ordering::Release);
                 continue;
             }
             Some(_) => {
@@ -751,7 +774,7 @@ async fn drive(inner: std::sync::Weak<Inner>, channel: Arc<FrameChannel>) {
     };
     channel.conn().close();
     if let Some(inner) = inner.upgrade() {
-        lock(&inner.closed).get_or_insert(reason);
+        inner.end(reason);
         // Dropping the entries ends every waiting call (it sees its channel close).
         lock(&inner.calls).clear();
         lock(&inner.pings).clear();

@@ -171,7 +171,8 @@ pub(super) fn run(mut call: Call) -> impl Future<Output = ()> + Send {
         bytes = tracing::field::Empty,
         round_trips = tracing::field::Empty,
     );
-    let started = Instant::now();
+    let started = crate::observe::clock();
+    let watched = span.clone();
     tracing::Instrument::instrument(
         async move {
             let (mut response, pending) = answer(&mut call).await;
@@ -179,7 +180,7 @@ pub(super) fn run(mut call: Call) -> impl Future<Output = ()> + Send {
             if prost::Message::encoded_len(&response) + FRAME_MARGIN > max {
                 response = fitted(&call, response, max);
             }
-            finished(&call, &response, started);
+            finished(&call, &response, started, &watched);
             // Slots freed by this call (or earlier ones) go back to the client with the response.
             let room = call
                 .channel
@@ -198,8 +199,18 @@ pub(super) fn run(mut call: Call) -> impl Future<Output = ()> + Send {
     )
 }
 
-/// Records how the call ended: in its span, in a `DEBUG` event, and in metrics.
-fn finished(call: &Call, response: &ResponseFrame, started: Instant) {
+/// Records how the call ended: in its span, in a `DEBUG` event, and in metrics (nothing when
+/// nobody listens).
+fn finished(
+    call: &Call,
+    response: &ResponseFrame,
+    started: Option<std::time::Instant>,
+    span: &tracing::Span,
+) {
+    let spanned = !span.is_disabled();
+    if !spanned && !crate::observe::METRICS {
+        return;
+    }
     let code = response
         .status
         .as_ref()
@@ -214,13 +225,15 @@ fn finished(call: &Call, response: &ResponseFrame, started: Instant) {
             .as_ref()
             .map_or(response.pushed_len, |p| p.len() as u64)
     };
-    let round_trips = 1 + u32::from(call.grants);
-    let span = tracing::Span::current();
-    span.record("status", code.as_str());
-    span.record("bytes", bytes);
-    span.record("round_trips", round_trips);
-    let elapsed = started.elapsed();
-    tracing::debug!(elapsed_us = elapsed.as_micros() as u64, "call answered");
+    if spanned {
+        span.record("status", code.as_str());
+        span.record("bytes", bytes);
+        span.record("round_trips", 1 + u32::from(call.grants));
+    }
+    let elapsed = started.map(|t| t.elapsed()).unwrap_or_default();
+    if started.is_some() {
+        tracing::debug!(elapsed_us = elapsed.as_micros() as u64, "call answered");
+    }
     let in_use = call.pool.count().saturating_sub(call.pool.available());
     call.metrics.answered(code, bytes, elapsed, in_use);
 }
