@@ -114,7 +114,7 @@ impl KvStore for MemoryKv {
         Ok(response)
     }
 
-    async fn control(&self, request: Request<ControlCommand>, _: Bytes) -> Result<(), Status> {
+    async fn control(&self, request: Request<ControlCommand>) -> Result<(), Status> {
         let command = request.into_inner();
         if command.action() == Action::Evict {
             let mut state = self.state();
@@ -128,7 +128,7 @@ impl KvStore for MemoryKv {
         Ok(())
     }
 
-    async fn stats(&self, _: Request<()>, _: &mut RegisteredBuf) -> Result<Stats, Status> {
+    async fn stats(&self, _: Request<()>) -> Result<Stats, Status> {
         let state = self.state();
         Ok(Stats {
             blocks: state.blocks.len() as u64,

@@ -102,15 +102,15 @@ async fn kv_store_spec_messages_enums_and_blocks() {
         .unwrap();
     assert_eq!(r.status(), BlockStatus::NotFound);
 
-    let (stats, _) = client.stats(()).await.unwrap();
+    let stats = client.stats(()).await.unwrap();
     assert_eq!((stats.blocks, stats.bytes_stored), (1, 1 << 20));
     assert_eq!(stats.per_client.len(), 1);
     assert_eq!((stats.per_client[0].puts, stats.per_client[0].gets), (2, 3));
 
     let mut evict = ControlCommand::default();
     evict.set_action(Action::Evict);
-    client.control(evict, Bytes::new()).await.unwrap();
-    let (stats, _) = client.stats(()).await.unwrap();
+    client.control(evict).await.unwrap();
+    let stats = client.stats(()).await.unwrap();
     assert_eq!(stats.blocks, 0);
 }
 
@@ -140,4 +140,37 @@ async fn spec_timeouts_apply_and_requests_can_override_them() {
         .await
         .unwrap();
     assert_eq!(r.status(), BlockStatus::Ok);
+}
+
+/// `/kv/control` carries no payload (`payload: false`) and `/kv/stats` none either (a receive
+/// without a buffer): their methods take and return messages only, and the generated server
+/// refuses bytes a client sends anyway, before the handler runs.
+#[tokio::test]
+async fn endpoints_without_payload_take_messages_only_and_refuse_bytes() {
+    use examples::generated::kv_store::KV_STORE_ENDPOINTS;
+
+    let kv = MemoryKv::new(16);
+    let addr = start(KvStoreServer::new(kv)).await;
+    let client = KvStoreClient::connect(&addr).await.unwrap();
+    let stats = client.stats(()).await.unwrap();
+    assert_eq!(stats.blocks, 0);
+    client.control(ControlCommand::default()).await.unwrap();
+
+    let control = KV_STORE_ENDPOINTS
+        .iter()
+        .find(|e| e.path == "/kv/control")
+        .unwrap();
+    let message = rdma_rpc_core::codegen::encode_message(&ControlCommand::default());
+    let err = client
+        .inner()
+        .call_raw(control, message, Some(Bytes::from_static(b"extra")), None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+    assert_eq!(
+        err.message(),
+        "send /kv/control carries no payload: send the request message alone"
+    );
+    // The server serves on.
+    assert_eq!(client.stats(()).await.unwrap().blocks, 0);
 }

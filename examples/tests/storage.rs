@@ -14,7 +14,7 @@ use examples::storage::initiator::{self, block_contents, InitiatorConfig};
 use examples::storage::service::ServiceConfig;
 use examples::storage::target;
 use rdma_rpc_core::transport::{transport_for, Transport};
-use rdma_rpc_core::{Access, Bytes, Code, MemoryRegion, Status};
+use rdma_rpc_core::{Access, Code, MemoryRegion, Status};
 
 fn config(block_size: usize, block_count: u64, recovery_every: u64) -> ClusterConfig {
     ClusterConfig {
@@ -133,7 +133,7 @@ async fn write(
         buffer: Some(offer.handle()),
         length: len as u32,
     };
-    let done = stub.write_block(io, Bytes::new()).await;
+    let done = stub.write_block(io).await;
     offer.revoke().await;
     done.map(drop)
 }
@@ -152,7 +152,7 @@ async fn read(
         buffer: Some(offer.handle()),
         length: len as u32,
     };
-    let done = stub.read_block(io, Bytes::new()).await;
+    let done = stub.read_block(io).await;
     let buf = offer.revoke().await.unwrap();
     Ok((done?.recovered, buf.as_slice().to_vec()))
 }
@@ -168,7 +168,7 @@ async fn ready(
         transactions_per_core: 2,
         block_size: block_size as u32,
     };
-    stub.init_storage(init, Bytes::new()).await.unwrap();
+    stub.init_storage(init).await.unwrap();
     initiator::control(&stub, StorageCommand::Start)
         .await
         .unwrap();
@@ -242,7 +242,7 @@ async fn control_commands_out_of_order_are_refused() {
         transactions_per_core: 1,
         block_size: len as u32,
     };
-    stub.init_storage(init.clone(), Bytes::new()).await.unwrap();
+    stub.init_storage(init.clone()).await.unwrap();
     let why = refused(
         write(&stub, &client, &region, 0, len).await,
         "a write before start",
@@ -251,10 +251,7 @@ async fn control_commands_out_of_order_are_refused() {
     initiator::control(&stub, StorageCommand::Start)
         .await
         .unwrap();
-    refused(
-        stub.init_storage(init, Bytes::new()).await,
-        "init while running",
-    );
+    refused(stub.init_storage(init).await, "init while running");
     refused(
         initiator::control(&stub, StorageCommand::Start).await,
         "start twice",

@@ -80,6 +80,10 @@ pub struct EndpointIr {
     /// How long the client waits for the operation before giving up; `None` means the
     /// runtime's default.
     pub timeout: Option<Duration>,
+    /// Whether calls move bytes besides their messages: a send's or write's data, a
+    /// receive's or read's result bytes. Without, generated methods take and return messages
+    /// only.
+    pub payload: bool,
 }
 
 /// An operation type, named from the client's side.

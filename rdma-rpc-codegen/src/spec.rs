@@ -44,6 +44,10 @@ pub(crate) struct EndpointSpec {
     pub(crate) request: Option<Sp<String>>,
     pub(crate) response: Option<Sp<String>>,
     pub(crate) timeout: Option<Sp<Duration>>,
+    /// `payload:`, if given.
+    pub(crate) payload: Option<Sp<bool>>,
+    /// Whether the endpoint has a `buffer` key (valid or not).
+    pub(crate) buffer_given: bool,
 }
 
 /// One entry of `messages`.
@@ -110,6 +114,7 @@ const ENDPOINT_KEYS: &[(&str, Avail)] = &[
     ("request", Avail::Extended),
     ("response", Avail::Extended),
     ("timeout", Avail::Extended),
+    ("payload", Avail::Extended),
 ];
 const BUFFER_KEYS: &[(&str, Avail)] = &[("size", Avail::Both)];
 const MESSAGE_KEYS: &[(&str, Avail)] = &[("doc", Avail::Extended), ("fields", Avail::Extended)];
@@ -470,6 +475,8 @@ impl Decoder<'_> {
             request: None,
             response: None,
             timeout: None,
+            payload: None,
+            buffer_given: fields.get("buffer").is_some(),
         };
         match fields.get("path") {
             Some((n, k)) => ep.path = self.string(n, k),
@@ -512,6 +519,7 @@ impl Decoder<'_> {
         ep.request = fields.get("request").and_then(|(n, k)| self.string(n, k));
         ep.response = fields.get("response").and_then(|(n, k)| self.string(n, k));
         ep.timeout = fields.get("timeout").and_then(|(n, k)| self.duration(n, k));
+        ep.payload = fields.get("payload").and_then(|(n, k)| self.boolean(n, k));
         Some(ep)
     }
 

@@ -310,6 +310,7 @@ fn endpoints(spec: &SpecFile, types: &TypeNames, sink: &mut Sink) -> Vec<Endpoin
         let (Some(path), Some(op), Some((method, _, _))) = (&ep.path, &ep.op, method) else {
             continue;
         };
+        let payload = payload(spec.format, ep, op.value, sink);
         out.push(EndpointIr {
             path: path.value.clone(),
             op: op.value,
@@ -322,9 +323,28 @@ fn endpoints(spec: &SpecFile, types: &TypeNames, sink: &mut Sink) -> Vec<Endpoin
             request,
             response,
             timeout: ep.timeout.as_ref().map(|t| t.value),
+            payload,
         });
     }
     out
+}
+
+/// Whether an endpoint's calls move bytes besides their messages. Said with `payload:`;
+/// otherwise, in the extended format, a send or receive without a `buffer` moves none (its
+/// messages are the call); every other endpoint does.
+fn payload(format: SpecFormat, ep: &EndpointSpec, op: OpKind, sink: &mut Sink) -> bool {
+    if let Some(given) = &ep.payload {
+        if !given.value && op.is_one_sided() {
+            sink.error_hint(
+                given.pos,
+                &given.key,
+                format!("a `{op}` endpoint always moves bytes: `payload: false` does not fit it"),
+                "for an endpoint that carries messages only, use `type: send` or `type: receive`",
+            );
+        }
+        return given.value;
+    }
+    op.is_one_sided() || format == SpecFormat::DocaCpp || ep.buffer_given
 }
 
 fn check_path(path: &Sp<String>, sink: &mut Sink) {

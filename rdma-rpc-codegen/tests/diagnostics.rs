@@ -421,3 +421,27 @@ fn remote_buffer_fields_resolve_and_misspellings_are_named() {
         "unknown message type `remote_buffer`",
     );
 }
+
+#[test]
+fn payload_false_on_a_one_sided_endpoint() {
+    let src = format!(
+        "{EXT_HEAD}  - path: /a\n    type: write\n    buffer: {{ size: 4KiB }}\n    payload: false\n"
+    );
+    let d = find(
+        &src,
+        "a `write` endpoint always moves bytes: `payload: false` does not fit it",
+    );
+    assert_at(&d, 6, 14, "endpoints[0].payload");
+    assert!(d.hint.as_deref().unwrap().contains("`type: send`"), "{d}");
+    // In the doca-cpp format the key does not exist.
+    let src = format!(
+        "{DOCA_HEAD}  - path: /a\n    type: send\n    buffer: {{ size: 64 }}\n    payload: false\n"
+    );
+    assert!(
+        errors(&src)
+            .iter()
+            .any(|d| d.message.contains("payload") && d.key == "endpoints[0].payload"),
+        "{:#?}",
+        errors(&src)
+    );
+}

@@ -211,3 +211,40 @@ endpoints:
     assert_eq!(sizes, [1 << 30, 512, 1024]);
     assert_eq!(ir.endpoints[2].timeout, Some(Duration::from_secs(90)));
 }
+
+#[test]
+fn payloads_follow_the_buffer_unless_said() {
+    let src = "version: \"rdma-rpc/1\"\nservice: P\nendpoints:\n\
+        - { path: /s, type: send }\n\
+        - { path: /sb, type: send, buffer: { size: 1KiB } }\n\
+        - { path: /sf, type: send, buffer: { size: 1KiB }, payload: false }\n\
+        - { path: /r, type: receive }\n\
+        - { path: /rt, type: receive, payload: true }\n\
+        - { path: /w, type: write, buffer: { size: 1KiB } }\n\
+        - { path: /rd, type: read, buffer: { size: 1KiB } }\n";
+    let ir = rdma_rpc_codegen::parse_spec("p.yaml", src).unwrap();
+    let payloads: Vec<(&str, bool)> = ir
+        .endpoints
+        .iter()
+        .map(|e| (e.path.as_str(), e.payload))
+        .collect();
+    assert_eq!(
+        payloads,
+        [
+            ("/s", false),
+            ("/sb", true),
+            ("/sf", false),
+            ("/r", false),
+            ("/rt", true),
+            ("/w", true),
+            ("/rd", true),
+        ]
+    );
+    // The doca-cpp format has no messages: every endpoint has a payload.
+    let doca = rdma_rpc_codegen::parse_spec(
+        "d.yaml",
+        "version: \"0.0.1\"\nendpoints:\n  - { path: /a, type: send, buffer: { size: 64 } }\n",
+    )
+    .unwrap();
+    assert!(doca.endpoints[0].payload);
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use rdma_rpc_core::{Access, Bytes, Client, MemoryRegion, RegisteredBuf, Status};
+use rdma_rpc_core::{Access, Client, MemoryRegion, RegisteredBuf, Status};
 
 use crate::generated::storage_service::{
     BlockDone, BlockIo, InitStorage, StorageCommand, StorageControl, StorageServiceClient,
@@ -143,7 +143,7 @@ pub fn block_contents(index: u64, len: usize) -> Vec<u8> {
 pub async fn control(stub: &StorageServiceClient, command: StorageCommand) -> Result<(), Status> {
     let mut request = StorageControl::default();
     request.set_command(command);
-    stub.control(request, Bytes::new()).await
+    stub.control(request).await
 }
 
 /// One I/O: offers `buf` for the call, runs it, takes `buf` back.
@@ -169,9 +169,9 @@ async fn io(
                 length,
             };
             if write {
-                stub.write_block(request, Bytes::new()).await
+                stub.write_block(request).await
             } else {
-                stub.read_block(request, Bytes::new()).await
+                stub.read_block(request).await
             }
         })
         .await?;
@@ -183,7 +183,7 @@ async fn io(
 /// block back and check it, stop. Fails on the first wrong byte or failed I/O.
 pub async fn run(client: Client, config: &InitiatorConfig) -> Result<Report, Status> {
     let stub = StorageServiceClient::new(client.clone());
-    let geometry = stub.query_storage((), Bytes::new()).await?;
+    let geometry = stub.query_storage(()).await?;
     if config.block_size > geometry.block_size as usize {
         return Err(Status::invalid_argument(format!(
             "blocks of {} bytes do not fit the service's {}",
@@ -198,14 +198,11 @@ pub async fn run(client: Client, config: &InitiatorConfig) -> Result<Report, Sta
     }
     let workers = (config.cores.max(1) * config.transactions_per_core.max(1)) as usize;
     let memory = MemoryRegion::new(workers * config.block_size).map_err(Status::from)?;
-    stub.init_storage(
-        InitStorage {
-            core_count: config.cores,
-            transactions_per_core: config.transactions_per_core,
-            block_size: config.block_size as u32,
-        },
-        Bytes::new(),
-    )
+    stub.init_storage(InitStorage {
+        core_count: config.cores,
+        transactions_per_core: config.transactions_per_core,
+        block_size: config.block_size as u32,
+    })
     .await?;
     control(&stub, StorageCommand::Start).await?;
     let bar = if config.progress {

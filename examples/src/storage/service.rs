@@ -14,8 +14,7 @@ use std::time::Duration;
 
 use rdma_rpc_core::transport::Transport;
 use rdma_rpc_core::{
-    Access, Bytes, Client, Code, MemoryRegion, RegisteredBuf, RemoteBuf, RemoteMemory, Request,
-    Status,
+    Access, Client, Code, MemoryRegion, RegisteredBuf, RemoteBuf, RemoteMemory, Request, Status,
 };
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
@@ -175,7 +174,7 @@ impl Service {
             .map_err(|_| Status::unavailable(format!("{slot} target at {addr}: no answer")))?
             .map_err(|e| Status::unavailable(format!("{slot} target at {addr}: {e}")))?;
             let stub = StorageTargetClient::new(client.clone());
-            let g = stub.query((), Bytes::new()).await?;
+            let g = stub.query(()).await?;
             if g.slot != slot.to_string() {
                 return Err(Status::invalid_argument(format!(
                     "the target at {addr} keeps {} halves, not {slot}",
@@ -256,12 +255,12 @@ impl Service {
         for link in &self.links {
             let mut request = TargetControl::default();
             request.set_command(command);
-            let sent = tokio::time::timeout(
-                self.config.control_timeout,
-                link.stub.control(request, Bytes::new()),
-            )
-            .await
-            .unwrap_or_else(|_| Err(Status::deadline_exceeded("no answer (control_timeout)")));
+            let sent =
+                tokio::time::timeout(self.config.control_timeout, link.stub.control(request))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(Status::deadline_exceeded("no answer (control_timeout)"))
+                    });
             if let Err(status) = sent {
                 failed.push((link.slot, status));
             }
@@ -316,9 +315,9 @@ impl Service {
             .remote_memory()
             .lend(half, access, |handle| async move {
                 if write {
-                    link.stub.write_half(io(handle), Bytes::new()).await
+                    link.stub.write_half(io(handle)).await
                 } else {
-                    link.stub.read_half(io(handle), Bytes::new()).await
+                    link.stub.read_half(io(handle)).await
                 }
             })
             .await
@@ -408,7 +407,7 @@ fn lost(block: u64, e: &CodecError) -> Status {
 }
 
 impl StorageService for Arc<Service> {
-    async fn query_storage(&self, _: Request<()>, _: Bytes) -> Result<StorageGeometry, Status> {
+    async fn query_storage(&self, _: Request<()>) -> Result<StorageGeometry, Status> {
         Ok(StorageGeometry {
             block_size: self.block_size as u32,
             block_count: self.block_count,
@@ -418,7 +417,7 @@ impl StorageService for Arc<Service> {
         })
     }
 
-    async fn init_storage(&self, request: Request<InitStorage>, _: Bytes) -> Result<(), Status> {
+    async fn init_storage(&self, request: Request<InitStorage>) -> Result<(), Status> {
         let init = request.into_inner();
         if matches!(
             *self.state.lock().unwrap(),
@@ -456,7 +455,7 @@ impl StorageService for Arc<Service> {
         Ok(())
     }
 
-    async fn control(&self, request: Request<StorageControl>, _: Bytes) -> Result<(), Status> {
+    async fn control(&self, request: Request<StorageControl>) -> Result<(), Status> {
         let command = request.get_ref().command();
         let current = self.state.lock().unwrap().clone();
         match (command, current) {
@@ -492,7 +491,7 @@ impl StorageService for Arc<Service> {
         }
     }
 
-    async fn write_block(&self, request: Request<BlockIo>, _: Bytes) -> Result<BlockDone, Status> {
+    async fn write_block(&self, request: Request<BlockIo>) -> Result<BlockDone, Status> {
         let (staging, initiator, io, buffer) = self.start_io(request)?;
         let slot = staging.slot().await;
         // One RDMA read: the block, from the initiator's memory into staging.
@@ -550,7 +549,7 @@ impl StorageService for Arc<Service> {
         })
     }
 
-    async fn read_block(&self, request: Request<BlockIo>, _: Bytes) -> Result<BlockDone, Status> {
+    async fn read_block(&self, request: Request<BlockIo>) -> Result<BlockDone, Status> {
         let (staging, initiator, io, buffer) = self.start_io(request)?;
         let slot = staging.slot().await;
         let [h1, h2, hp] = self.halves(&staging, &slot)?;

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rdma_rpc_core::{Bytes, MemoryRegion, Request, Status};
+use rdma_rpc_core::{MemoryRegion, Request, Status};
 use tokio::sync::watch;
 
 use super::codec::Slot;
@@ -148,7 +148,7 @@ fn remote(request: &Request<HalfIo>) -> Result<rdma_rpc_core::RemoteMemory, Stat
 }
 
 impl StorageTarget for Arc<Target> {
-    async fn query(&self, _: Request<()>, _: Bytes) -> Result<TargetGeometry, Status> {
+    async fn query(&self, _: Request<()>) -> Result<TargetGeometry, Status> {
         Ok(TargetGeometry {
             block_size: self.config.block_size as u32,
             half_size: self.config.half_size as u32,
@@ -157,7 +157,7 @@ impl StorageTarget for Arc<Target> {
         })
     }
 
-    async fn control(&self, request: Request<TargetControl>, _: Bytes) -> Result<(), Status> {
+    async fn control(&self, request: Request<TargetControl>) -> Result<(), Status> {
         match request.get_ref().command() {
             Command::Start => self.started.store(true, Ordering::SeqCst),
             Command::Stop => self.started.store(false, Ordering::SeqCst),
@@ -169,7 +169,7 @@ impl StorageTarget for Arc<Target> {
         Ok(())
     }
 
-    async fn write_half(&self, request: Request<HalfIo>, _: Bytes) -> Result<HalfDone, Status> {
+    async fn write_half(&self, request: Request<HalfIo>) -> Result<HalfDone, Status> {
         let memory = remote(&request)?;
         let io = request.into_inner();
         let (at, source) = self.io(&io)?;
@@ -184,7 +184,7 @@ impl StorageTarget for Arc<Target> {
         })
     }
 
-    async fn read_half(&self, request: Request<HalfIo>, _: Bytes) -> Result<HalfDone, Status> {
+    async fn read_half(&self, request: Request<HalfIo>) -> Result<HalfDone, Status> {
         let memory = remote(&request)?;
         let io = request.into_inner();
         let (at, destination) = self.io(&io)?;

@@ -9,8 +9,10 @@ use super::{doc_attrs, endpoint_doc, ident, message_type, table_name};
 use crate::ir::{OpKind, ServiceIr};
 
 /// What a client method's arguments and result mean, by operation.
-fn call_doc(op: OpKind) -> &'static str {
+fn call_doc(op: OpKind, payload: bool) -> &'static str {
     match op {
+        OpKind::Send if !payload => "Sends the request message; returns the response.",
+        OpKind::Receive if !payload => "Sends the request message; returns the response.",
         OpKind::Send => "Sends `data` to the server with the request; returns the response.",
         OpKind::Write => {
             "RDMA-writes `data` into the endpoint's server buffer (at most the buffer size); \
@@ -30,14 +32,46 @@ pub(super) fn generate(ir: &ServiceIr) -> TokenStream {
     let doc = doc_attrs(&format!("Client of `{}`. Cheap to clone.", ir.name));
     let methods = ir.endpoints.iter().enumerate().map(|(index, ep)| {
         let method = ident(&ep.method);
-        let doc = endpoint_doc(ep, call_doc(ep.op));
+        let doc = endpoint_doc(ep, call_doc(ep.op, ep.payload));
         let request = message_type(ep.request.as_ref());
         let response = message_type(ep.response.as_ref());
         let index = Literal::usize_unsuffixed(index);
         let into_request = quote! {
             ::rdma_rpc_core::codegen::IntoRequest::into_request(request)
         };
-        if is_inbound(ep.op) {
+        if is_inbound(ep.op) && !ep.payload {
+            quote! {
+                #doc
+                pub async fn #method(
+                    &self,
+                    request: impl ::rdma_rpc_core::codegen::IntoRequest<#request>,
+                ) -> ::core::result::Result<#response, ::rdma_rpc_core::codegen::Status> {
+                    ::rdma_rpc_core::codegen::call_inbound(
+                        &self.inner,
+                        &#table[#index],
+                        #into_request,
+                        ::rdma_rpc_core::codegen::Bytes::new(),
+                    )
+                    .await
+                }
+            }
+        } else if !ep.payload {
+            quote! {
+                #doc
+                pub async fn #method(
+                    &self,
+                    request: impl ::rdma_rpc_core::codegen::IntoRequest<#request>,
+                ) -> ::core::result::Result<#response, ::rdma_rpc_core::codegen::Status> {
+                    let (response, _) = ::rdma_rpc_core::codegen::call_outbound(
+                        &self.inner,
+                        &#table[#index],
+                        #into_request,
+                    )
+                    .await?;
+                    ::core::result::Result::Ok(response)
+                }
+            }
+        } else if is_inbound(ep.op) {
             quote! {
                 #doc
                 pub async fn #method(

@@ -17,8 +17,12 @@ pub(super) fn generate(ir: &ServiceIr) -> TokenStream {
 }
 
 /// What a handler's arguments mean, by operation.
-fn handler_doc(op: OpKind) -> &'static str {
+fn handler_doc(op: OpKind, payload: bool) -> &'static str {
     match op {
+        OpKind::Send | OpKind::Receive if !payload => {
+            "The request message is the whole call: no bytes come with it, and the response\n\
+             message is the whole answer."
+        }
         OpKind::Send => {
             "`data` holds the bytes the client sent. It may be a lease of one of the path's\n\
              pooled buffers: keeping it (or a slice of it) after returning keeps that buffer\n\
@@ -59,7 +63,7 @@ fn service_trait(ir: &ServiceIr) -> TokenStream {
     let doc = doc_attrs(&doc);
     let methods = ir.endpoints.iter().map(|ep| {
         let method = ident(&ep.method);
-        let doc = endpoint_doc(ep, handler_doc(ep.op));
+        let doc = endpoint_doc(ep, handler_doc(ep.op, ep.payload));
         let request = message_type(ep.request.as_ref());
         let response = message_type(ep.response.as_ref());
         let payload = payload_param(ep);
@@ -68,7 +72,7 @@ fn service_trait(ir: &ServiceIr) -> TokenStream {
             fn #method(
                 &self,
                 request: ::rdma_rpc_core::codegen::Request<#request>,
-                #payload,
+                #payload
             ) -> impl ::core::future::Future<
                 Output = ::core::result::Result<#response, ::rdma_rpc_core::codegen::Status>,
             > + ::core::marker::Send;
@@ -82,12 +86,15 @@ fn service_trait(ir: &ServiceIr) -> TokenStream {
     }
 }
 
-/// The handler's second parameter: the bytes moved in, or the buffer to fill.
+/// The handler's second parameter (with its comma): the bytes moved in, the buffer to fill,
+/// or none for an endpoint without payload.
 fn payload_param(ep: &EndpointIr) -> TokenStream {
-    if is_inbound(ep.op) {
-        quote!(data: ::rdma_rpc_core::codegen::Bytes)
+    if !ep.payload {
+        quote!()
+    } else if is_inbound(ep.op) {
+        quote!(data: ::rdma_rpc_core::codegen::Bytes,)
     } else {
-        quote!(buf: &mut ::rdma_rpc_core::codegen::RegisteredBuf)
+        quote!(buf: &mut ::rdma_rpc_core::codegen::RegisteredBuf,)
     }
 }
 
@@ -110,27 +117,47 @@ fn adapter(ir: &ServiceIr) -> TokenStream {
         let index = Literal::usize_unsuffixed(index);
         let method = ident(&ep.method);
         let request = message_type(ep.request.as_ref());
-        let (pattern, payload) = if is_inbound(ep.op) {
-            (quote!(Inbound { request, data }), quote!(data))
-        } else {
-            (quote!(Outbound { request, buf }), quote!(buf))
+        let (pattern, payload, refuse) = match (is_inbound(ep.op), ep.payload) {
+            (true, true) => (quote!(Inbound { request, data }), quote!(, data), quote!()),
+            (false, true) => (quote!(Outbound { request, buf }), quote!(, buf), quote!()),
+            // A client that sends bytes anyway (not a generated one) is told, and the
+            // handler does not run.
+            (true, false) => {
+                let refusal = format!(
+                    "{} {} carries no payload: send the request message alone",
+                    ep.op, ep.path
+                );
+                (
+                    quote!(Inbound { request, data }),
+                    quote!(),
+                    quote! {
+                        if !data.is_empty() {
+                            return ::core::result::Result::Err(
+                                ::rdma_rpc_core::codegen::Status::invalid_argument(#refusal),
+                            );
+                        }
+                    },
+                )
+            }
+            (false, false) => (quote!(Outbound { request, .. }), quote!(), quote!()),
         };
         // Without a response message the handler returns `()`; binding that to a variable
         // would trip clippy's `let_unit_value` in crates that `include!` this code.
         let respond = if ep.response.is_some() {
             quote! {
-                let response = self.inner.#method(request, #payload).await?;
+                let response = self.inner.#method(request #payload).await?;
                 ::core::result::Result::Ok(::rdma_rpc_core::codegen::encode_message(&response))
             }
         } else {
             quote! {
-                self.inner.#method(request, #payload).await?;
+                self.inner.#method(request #payload).await?;
                 ::core::result::Result::Ok(::rdma_rpc_core::codegen::encode_message(&()))
             }
         };
         quote! {
             (#index, ::rdma_rpc_core::codegen::ServerCall::#pattern) => {
                 ::std::boxed::Box::pin(async move {
+                    #refuse
                     let request = ::rdma_rpc_core::codegen::decode_request::<#request>(request)?;
                     #respond
                 })

@@ -272,24 +272,22 @@ pub trait KvStore: ::core::marker::Send + ::core::marker::Sync + 'static {
     /// Sends a control command (flush, compact, ...); the server acts on it once it arrives.
     ///
     /// Endpoint `/kv/control`, operation `send`, buffer of 1 KiB, timeout 1 s.
-    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
-    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
-    /// from the path's later calls; copy what you keep (`data.to_vec()`).
+    /// The request message is the whole call: no bytes come with it, and the response
+    /// message is the whole answer.
     fn control(
         &self,
         request: ::rdma_rpc_core::codegen::Request<ControlCommand>,
-        data: ::rdma_rpc_core::codegen::Bytes,
     ) -> impl ::core::future::Future<
         Output = ::core::result::Result<(), ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
     /// Asks the server for its statistics.
     ///
     /// Endpoint `/kv/stats`, operation `receive`, buffer of 4 KiB, timeout 5 s.
-    /// Fill `buf` (its capacity is the buffer size; set its length with `fill_from` or `set_len`): the client receives its contents with the response.
+    /// The request message is the whole call: no bytes come with it, and the response
+    /// message is the whole answer.
     fn stats(
         &self,
         request: ::rdma_rpc_core::codegen::Request<()>,
-        buf: &mut ::rdma_rpc_core::codegen::RegisteredBuf,
     ) -> impl ::core::future::Future<
         Output = ::core::result::Result<Stats, ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
@@ -371,21 +369,28 @@ impl<T: KvStore> ::rdma_rpc_core::codegen::Service for KvStoreServer<T> {
             }
             (2, ::rdma_rpc_core::codegen::ServerCall::Inbound { request, data }) => {
                 ::std::boxed::Box::pin(async move {
+                    if !data.is_empty() {
+                        return ::core::result::Result::Err(
+                            ::rdma_rpc_core::codegen::Status::invalid_argument(
+                                "send /kv/control carries no payload: send the request message alone",
+                            ),
+                        );
+                    }
                     let request = ::rdma_rpc_core::codegen::decode_request::<
                         ControlCommand,
                     >(request)?;
-                    self.inner.control(request, data).await?;
+                    self.inner.control(request).await?;
                     ::core::result::Result::Ok(
                         ::rdma_rpc_core::codegen::encode_message(&()),
                     )
                 })
             }
-            (3, ::rdma_rpc_core::codegen::ServerCall::Outbound { request, buf }) => {
+            (3, ::rdma_rpc_core::codegen::ServerCall::Outbound { request, .. }) => {
                 ::std::boxed::Box::pin(async move {
                     let request = ::rdma_rpc_core::codegen::decode_request::<
                         (),
                     >(request)?;
-                    let response = self.inner.stats(request, buf).await?;
+                    let response = self.inner.stats(request).await?;
                     ::core::result::Result::Ok(
                         ::rdma_rpc_core::codegen::encode_message(&response),
                     )
@@ -476,53 +481,33 @@ impl KvStoreClient {
     /// Sends a control command (flush, compact, ...); the server acts on it once it arrives.
     ///
     /// Endpoint `/kv/control`, operation `send`, buffer of 1 KiB, timeout 1 s.
-    /// Sends `data` to the server with the request; returns the response.
+    /// Sends the request message; returns the response.
     pub async fn control(
         &self,
         request: impl ::rdma_rpc_core::codegen::IntoRequest<ControlCommand>,
-        data: impl ::core::convert::Into<::rdma_rpc_core::codegen::Bytes>,
     ) -> ::core::result::Result<(), ::rdma_rpc_core::codegen::Status> {
         ::rdma_rpc_core::codegen::call_inbound(
                 &self.inner,
                 &KV_STORE_ENDPOINTS[2],
                 ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
-                ::core::convert::Into::into(data),
+                ::rdma_rpc_core::codegen::Bytes::new(),
             )
             .await
     }
     /// Asks the server for its statistics.
     ///
     /// Endpoint `/kv/stats`, operation `receive`, buffer of 4 KiB, timeout 5 s.
-    /// Returns the response and the bytes the server sent.
+    /// Sends the request message; returns the response.
     pub async fn stats(
         &self,
         request: impl ::rdma_rpc_core::codegen::IntoRequest<()>,
-    ) -> ::core::result::Result<
-        (Stats, ::rdma_rpc_core::codegen::Bytes),
-        ::rdma_rpc_core::codegen::Status,
-    > {
-        ::rdma_rpc_core::codegen::call_outbound(
+    ) -> ::core::result::Result<Stats, ::rdma_rpc_core::codegen::Status> {
+        let (response, _) = ::rdma_rpc_core::codegen::call_outbound(
                 &self.inner,
                 &KV_STORE_ENDPOINTS[3],
                 ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
             )
-            .await
-    }
-    /// As [`stats`](Self::stats), but the server writes the bytes straight into `dst` (a lease of a `MemoryRegion`, say): no staging buffer, no copy. Returns the response and `dst` holding the bytes; a result larger than `dst` fails with `OUT_OF_RANGE`.
-    pub async fn stats_into(
-        &self,
-        request: impl ::rdma_rpc_core::codegen::IntoRequest<()>,
-        dst: ::rdma_rpc_core::codegen::RegisteredBuf,
-    ) -> ::core::result::Result<
-        (Stats, ::rdma_rpc_core::codegen::RegisteredBuf),
-        ::rdma_rpc_core::codegen::Status,
-    > {
-        ::rdma_rpc_core::codegen::call_outbound_into(
-                &self.inner,
-                &KV_STORE_ENDPOINTS[3],
-                ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
-                dst,
-            )
-            .await
+            .await?;
+        ::core::result::Result::Ok(response)
     }
 }

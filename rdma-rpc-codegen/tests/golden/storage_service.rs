@@ -178,13 +178,11 @@ pub trait StorageService: ::core::marker::Send + ::core::marker::Sync + 'static 
     /// Reports the block size and capacity the targets offer together.
     ///
     /// Endpoint `/storage/query`, operation `send`, buffer of 4 KiB, timeout 10 s.
-    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
-    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
-    /// from the path's later calls; copy what you keep (`data.to_vec()`).
+    /// The request message is the whole call: no bytes come with it, and the response
+    /// message is the whole answer.
     fn query_storage(
         &self,
         request: ::rdma_rpc_core::codegen::Request<()>,
-        data: ::rdma_rpc_core::codegen::Bytes,
     ) -> impl ::core::future::Future<
         Output = ::core::result::Result<
             StorageGeometry,
@@ -194,52 +192,44 @@ pub trait StorageService: ::core::marker::Send + ::core::marker::Sync + 'static 
     /// Prepares the service for I/O from this initiator (sizes its staging memory).
     ///
     /// Endpoint `/storage/init`, operation `send`, buffer of 4 KiB, timeout 10 s.
-    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
-    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
-    /// from the path's later calls; copy what you keep (`data.to_vec()`).
+    /// The request message is the whole call: no bytes come with it, and the response
+    /// message is the whole answer.
     fn init_storage(
         &self,
         request: ::rdma_rpc_core::codegen::Request<InitStorage>,
-        data: ::rdma_rpc_core::codegen::Bytes,
     ) -> impl ::core::future::Future<
         Output = ::core::result::Result<(), ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
     /// Starts or stops I/O, or shuts the service and its targets down.
     ///
     /// Endpoint `/storage/control`, operation `send`, buffer of 4 KiB, timeout 10 s.
-    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
-    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
-    /// from the path's later calls; copy what you keep (`data.to_vec()`).
+    /// The request message is the whole call: no bytes come with it, and the response
+    /// message is the whole answer.
     fn control(
         &self,
         request: ::rdma_rpc_core::codegen::Request<StorageControl>,
-        data: ::rdma_rpc_core::codegen::Bytes,
     ) -> impl ::core::future::Future<
         Output = ::core::result::Result<(), ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
     /// Stores the block that waits in the initiator's memory (`buffer`).
     ///
     /// Endpoint `/storage/io/write`, operation `send`, buffer of 4 KiB, timeout 30 s.
-    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
-    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
-    /// from the path's later calls; copy what you keep (`data.to_vec()`).
+    /// The request message is the whole call: no bytes come with it, and the response
+    /// message is the whole answer.
     fn write_block(
         &self,
         request: ::rdma_rpc_core::codegen::Request<BlockIo>,
-        data: ::rdma_rpc_core::codegen::Bytes,
     ) -> impl ::core::future::Future<
         Output = ::core::result::Result<BlockDone, ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
     /// Reads a stored block into the initiator's memory (`buffer`).
     ///
     /// Endpoint `/storage/io/read`, operation `send`, buffer of 4 KiB, timeout 30 s.
-    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
-    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
-    /// from the path's later calls; copy what you keep (`data.to_vec()`).
+    /// The request message is the whole call: no bytes come with it, and the response
+    /// message is the whole answer.
     fn read_block(
         &self,
         request: ::rdma_rpc_core::codegen::Request<BlockIo>,
-        data: ::rdma_rpc_core::codegen::Bytes,
     ) -> impl ::core::future::Future<
         Output = ::core::result::Result<BlockDone, ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
@@ -299,10 +289,17 @@ impl<T: StorageService> ::rdma_rpc_core::codegen::Service for StorageServiceServ
         match (index, call) {
             (0, ::rdma_rpc_core::codegen::ServerCall::Inbound { request, data }) => {
                 ::std::boxed::Box::pin(async move {
+                    if !data.is_empty() {
+                        return ::core::result::Result::Err(
+                            ::rdma_rpc_core::codegen::Status::invalid_argument(
+                                "send /storage/query carries no payload: send the request message alone",
+                            ),
+                        );
+                    }
                     let request = ::rdma_rpc_core::codegen::decode_request::<
                         (),
                     >(request)?;
-                    let response = self.inner.query_storage(request, data).await?;
+                    let response = self.inner.query_storage(request).await?;
                     ::core::result::Result::Ok(
                         ::rdma_rpc_core::codegen::encode_message(&response),
                     )
@@ -310,10 +307,17 @@ impl<T: StorageService> ::rdma_rpc_core::codegen::Service for StorageServiceServ
             }
             (1, ::rdma_rpc_core::codegen::ServerCall::Inbound { request, data }) => {
                 ::std::boxed::Box::pin(async move {
+                    if !data.is_empty() {
+                        return ::core::result::Result::Err(
+                            ::rdma_rpc_core::codegen::Status::invalid_argument(
+                                "send /storage/init carries no payload: send the request message alone",
+                            ),
+                        );
+                    }
                     let request = ::rdma_rpc_core::codegen::decode_request::<
                         InitStorage,
                     >(request)?;
-                    self.inner.init_storage(request, data).await?;
+                    self.inner.init_storage(request).await?;
                     ::core::result::Result::Ok(
                         ::rdma_rpc_core::codegen::encode_message(&()),
                     )
@@ -321,10 +325,17 @@ impl<T: StorageService> ::rdma_rpc_core::codegen::Service for StorageServiceServ
             }
             (2, ::rdma_rpc_core::codegen::ServerCall::Inbound { request, data }) => {
                 ::std::boxed::Box::pin(async move {
+                    if !data.is_empty() {
+                        return ::core::result::Result::Err(
+                            ::rdma_rpc_core::codegen::Status::invalid_argument(
+                                "send /storage/control carries no payload: send the request message alone",
+                            ),
+                        );
+                    }
                     let request = ::rdma_rpc_core::codegen::decode_request::<
                         StorageControl,
                     >(request)?;
-                    self.inner.control(request, data).await?;
+                    self.inner.control(request).await?;
                     ::core::result::Result::Ok(
                         ::rdma_rpc_core::codegen::encode_message(&()),
                     )
@@ -332,10 +343,17 @@ impl<T: StorageService> ::rdma_rpc_core::codegen::Service for StorageServiceServ
             }
             (3, ::rdma_rpc_core::codegen::ServerCall::Inbound { request, data }) => {
                 ::std::boxed::Box::pin(async move {
+                    if !data.is_empty() {
+                        return ::core::result::Result::Err(
+                            ::rdma_rpc_core::codegen::Status::invalid_argument(
+                                "send /storage/io/write carries no payload: send the request message alone",
+                            ),
+                        );
+                    }
                     let request = ::rdma_rpc_core::codegen::decode_request::<
                         BlockIo,
                     >(request)?;
-                    let response = self.inner.write_block(request, data).await?;
+                    let response = self.inner.write_block(request).await?;
                     ::core::result::Result::Ok(
                         ::rdma_rpc_core::codegen::encode_message(&response),
                     )
@@ -343,10 +361,17 @@ impl<T: StorageService> ::rdma_rpc_core::codegen::Service for StorageServiceServ
             }
             (4, ::rdma_rpc_core::codegen::ServerCall::Inbound { request, data }) => {
                 ::std::boxed::Box::pin(async move {
+                    if !data.is_empty() {
+                        return ::core::result::Result::Err(
+                            ::rdma_rpc_core::codegen::Status::invalid_argument(
+                                "send /storage/io/read carries no payload: send the request message alone",
+                            ),
+                        );
+                    }
                     let request = ::rdma_rpc_core::codegen::decode_request::<
                         BlockIo,
                     >(request)?;
-                    let response = self.inner.read_block(request, data).await?;
+                    let response = self.inner.read_block(request).await?;
                     ::core::result::Result::Ok(
                         ::rdma_rpc_core::codegen::encode_message(&response),
                     )
@@ -385,85 +410,80 @@ impl StorageServiceClient {
     /// Reports the block size and capacity the targets offer together.
     ///
     /// Endpoint `/storage/query`, operation `send`, buffer of 4 KiB, timeout 10 s.
-    /// Sends `data` to the server with the request; returns the response.
+    /// Sends the request message; returns the response.
     pub async fn query_storage(
         &self,
         request: impl ::rdma_rpc_core::codegen::IntoRequest<()>,
-        data: impl ::core::convert::Into<::rdma_rpc_core::codegen::Bytes>,
     ) -> ::core::result::Result<StorageGeometry, ::rdma_rpc_core::codegen::Status> {
         ::rdma_rpc_core::codegen::call_inbound(
                 &self.inner,
                 &STORAGE_SERVICE_ENDPOINTS[0],
                 ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
-                ::core::convert::Into::into(data),
+                ::rdma_rpc_core::codegen::Bytes::new(),
             )
             .await
     }
     /// Prepares the service for I/O from this initiator (sizes its staging memory).
     ///
     /// Endpoint `/storage/init`, operation `send`, buffer of 4 KiB, timeout 10 s.
-    /// Sends `data` to the server with the request; returns the response.
+    /// Sends the request message; returns the response.
     pub async fn init_storage(
         &self,
         request: impl ::rdma_rpc_core::codegen::IntoRequest<InitStorage>,
-        data: impl ::core::convert::Into<::rdma_rpc_core::codegen::Bytes>,
     ) -> ::core::result::Result<(), ::rdma_rpc_core::codegen::Status> {
         ::rdma_rpc_core::codegen::call_inbound(
                 &self.inner,
                 &STORAGE_SERVICE_ENDPOINTS[1],
                 ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
-                ::core::convert::Into::into(data),
+                ::rdma_rpc_core::codegen::Bytes::new(),
             )
             .await
     }
     /// Starts or stops I/O, or shuts the service and its targets down.
     ///
     /// Endpoint `/storage/control`, operation `send`, buffer of 4 KiB, timeout 10 s.
-    /// Sends `data` to the server with the request; returns the response.
+    /// Sends the request message; returns the response.
     pub async fn control(
         &self,
         request: impl ::rdma_rpc_core::codegen::IntoRequest<StorageControl>,
-        data: impl ::core::convert::Into<::rdma_rpc_core::codegen::Bytes>,
     ) -> ::core::result::Result<(), ::rdma_rpc_core::codegen::Status> {
         ::rdma_rpc_core::codegen::call_inbound(
                 &self.inner,
                 &STORAGE_SERVICE_ENDPOINTS[2],
                 ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
-                ::core::convert::Into::into(data),
+                ::rdma_rpc_core::codegen::Bytes::new(),
             )
             .await
     }
     /// Stores the block that waits in the initiator's memory (`buffer`).
     ///
     /// Endpoint `/storage/io/write`, operation `send`, buffer of 4 KiB, timeout 30 s.
-    /// Sends `data` to the server with the request; returns the response.
+    /// Sends the request message; returns the response.
     pub async fn write_block(
         &self,
         request: impl ::rdma_rpc_core::codegen::IntoRequest<BlockIo>,
-        data: impl ::core::convert::Into<::rdma_rpc_core::codegen::Bytes>,
     ) -> ::core::result::Result<BlockDone, ::rdma_rpc_core::codegen::Status> {
         ::rdma_rpc_core::codegen::call_inbound(
                 &self.inner,
                 &STORAGE_SERVICE_ENDPOINTS[3],
                 ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
-                ::core::convert::Into::into(data),
+                ::rdma_rpc_core::codegen::Bytes::new(),
             )
             .await
     }
     /// Reads a stored block into the initiator's memory (`buffer`).
     ///
     /// Endpoint `/storage/io/read`, operation `send`, buffer of 4 KiB, timeout 30 s.
-    /// Sends `data` to the server with the request; returns the response.
+    /// Sends the request message; returns the response.
     pub async fn read_block(
         &self,
         request: impl ::rdma_rpc_core::codegen::IntoRequest<BlockIo>,
-        data: impl ::core::convert::Into<::rdma_rpc_core::codegen::Bytes>,
     ) -> ::core::result::Result<BlockDone, ::rdma_rpc_core::codegen::Status> {
         ::rdma_rpc_core::codegen::call_inbound(
                 &self.inner,
                 &STORAGE_SERVICE_ENDPOINTS[4],
                 ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
-                ::core::convert::Into::into(data),
+                ::rdma_rpc_core::codegen::Bytes::new(),
             )
             .await
     }

@@ -146,52 +146,44 @@ pub trait StorageTarget: ::core::marker::Send + ::core::marker::Sync + 'static {
     /// Reports the size of the halves this target stores and how many it holds.
     ///
     /// Endpoint `/target/query`, operation `send`, buffer of 4 KiB, timeout 5 s.
-    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
-    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
-    /// from the path's later calls; copy what you keep (`data.to_vec()`).
+    /// The request message is the whole call: no bytes come with it, and the response
+    /// message is the whole answer.
     fn query(
         &self,
         request: ::rdma_rpc_core::codegen::Request<()>,
-        data: ::rdma_rpc_core::codegen::Bytes,
     ) -> impl ::core::future::Future<
         Output = ::core::result::Result<TargetGeometry, ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
     /// Starts, stops or shuts the target down.
     ///
     /// Endpoint `/target/control`, operation `send`, buffer of 4 KiB, timeout 5 s.
-    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
-    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
-    /// from the path's later calls; copy what you keep (`data.to_vec()`).
+    /// The request message is the whole call: no bytes come with it, and the response
+    /// message is the whole answer.
     fn control(
         &self,
         request: ::rdma_rpc_core::codegen::Request<TargetControl>,
-        data: ::rdma_rpc_core::codegen::Bytes,
     ) -> impl ::core::future::Future<
         Output = ::core::result::Result<(), ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
     /// Stores the half of block `block` that waits in the service's memory (`source`).
     ///
     /// Endpoint `/target/io/write`, operation `send`, buffer of 4 KiB, timeout 10 s.
-    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
-    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
-    /// from the path's later calls; copy what you keep (`data.to_vec()`).
+    /// The request message is the whole call: no bytes come with it, and the response
+    /// message is the whole answer.
     fn write_half(
         &self,
         request: ::rdma_rpc_core::codegen::Request<HalfIo>,
-        data: ::rdma_rpc_core::codegen::Bytes,
     ) -> impl ::core::future::Future<
         Output = ::core::result::Result<HalfDone, ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
     /// Writes the stored half of block `block` into the service's memory (`destination`).
     ///
     /// Endpoint `/target/io/read`, operation `send`, buffer of 4 KiB, timeout 10 s.
-    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
-    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
-    /// from the path's later calls; copy what you keep (`data.to_vec()`).
+    /// The request message is the whole call: no bytes come with it, and the response
+    /// message is the whole answer.
     fn read_half(
         &self,
         request: ::rdma_rpc_core::codegen::Request<HalfIo>,
-        data: ::rdma_rpc_core::codegen::Bytes,
     ) -> impl ::core::future::Future<
         Output = ::core::result::Result<HalfDone, ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
@@ -251,10 +243,17 @@ impl<T: StorageTarget> ::rdma_rpc_core::codegen::Service for StorageTargetServer
         match (index, call) {
             (0, ::rdma_rpc_core::codegen::ServerCall::Inbound { request, data }) => {
                 ::std::boxed::Box::pin(async move {
+                    if !data.is_empty() {
+                        return ::core::result::Result::Err(
+                            ::rdma_rpc_core::codegen::Status::invalid_argument(
+                                "send /target/query carries no payload: send the request message alone",
+                            ),
+                        );
+                    }
                     let request = ::rdma_rpc_core::codegen::decode_request::<
                         (),
                     >(request)?;
-                    let response = self.inner.query(request, data).await?;
+                    let response = self.inner.query(request).await?;
                     ::core::result::Result::Ok(
                         ::rdma_rpc_core::codegen::encode_message(&response),
                     )
@@ -262,10 +261,17 @@ impl<T: StorageTarget> ::rdma_rpc_core::codegen::Service for StorageTargetServer
             }
             (1, ::rdma_rpc_core::codegen::ServerCall::Inbound { request, data }) => {
                 ::std::boxed::Box::pin(async move {
+                    if !data.is_empty() {
+                        return ::core::result::Result::Err(
+                            ::rdma_rpc_core::codegen::Status::invalid_argument(
+                                "send /target/control carries no payload: send the request message alone",
+                            ),
+                        );
+                    }
                     let request = ::rdma_rpc_core::codegen::decode_request::<
                         TargetControl,
                     >(request)?;
-                    self.inner.control(request, data).await?;
+                    self.inner.control(request).await?;
                     ::core::result::Result::Ok(
                         ::rdma_rpc_core::codegen::encode_message(&()),
                     )
@@ -273,10 +279,17 @@ impl<T: StorageTarget> ::rdma_rpc_core::codegen::Service for StorageTargetServer
             }
             (2, ::rdma_rpc_core::codegen::ServerCall::Inbound { request, data }) => {
                 ::std::boxed::Box::pin(async move {
+                    if !data.is_empty() {
+                        return ::core::result::Result::Err(
+                            ::rdma_rpc_core::codegen::Status::invalid_argument(
+                                "send /target/io/write carries no payload: send the request message alone",
+                            ),
+                        );
+                    }
                     let request = ::rdma_rpc_core::codegen::decode_request::<
                         HalfIo,
                     >(request)?;
-                    let response = self.inner.write_half(request, data).await?;
+                    let response = self.inner.write_half(request).await?;
                     ::core::result::Result::Ok(
                         ::rdma_rpc_core::codegen::encode_message(&response),
                     )
@@ -284,10 +297,17 @@ impl<T: StorageTarget> ::rdma_rpc_core::codegen::Service for StorageTargetServer
             }
             (3, ::rdma_rpc_core::codegen::ServerCall::Inbound { request, data }) => {
                 ::std::boxed::Box::pin(async move {
+                    if !data.is_empty() {
+                        return ::core::result::Result::Err(
+                            ::rdma_rpc_core::codegen::Status::invalid_argument(
+                                "send /target/io/read carries no payload: send the request message alone",
+                            ),
+                        );
+                    }
                     let request = ::rdma_rpc_core::codegen::decode_request::<
                         HalfIo,
                     >(request)?;
-                    let response = self.inner.read_half(request, data).await?;
+                    let response = self.inner.read_half(request).await?;
                     ::core::result::Result::Ok(
                         ::rdma_rpc_core::codegen::encode_message(&response),
                     )
@@ -326,68 +346,64 @@ impl StorageTargetClient {
     /// Reports the size of the halves this target stores and how many it holds.
     ///
     /// Endpoint `/target/query`, operation `send`, buffer of 4 KiB, timeout 5 s.
-    /// Sends `data` to the server with the request; returns the response.
+    /// Sends the request message; returns the response.
     pub async fn query(
         &self,
         request: impl ::rdma_rpc_core::codegen::IntoRequest<()>,
-        data: impl ::core::convert::Into<::rdma_rpc_core::codegen::Bytes>,
     ) -> ::core::result::Result<TargetGeometry, ::rdma_rpc_core::codegen::Status> {
         ::rdma_rpc_core::codegen::call_inbound(
                 &self.inner,
                 &STORAGE_TARGET_ENDPOINTS[0],
                 ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
-                ::core::convert::Into::into(data),
+                ::rdma_rpc_core::codegen::Bytes::new(),
             )
             .await
     }
     /// Starts, stops or shuts the target down.
     ///
     /// Endpoint `/target/control`, operation `send`, buffer of 4 KiB, timeout 5 s.
-    /// Sends `data` to the server with the request; returns the response.
+    /// Sends the request message; returns the response.
     pub async fn control(
         &self,
         request: impl ::rdma_rpc_core::codegen::IntoRequest<TargetControl>,
-        data: impl ::core::convert::Into<::rdma_rpc_core::codegen::Bytes>,
     ) -> ::core::result::Result<(), ::rdma_rpc_core::codegen::Status> {
         ::rdma_rpc_core::codegen::call_inbound(
                 &self.inner,
                 &STORAGE_TARGET_ENDPOINTS[1],
                 ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
-                ::core::convert::Into::into(data),
+                ::rdma_rpc_core::codegen::Bytes::new(),
             )
             .await
     }
     /// Stores the half of block `block` that waits in the service's memory (`source`).
     ///
     /// Endpoint `/target/io/write`, operation `send`, buffer of 4 KiB, timeout 10 s.
-    /// Sends `data` to the server with the request; returns the response.
+    /// Sends the request message; returns the response.
     pub async fn write_half(
         &self,
         request: impl ::rdma_rpc_core::codegen::IntoRequest<HalfIo>,
-        data: impl ::core::convert::Into<::rdma_rpc_core::codegen::Bytes>,
     ) -> ::core::result::Result<HalfDone, ::rdma_rpc_core::codegen::Status> {
         ::rdma_rpc_core::codegen::call_inbound(
                 &self.inner,
                 &STORAGE_TARGET_ENDPOINTS[2],
                 ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
-                ::core::convert::Into::into(data),
+                ::rdma_rpc_core::codegen::Bytes::new(),
             )
             .await
     }
     /// Writes the stored half of block `block` into the service's memory (`destination`).
     ///
     /// Endpoint `/target/io/read`, operation `send`, buffer of 4 KiB, timeout 10 s.
-    /// Sends `data` to the server with the request; returns the response.
+    /// Sends the request message; returns the response.
     pub async fn read_half(
         &self,
         request: impl ::rdma_rpc_core::codegen::IntoRequest<HalfIo>,
-        data: impl ::core::convert::Into<::rdma_rpc_core::codegen::Bytes>,
     ) -> ::core::result::Result<HalfDone, ::rdma_rpc_core::codegen::Status> {
         ::rdma_rpc_core::codegen::call_inbound(
                 &self.inner,
                 &STORAGE_TARGET_ENDPOINTS[3],
                 ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
-                ::core::convert::Into::into(data),
+                ::rdma_rpc_core::codegen::Bytes::new(),
             )
             .await
     }

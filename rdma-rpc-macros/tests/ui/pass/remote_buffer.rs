@@ -13,18 +13,17 @@ pub mod target {
 struct Target;
 
 impl target::StorageTarget for Target {
-    async fn query(&self, _: Request<()>, _: Bytes) -> Result<target::TargetGeometry, Status> {
+    async fn query(&self, _: Request<()>) -> Result<target::TargetGeometry, Status> {
         Ok(target::TargetGeometry::default())
     }
 
-    async fn control(&self, _: Request<target::TargetControl>, _: Bytes) -> Result<(), Status> {
+    async fn control(&self, _: Request<target::TargetControl>) -> Result<(), Status> {
         Ok(())
     }
 
     async fn write_half(
         &self,
         request: Request<target::HalfIo>,
-        _: Bytes,
     ) -> Result<target::HalfDone, Status> {
         let memory = request.remote_memory().cloned().ok_or_else(|| Status::internal("no peer"))?;
         let io = request.into_inner();
@@ -40,7 +39,6 @@ impl target::StorageTarget for Target {
     async fn read_half(
         &self,
         request: Request<target::HalfIo>,
-        _: Bytes,
     ) -> Result<target::HalfDone, Status> {
         let memory = request.remote_memory().cloned().ok_or_else(|| Status::internal("no peer"))?;
         let io = request.into_inner();
@@ -60,7 +58,7 @@ pub async fn store(client: Client, region: &MemoryRegion) -> Result<(), Status> 
         buffer: Some(offer.handle()),
         length: 4096,
     };
-    target::StorageTargetClient::new(client).write_half(io, Bytes::new()).await?;
+    target::StorageTargetClient::new(client).write_half(io).await?;
     offer.revoke().await;
     Ok(())
 }

@@ -53,13 +53,13 @@ impl kv::KvStore for Store {
         Ok(response)
     }
 
-    async fn control(&self, request: Request<kv::ControlCommand>, _data: Bytes) -> Result<(), Status> {
+    async fn control(&self, request: Request<kv::ControlCommand>) -> Result<(), Status> {
         match request.get_ref().action() {
             kv::Action::Flush | kv::Action::Compact | kv::Action::Evict => Ok(()),
         }
     }
 
-    async fn stats(&self, _request: Request<()>, _buf: &mut RegisteredBuf) -> Result<kv::Stats, Status> {
+    async fn stats(&self, _request: Request<()>) -> Result<kv::Stats, Status> {
         Ok(kv::Stats::default())
     }
 }
@@ -94,8 +94,8 @@ async fn client_calls(client: &kv::KvStoreClient) -> Result<u64, Status> {
         .await?;
     let request = Request::new(kv::GetBlockRequest::default()).with_timeout(Duration::from_millis(5));
     let (block, data) = client.get_block(request).await?;
-    client.control(kv::ControlCommand::default(), Bytes::new()).await?;
-    let (stats, _) = client.stats(()).await?;
+    client.control(kv::ControlCommand::default()).await?;
+    let stats = client.stats(()).await?;
     Ok(put.version + block.version + data.len() as u64 + stats.blocks)
 }
 
