@@ -168,6 +168,18 @@ pub fn parse_spec(file_name: &str, source: &str) -> Result<ServiceIr> {
     sink.finish(ir)
 }
 
+/// The sound parts of a spec that may be invalid: its service name, messages, enums and the
+/// endpoints that have no problem of their own. For tools that keep going after an error: the
+/// `spec!` macro generates these beside its compile errors, so that code using the service
+/// fails once, at the spec's problems, rather than at every use of a missing item. `None` when
+/// the text is not YAML at all.
+pub fn parse_spec_partial(file_name: &str, source: &str) -> Option<ServiceIr> {
+    let mut sink = diagnostics::Sink::new(file_name);
+    let root = yaml::parse(file_name, source).ok()?;
+    let spec = spec::decode(&root, &mut sink);
+    Some(validate::validate(spec, file_name, &mut sink))
+}
+
 impl ServiceIr {
     fn empty() -> ServiceIr {
         ServiceIr {

@@ -276,6 +276,11 @@ fn endpoints(spec: &SpecFile, types: &TypeNames, sink: &mut Sink) -> Vec<Endpoin
                 by_path_op.insert(key, ep.pos.line);
             }
         }
+        // An endpoint whose method name has a problem stays out of the IR: generated from it,
+        // the IR of an invalid spec (what `parse_spec_partial` offers) would not compile. Other
+        // problems (a bad timeout, an unknown key, a missing message) leave an endpoint that
+        // generates sound code.
+        let problems_before = sink.diagnostics.len();
         let method = method_name(ep, sink);
         if let Some((method, pos, key)) = &method {
             if let Some((line, first_path)) = by_method.get(method) {
@@ -302,6 +307,7 @@ fn endpoints(spec: &SpecFile, types: &TypeNames, sink: &mut Sink) -> Vec<Endpoin
                 by_method.insert(method.clone(), (ep.pos.line, path));
             }
         }
+        let method_is_sound = sink.diagnostics.len() == problems_before;
         let request = ep.request.as_ref().and_then(|r| types.message_ref(r, sink));
         let response = ep
             .response
@@ -311,6 +317,9 @@ fn endpoints(spec: &SpecFile, types: &TypeNames, sink: &mut Sink) -> Vec<Endpoin
             continue;
         };
         let payload = payload(spec.format, ep, op.value, sink);
+        if !method_is_sound {
+            continue;
+        }
         out.push(EndpointIr {
             path: path.value.clone(),
             op: op.value,

@@ -22,6 +22,9 @@
 //! Errors are compile errors: each problem in the spec becomes one `compile_error!` whose
 //! message starts with `file:line:column` (a span can only point at the macro's string
 //! literal, so the position in the spec is in the text), followed by the spec key and a hint.
+//! Beside them the macro still generates the spec's sound parts (its messages, enums, and the
+//! endpoints without a problem of their own), as thiserror does on error: code that uses the
+//! service then fails once, at the spec's problems, not again at every use of a missing item.
 //!
 //! Pipeline: `parse` the arguments → `validate` (read and check the spec) → `expand`.
 
@@ -41,6 +44,6 @@ pub fn spec(input: TokenStream) -> TokenStream {
     };
     match validate::load(&args) {
         Ok(spec) => expand::expand(&spec, &args.options).into(),
-        Err(err) => err.to_compile_error().into(),
+        Err(invalid) => expand::fallback(invalid, &args.options).into(),
     }
 }
