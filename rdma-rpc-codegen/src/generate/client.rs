@@ -39,13 +39,10 @@ pub(super) fn generate(ir: &ServiceIr) -> TokenStream {
         let into_request = quote! {
             ::rdma_rpc_core::codegen::IntoRequest::into_request(request)
         };
-        if is_inbound(ep.op) && !ep.payload {
-            quote! {
-                #doc
-                pub async fn #method(
-                    &self,
-                    request: impl ::rdma_rpc_core::codegen::IntoRequest<#request>,
-                ) -> ::core::result::Result<#response, ::rdma_rpc_core::codegen::Status> {
+        if !ep.payload {
+            // Messages only: the request goes alone, the result bytes (none) are dropped.
+            let body = if is_inbound(ep.op) {
+                quote! {
                     ::rdma_rpc_core::codegen::call_inbound(
                         &self.inner,
                         &#table[#index],
@@ -54,14 +51,8 @@ pub(super) fn generate(ir: &ServiceIr) -> TokenStream {
                     )
                     .await
                 }
-            }
-        } else if !ep.payload {
-            quote! {
-                #doc
-                pub async fn #method(
-                    &self,
-                    request: impl ::rdma_rpc_core::codegen::IntoRequest<#request>,
-                ) -> ::core::result::Result<#response, ::rdma_rpc_core::codegen::Status> {
+            } else {
+                quote! {
                     let (response, _) = ::rdma_rpc_core::codegen::call_outbound(
                         &self.inner,
                         &#table[#index],
@@ -69,6 +60,15 @@ pub(super) fn generate(ir: &ServiceIr) -> TokenStream {
                     )
                     .await?;
                     ::core::result::Result::Ok(response)
+                }
+            };
+            quote! {
+                #doc
+                pub async fn #method(
+                    &self,
+                    request: impl ::rdma_rpc_core::codegen::IntoRequest<#request>,
+                ) -> ::core::result::Result<#response, ::rdma_rpc_core::codegen::Status> {
+                    #body
                 }
             }
         } else if is_inbound(ep.op) {
