@@ -126,6 +126,7 @@ use crate::ffi::*;
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write as _;
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -424,19 +425,53 @@ impl Buf {
     }
 }
 
+/// Hashes the provider's own keys (handles, ids, ports): values it chose, never a peer, so a
+/// multiply-shift is enough. SipHash cost more than the rest of an idle `doca_pe_progress`,
+/// which a busy-polling application calls millions of times a second.
+#[derive(Default, Clone, Copy)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u16(&mut self, n: u16) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        // Fibonacci hashing: the high bits (which the table's control bytes use) depend on
+        // every bit of the key.
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+type Map<K, V> = HashMap<K, V, BuildHasherDefault<KeyHasher>>;
+
 #[derive(Default)]
 struct World {
-    pes: HashMap<H, Pe>,
-    rdmas: HashMap<H, Rdma>,
-    conns: HashMap<H, Conn>,
-    addrs: HashMap<H, Addr>,
-    mmaps: HashMap<H, Mmap>,
-    mmap_ids: HashMap<u64, H>,
+    pes: Map<H, Pe>,
+    rdmas: Map<H, Rdma>,
+    conns: Map<H, Conn>,
+    addrs: Map<H, Addr>,
+    mmaps: Map<H, Mmap>,
+    mmap_ids: Map<u64, H>,
     next_mmap_id: u64,
-    invs: HashMap<H, Inventory>,
-    bufs: HashMap<H, Buf>,
-    tasks: HashMap<H, Task>,
-    listeners: HashMap<u16, H>,
+    invs: Map<H, Inventory>,
+    bufs: Map<H, Buf>,
+    tasks: Map<H, Task>,
+    listeners: Map<u16, H>,
 }
 
 static WORLD: LazyLock<Mutex<World>> = LazyLock::new(Mutex::default);

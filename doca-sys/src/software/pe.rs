@@ -131,12 +131,16 @@ pub(crate) unsafe extern "C" fn doca_pe_progress(pe: *mut doca_pe) -> u8 {
 impl World {
     /// Advances time-driven state of a progress engine and takes its queued callbacks.
     fn prepare_progress(&mut self, pe: H) -> Vec<Call> {
-        let Some(p) = self.pes.get(&pe) else {
+        if !self.pes.contains_key(&pe) {
             return Vec::new();
-        };
-        let now = Instant::now();
-        for ctx in p.ctxs.clone() {
-            self.advance_ctx(ctx, now);
+        }
+        // The clock is read once, and only if some send waits for a receive.
+        let mut now = None;
+        // By index, not over a copy: this runs on every poll, usually with nothing to do.
+        let mut i = 0;
+        while let Some(ctx) = self.pes.get(&pe).and_then(|p| p.ctxs.get(i)).copied() {
+            self.advance_ctx(ctx, &mut now);
+            i += 1;
         }
         let events: Vec<Event> = match self.pes.get_mut(&pe) {
             Some(p) => p.queue.drain(..).collect(),
@@ -145,7 +149,7 @@ impl World {
         events.into_iter().filter_map(|e| self.resolve(e)).collect()
     }
 
-    fn advance_ctx(&mut self, ctx: H, now: Instant) {
+    fn advance_ctx(&mut self, ctx: H, now: &mut Option<Instant>) {
         let Some(r) = self.rdmas.get_mut(&ctx) else {
             return;
         };
@@ -162,7 +166,9 @@ impl World {
             return;
         }
         // Receiver not ready: fail the sends whose deadline passed.
-        for conn in r.conns.clone() {
+        let mut i = 0;
+        while let Some(conn) = self.rdmas.get(&ctx).and_then(|r| r.conns.get(i)).copied() {
+            i += 1;
             let expired = self
                 .conns
                 .get(&conn)
@@ -171,7 +177,7 @@ impl World {
                     self.tasks
                         .get(t)
                         .and_then(|t| t.deadline)
-                        .is_some_and(|d| d <= now)
+                        .is_some_and(|d| d <= *now.get_or_insert_with(Instant::now))
                 })
                 .copied();
             if let Some(task) = expired {

@@ -26,8 +26,8 @@
 //!   progress until nothing happens), which DOCA signals for task completions; while RDMA CM
 //!   events may be pending it also progresses periodically (every 2 ms while listening or
 //!   connecting, every 50 ms on established CM connections), since nothing documents that CM
-//!   events signal the fd. In [`ProgressMode::BusyPoll`] a
-//!   dedicated thread polls. Context setup and teardown, which wait for DOCA state changes,
+//!   events signal the fd. In [`ProgressMode::BusyPoll`] one thread per transport polls
+//!   every context of that transport in turn. Context setup and teardown, which wait for DOCA state changes,
 //!   never block a runtime worker. Tasks are allocated once per type and connection and
 //!   reused after completion (DOCA 3.x has setters for every task type, atomics included).
 //! - `conn`: [`DocaConnection`] and the listeners.
@@ -122,9 +122,11 @@ pub enum ProgressMode {
     /// A tokio task waits on the progress engine's notification fd (no CPU while idle).
     #[default]
     Event,
-    /// A dedicated thread per context polls `doca_pe_progress` (lowest latency, one core
-    /// busy per context while it has work; after tens of milliseconds without any, the thread
-    /// naps 50 µs between rounds).
+    /// One thread per [`DocaTransport`] (shared by its clones) polls `doca_pe_progress` of
+    /// every context the transport made, in turn: lowest latency, one core busy while any
+    /// context has work; after tens of milliseconds without any, the thread naps 50 µs
+    /// between rounds. A process that wants more polling threads uses more transports (for
+    /// example one per group of connections); each thread should have a core of its own.
     BusyPoll,
 }
 
@@ -236,6 +238,8 @@ pub struct DocaTransport {
     config: Arc<DocaConfig>,
     dev: Arc<sys::Device>,
     staging: Arc<StagingPools>,
+    /// Busy-poll mode: the thread every context of this transport (and its clones) joins.
+    poller: Option<Arc<engine::Poller>>,
 }
 
 impl std::fmt::Debug for DocaTransport {
@@ -286,10 +290,15 @@ impl DocaTransport {
     /// Opens the configured device.
     pub fn new(config: DocaConfig) -> Result<DocaTransport> {
         let dev = open_device(config.device.as_deref())?;
+        let poller = match config.progress {
+            ProgressMode::BusyPoll => Some(Arc::new(engine::Poller::spawn()?)),
+            ProgressMode::Event => None,
+        };
         Ok(DocaTransport {
             staging: Arc::new(StagingPools::new(config.staging_budget)),
             config: Arc::new(config),
             dev,
+            poller,
         })
     }
 
@@ -304,7 +313,14 @@ impl DocaTransport {
     }
 
     async fn engine(&self, max_connections: u16) -> Result<Arc<engine::EngineShared>> {
-        engine::start(&self.dev, &self.config, &self.staging, max_connections).await
+        engine::start(
+            &self.dev,
+            &self.config,
+            &self.staging,
+            max_connections,
+            self.poller.as_deref(),
+        )
+        .await
     }
 
     /// Connects to `addr` and returns the concrete connection type.

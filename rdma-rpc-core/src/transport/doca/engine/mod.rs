@@ -2,7 +2,8 @@
 //!
 //! Every DOCA object of a context (the context, its progress engine, buffer inventory, tasks,
 //! connections, imported mmaps) is touched only by its owner: a tokio task waiting on the
-//! progress engine's notification fd (event mode) or a dedicated busy-polling thread. Other
+//! progress engine's notification fd (event mode) or the busy-polling thread its transport's
+//! contexts share (`poller`). Other
 //! tasks send it [`Cmd`]s through a channel and get results through oneshots. C callbacks
 //! only record events; the owner handles them after `doca_pe_progress` returns, so no DOCA
 //! call ever runs re-entrantly.
@@ -15,7 +16,8 @@
 //! - `datapath`: operations, their tasks and completions, per-connection backlogs;
 //! - `lifecycle`: connections over RDMA CM and out of band;
 //! - `receive`: matching the context's receives to connections, with deadlines;
-//! - this file: the loops that drive progress and commands.
+//! - `poller`: the busy-poll thread a transport's contexts share;
+//! - this file: the event-mode loop, and what both modes do each round.
 //!
 //! # Progress in event mode
 //! The notification fd reports task completions. Nothing in DOCA's documentation says that
@@ -27,6 +29,7 @@
 mod callbacks;
 mod datapath;
 mod lifecycle;
+mod poller;
 mod receive;
 mod setup;
 mod task;
@@ -34,6 +37,7 @@ mod task;
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -50,6 +54,7 @@ use crate::transport::{Descriptor, RecvOpcode};
 use callbacks::{Event, Sink};
 use datapath::Inflight;
 use lifecycle::OwnedConn;
+pub(super) use poller::Poller;
 pub(super) use receive::ConnShared;
 use receive::{Deadlines, Staging};
 use setup::Sizes;
@@ -59,10 +64,6 @@ pub(super) type ConnId = u64;
 
 /// How long an event-mode owner with nothing scheduled sleeps between checks.
 const IDLE_WAKE: Duration = Duration::from_secs(1);
-
-/// Idle polling rounds after which a busy-poll owner naps between rounds, and for how long.
-const BUSY_NAP_AFTER: u32 = 100_000;
-const BUSY_NAP: Duration = Duration::from_micros(50);
 
 /// Registered local memory for one operation, with the mmap that covers it.
 pub(super) struct Local {
@@ -139,6 +140,9 @@ pub(super) enum Cmd {
 /// What every handle of one context shares: the way to its owner.
 pub(super) struct EngineShared {
     cmds: mpsc::UnboundedSender<Cmd>,
+    /// Set after each command: a busy-poll thread looks at the queue only when it is set,
+    /// one load instead of a channel receive per context and round.
+    doorbell: Arc<AtomicBool>,
     pub(super) dev: Arc<Device>,
     pub(super) staging: Arc<StagingPools>,
 }
@@ -148,6 +152,7 @@ impl EngineShared {
     /// its waiter sees as an error.
     pub(super) fn send(&self, cmd: Cmd) {
         let _ = self.cmds.send(cmd);
+        self.doorbell.store(true, Ordering::Release);
     }
 
     /// Sends a command and waits for the owner's reply.
@@ -207,19 +212,23 @@ pub(super) struct Owner {
 // own `doca_pe_progress`.
 unsafe impl Send for Owner {}
 
-/// Starts a context and its owner; returns the handle other tasks use.
+/// Starts a context and its owner; returns the handle other tasks use. In busy-poll mode the
+/// owner joins `poller`, the transport's polling thread.
 pub(super) async fn start(
     dev: &Arc<Device>,
     config: &Arc<DocaConfig>,
     staging: &Arc<StagingPools>,
     max_connections: u16,
+    poller: Option<&Poller>,
 ) -> Result<Arc<EngineShared>> {
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
         Error::InvalidArgument("the DOCA transport must be used inside a tokio runtime".into())
     })?;
     let (tx, rx) = mpsc::unbounded_channel();
+    let doorbell = Arc::new(AtomicBool::new(false));
     let shared = Arc::new(EngineShared {
         cmds: tx,
+        doorbell: doorbell.clone(),
         dev: dev.clone(),
         staging: staging.clone(),
     });
@@ -229,21 +238,25 @@ pub(super) async fn start(
         .spawn_blocking(move || Owner::start(weak, &dev, &cfg, max_connections))
         .await
         .map_err(|e| Error::InvalidArgument(format!("DOCA context setup failed: {e}")))??;
-    match config.progress {
-        ProgressMode::Event => {
+    match (config.progress, poller) {
+        (ProgressMode::BusyPoll, Some(poller)) => poller.add(owner, rx, doorbell)?,
+        (ProgressMode::BusyPoll, None) => Poller::spawn()?.add(owner, rx, doorbell)?,
+        (ProgressMode::Event, _) => {
             runtime.spawn(owner.run_event(rx));
         }
-        ProgressMode::BusyPoll => spawn_busy(owner, rx)?,
     }
     Ok(shared)
 }
 
-fn spawn_busy(owner: Owner, cmds: mpsc::UnboundedReceiver<Cmd>) -> Result<()> {
-    std::thread::Builder::new()
-        .name("doca-progress".into())
-        .spawn(move || owner.run_busy(cmds))
-        .map(drop)
-        .map_err(|e| Error::io("spawning the DOCA progress thread", e))
+/// Stops a context on a thread of its own (stopping waits for DOCA state changes, which must
+/// not block a runtime worker or a polling thread that serves other contexts).
+fn stop_elsewhere(mut owner: Owner) {
+    let spawned = std::thread::Builder::new()
+        .name("doca-stop".into())
+        .spawn(move || owner.shutdown_blocking());
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no thread to stop a DOCA context; leaking it");
+    }
 }
 
 /// The notification fd, for `AsyncFd` (owned by the progress engine, not closed here).
@@ -262,17 +275,8 @@ struct StopOnDrop(Option<Owner>);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        let Some(mut owner) = self.0.take() else {
-            return;
-        };
-        if owner.stopped {
-            return;
-        }
-        let spawned = std::thread::Builder::new()
-            .name("doca-stop".into())
-            .spawn(move || owner.shutdown_blocking());
-        if let Err(e) = spawned {
-            tracing::warn!(error = %e, "no thread to stop a DOCA context; leaking it");
+        if let Some(owner) = self.0.take().filter(|o| !o.stopped) {
+            stop_elsewhere(owner);
         }
     }
 }
@@ -286,7 +290,8 @@ impl Owner {
             Err(e) => {
                 tracing::error!(error = %e, "DOCA event mode unavailable; polling instead");
                 let owner = guard.0.take().expect("just set");
-                if let Err(e) = spawn_busy(owner, cmds) {
+                let doorbell = Arc::new(AtomicBool::new(true));
+                if let Err(e) = Poller::spawn().and_then(|p| p.add(owner, cmds, doorbell)) {
                     tracing::error!(error = %e, "the DOCA context has no progress owner");
                 }
                 return;
@@ -353,35 +358,6 @@ impl Owner {
         }
         drop(afd);
         owner.shutdown_async().await;
-    }
-
-    fn run_busy(mut self, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
-        let mut idle = 0u32;
-        loop {
-            let mut busy = self.progress_all();
-            self.expire_deadlines();
-            loop {
-                match cmds.try_recv() {
-                    Ok(cmd) => {
-                        self.handle(cmd);
-                        busy = true;
-                    }
-                    Err(mpsc::error::TryRecvError::Empty) => break,
-                    Err(mpsc::error::TryRecvError::Disconnected) => {
-                        self.shutdown_blocking();
-                        return;
-                    }
-                }
-            }
-            idle = if busy { 0 } else { idle.saturating_add(1) };
-            // Spin while there is work; an idle context first yields its core, and after a
-            // long quiet spell (tens of milliseconds) naps, so idle connections cost little.
-            if idle > BUSY_NAP_AFTER {
-                std::thread::sleep(BUSY_NAP);
-            } else if idle > 1024 {
-                std::thread::yield_now();
-            }
-        }
     }
 
     /// Progresses until nothing happens; returns whether anything did.
