@@ -3234,3 +3234,34 @@ fn buf_reset_data_len_empties_the_data_section() {
     }
     assert!(violated("doca_buf_reset_data_len", buf as usize));
 }
+
+#[test]
+fn pe_serves_every_context_connected_to_it() {
+    let dev = open_dev();
+    let mut pe = null_mut();
+    let mut rdmas = [null_mut(); 2];
+    // SAFETY: every handle is created here, used while live and destroyed at the end.
+    unsafe {
+        ok(doca_pe_create(&mut pe));
+        for rdma in &mut rdmas {
+            ok(doca_rdma_create(dev, rdma));
+            ok(doca_rdma_set_permissions(*rdma, ALL_PERMS));
+            ok(doca_pe_connect_ctx(pe, doca_rdma_as_ctx(*rdma)));
+            let started = doca_ctx_start(doca_rdma_as_ctx(*rdma));
+            assert!(started == DOCA_SUCCESS || started == DOCA_ERROR_IN_PROGRESS);
+        }
+        // One progress of the shared engine moves both contexts.
+        assert_eq!(doca_pe_progress(pe), 1);
+        for rdma in rdmas {
+            let mut state = 0;
+            ok(doca_ctx_get_state(doca_rdma_as_ctx(rdma), &mut state));
+            assert_eq!(state, DOCA_CTX_STATE_RUNNING);
+        }
+        for rdma in rdmas {
+            ok(doca_ctx_stop(doca_rdma_as_ctx(rdma)));
+            ok(doca_rdma_destroy(rdma));
+        }
+        ok(doca_pe_destroy(pe));
+        ok(doca_dev_close(dev));
+    }
+}

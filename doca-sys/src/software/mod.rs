@@ -104,7 +104,8 @@
 //! are reused.
 //!
 //! # Progress engine
-//! `doca_pe_get_notification_handle` returns an eventfd. After `doca_pe_request_notification`
+//! Any number of contexts may be connected to one engine; each `doca_pe_progress` serves all
+//! of them. `doca_pe_get_notification_handle` returns an eventfd. After `doca_pe_request_notification`
 //! it becomes readable as soon as a **task completion** is pending (at once if one already
 //! is, including a receiver-not-ready deadline that expires later); `doca_pe_clear_notification`
 //! drains it. Connection events and state changes never signal it: `doca_pe_progress`
@@ -280,6 +281,9 @@ struct Rdma {
     next_conn_id: u32,
     /// A connection became usable since the last start (receives may be posted).
     connected_once: bool,
+    /// Some send of a connection may wait for a receive (set when one is left waiting,
+    /// cleared by a progress that finds none): progress looks for expired ones only then.
+    sends_wait: bool,
 }
 
 impl Rdma {

@@ -167,12 +167,18 @@ impl World {
         }
         // Receiver not ready: fail the sends whose deadline passed.
         let mut i = 0;
-        while let Some(conn) = self.rdmas.get(&ctx).and_then(|r| r.conns.get(i)).copied() {
+        let mut waiting = false;
+        while let Some(conn) = self
+            .rdmas
+            .get(&ctx)
+            .filter(|r| r.sends_wait)
+            .and_then(|r| r.conns.get(i))
+            .copied()
+        {
             i += 1;
-            let expired = self
-                .conns
-                .get(&conn)
-                .and_then(|c| c.pending.front())
+            let front = self.conns.get(&conn).and_then(|c| c.pending.front());
+            waiting |= front.is_some();
+            let expired = front
                 .filter(|t| {
                     self.tasks
                         .get(t)
@@ -186,6 +192,7 @@ impl World {
             }
         }
         let r = self.rdmas.get_mut(&ctx).expect("checked above");
+        r.sends_wait &= waiting;
         if r.state == DOCA_CTX_STATE_STOPPING && r.inflight == 0 && r.allocated() == 0 {
             r.state = DOCA_CTX_STATE_IDLE;
             self.enqueue_ctx(

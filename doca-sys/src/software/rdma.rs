@@ -35,6 +35,7 @@ pub(crate) unsafe extern "C" fn doca_rdma_create(
             listening: Vec::new(),
             next_conn_id: 0,
             connected_once: false,
+            sends_wait: false,
         },
     );
     // SAFETY: checked non-null; writable per the contract.

@@ -928,6 +928,13 @@ impl World {
                     .pending
                     .push_back(task);
                 self.try_deliver(conn);
+                let c = self.conns.get(&conn).expect("checked");
+                if !c.pending.is_empty() {
+                    let rdma = c.rdma;
+                    if let Some(r) = self.rdmas.get_mut(&rdma) {
+                        r.sends_wait = true;
+                    }
+                }
             }
             _ => {
                 let status = self.one_sided(task, conn);

@@ -26,8 +26,9 @@
 //!   progress until nothing happens), which DOCA signals for task completions; while RDMA CM
 //!   events may be pending it also progresses periodically (every 2 ms while listening or
 //!   connecting, every 50 ms on established CM connections), since nothing documents that CM
-//!   events signal the fd. In [`ProgressMode::BusyPoll`] one thread per transport polls
-//!   every context of that transport in turn. Context setup and teardown, which wait for DOCA state changes,
+//!   events signal the fd. In [`ProgressMode::BusyPoll`] every context of a transport is
+//!   connected to the progress engine of the transport's one polling thread, which alone
+//!   connects, starts, progresses and stops them. Context setup and teardown, which wait for DOCA state changes,
 //!   never block a runtime worker. Tasks are allocated once per type and connection and
 //!   reused after completion (DOCA 3.x has setters for every task type, atomics included).
 //! - `conn`: [`DocaConnection`] and the listeners.
@@ -122,9 +123,9 @@ pub enum ProgressMode {
     /// A tokio task waits on the progress engine's notification fd (no CPU while idle).
     #[default]
     Event,
-    /// One thread per [`DocaTransport`] (shared by its clones) polls `doca_pe_progress` of
-    /// every context the transport made, in turn: lowest latency, one core busy while any
-    /// context has work; after tens of milliseconds without any, the thread naps 50 µs
+    /// One thread and one progress engine per [`DocaTransport`] (shared by its clones): every
+    /// context the transport makes is connected to that engine, and the thread polls it
+    /// (`doca_pe_progress`): lowest latency, one core busy while any context has work; after tens of milliseconds without any, the thread naps 50 µs
     /// between rounds. A process that wants more polling threads uses more transports (for
     /// example one per group of connections); each thread should have a core of its own.
     BusyPoll,

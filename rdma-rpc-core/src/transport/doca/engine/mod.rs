@@ -1,10 +1,11 @@
 //! The progress owner of one DOCA RDMA context.
 //!
 //! Every DOCA object of a context (the context, its progress engine, buffer inventory, tasks,
-//! connections, imported mmaps) is touched only by its owner: a tokio task waiting on the
-//! progress engine's notification fd (event mode) or the busy-polling thread its transport's
-//! contexts share (`poller`). Other
-//! tasks send it [`Cmd`]s through a channel and get results through oneshots. C callbacks
+//! connections, imported mmaps) is touched only by its owner's thread: in event mode a tokio
+//! task waiting on the notification fd of the context's own progress engine; in busy-poll
+//! mode the polling thread of its transport, whose engine every context of the transport is
+//! connected to (`poller`). Other tasks send the owner [`Cmd`]s through a channel and get
+//! results through oneshots. C callbacks
 //! only record events; the owner handles them after `doca_pe_progress` returns, so no DOCA
 //! call ever runs re-entrantly.
 //!
@@ -16,7 +17,7 @@
 //! - `datapath`: operations, their tasks and completions, per-connection backlogs;
 //! - `lifecycle`: connections over RDMA CM and out of band;
 //! - `receive`: matching the context's receives to connections, with deadlines;
-//! - `poller`: the busy-poll thread a transport's contexts share;
+//! - `poller`: the busy-poll thread and engine a transport's contexts share;
 //! - this file: the event-mode loop, and what both modes do each round.
 //!
 //! # Progress in event mode
@@ -233,15 +234,31 @@ pub(super) async fn start(
         staging: staging.clone(),
     });
     let (weak, dev, cfg) = (Arc::downgrade(&shared), dev.clone(), config.clone());
-    // Setup waits for the context to run: off the runtime's workers.
-    let owner = runtime
-        .spawn_blocking(move || Owner::start(weak, &dev, &cfg, max_connections))
-        .await
-        .map_err(|e| Error::InvalidArgument(format!("DOCA context setup failed: {e}")))??;
-    match (config.progress, poller) {
-        (ProgressMode::BusyPoll, Some(poller)) => poller.add(owner, rx, doorbell)?,
-        (ProgressMode::BusyPoll, None) => Poller::spawn()?.add(owner, rx, doorbell)?,
-        (ProgressMode::Event, _) => {
+    match config.progress {
+        ProgressMode::BusyPoll => {
+            // Prepared off the runtime's workers, started by the polling thread, which alone
+            // touches its progress engine.
+            let spawned;
+            let poller = match poller {
+                Some(poller) => poller,
+                None => {
+                    spawned = Poller::spawn()?;
+                    &spawned
+                }
+            };
+            let pe = poller.pe().clone();
+            let owner = runtime
+                .spawn_blocking(move || Owner::prepare(weak, &dev, &cfg, max_connections, pe))
+                .await
+                .map_err(|e| Error::InvalidArgument(format!("DOCA context setup failed: {e}")))??;
+            poller.start(owner, rx, doorbell).await?;
+        }
+        ProgressMode::Event => {
+            // Setup waits for the context to run: off the runtime's workers.
+            let owner = runtime
+                .spawn_blocking(move || Owner::start(weak, &dev, &cfg, max_connections))
+                .await
+                .map_err(|e| Error::InvalidArgument(format!("DOCA context setup failed: {e}")))??;
             runtime.spawn(owner.run_event(rx));
         }
     }
@@ -290,7 +307,11 @@ impl Owner {
             Err(e) => {
                 tracing::error!(error = %e, "DOCA event mode unavailable; polling instead");
                 let owner = guard.0.take().expect("just set");
-                let doorbell = Arc::new(AtomicBool::new(true));
+                let doorbell = match owner.shared.upgrade() {
+                    Some(shared) => shared.doorbell.clone(),
+                    // Every handle is gone already: the thread sees the queue closed.
+                    None => Arc::new(AtomicBool::new(true)),
+                };
                 if let Err(e) = Poller::spawn().and_then(|p| p.add(owner, cmds, doorbell)) {
                     tracing::error!(error = %e, "the DOCA context has no progress owner");
                 }
@@ -360,20 +381,29 @@ impl Owner {
         owner.shutdown_async().await;
     }
 
-    /// Progresses until nothing happens; returns whether anything did.
+    /// Progresses until nothing happens; returns whether anything did. On an engine shared
+    /// with other contexts, their events wait in their own sinks for their owners.
     fn progress_all(&mut self) -> bool {
         let mut any = false;
         loop {
             let progressed = self.pe.progress();
-            let events = self.sink.take();
-            if !progressed && events.is_empty() {
+            if !self.handle_events() && !progressed {
                 return any;
             }
             any = true;
-            for e in events {
-                self.on_event(e);
-            }
         }
+    }
+
+    /// Acts on the events the callbacks recorded; whether there were any.
+    fn handle_events(&mut self) -> bool {
+        let events = self.sink.take();
+        if events.is_empty() {
+            return false;
+        }
+        for e in events {
+            self.on_event(e);
+        }
+        true
     }
 
     fn expire_deadlines(&mut self) {

@@ -1,32 +1,37 @@
-//! Busy-poll progress: one thread per transport drives every context of that transport.
+//! Busy-poll progress: one thread and one progress engine per transport drive every context
+//! of that transport.
 //!
 //! A thread per context would make a server with 64 clients, or a process with 64 client
 //! connections, spin 64 threads; on a DPU's few cores (and on any machine with fewer cores
 //! than connections) they take turns through the scheduler and each message waits for its
-//! context's turn, milliseconds instead of microseconds. DOCA's own model is a progress
-//! engine per thread serving many contexts; here each context keeps its own engine and one
-//! thread progresses them all in turn, so a round costs one `doca_pe_progress` per context.
+//! context's turn, milliseconds instead of microseconds. DOCA's model is a progress engine per
+//! thread with any number of contexts connected to it (`doca_pe_connect_ctx`): here every
+//! context of a busy-polling transport is connected to the engine of the transport's thread,
+//! so one `doca_pe_progress` per round serves them all.
 //!
-//! Each round visits every context: progress until nothing happens, expire deadlines, then,
-//! if its doorbell rang, at most [`CMD_BATCH`] of its commands (so a flood on one connection
-//! cannot starve the others). A context quiet for [`COLD_AFTER`] rounds is progressed only every
-//! [`COLD_EVERY`]th round (its commands are still taken every round, and any activity makes
-//! it hot again): with many idle connections a round stays short, and so does the wait of
-//! the busy ones. Every [`COLD_EVERY`]th round also looks at the queue without a doorbell,
-//! which is how it sees that every handle is gone. A context whose handles are all gone is handed to a thread of its own to stop
-//! (stopping waits for DOCA state changes and must not stall the others). Idle rounds first
-//! yield the core, and after a long quiet spell nap between rounds; with no context at all
-//! the thread sleeps until one is added, and it ends when its transport and every context
-//! are gone.
+//! The thread alone touches its engine: it connects and starts the contexts prepared for it
+//! (the slow part of setup, allocating and registering memory, is done before, off the
+//! engine), progresses, and stops contexts whose handles are all gone. Each round it
+//! progresses the engine until nothing happens (at most [`PROGRESS_BATCH`] times), then visits
+//! every context: the events its callbacks recorded, its deadlines, and, if its doorbell
+//! rang, at most [`CMD_BATCH`] of its commands (a flood on one connection cannot starve the
+//! others). Every [`SWEEP_EVERY`]th round it also looks at the queues without a doorbell,
+//! which is how it sees that every handle of a context is gone.
+//!
+//! Idle rounds first yield the core, and after a long quiet spell nap between rounds; with no
+//! context at all the thread sleeps until one is added, and it ends once its transport and
+//! every context are gone.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
-use super::{stop_elsewhere, Cmd, Owner};
+use super::super::sys::{doca_error, Pe};
+use super::setup::STATE_CHANGE_LIMIT;
+use super::{Cmd, Owner};
 use crate::error::{Error, Result};
 
 /// Idle rounds after which the thread yields its core between rounds.
@@ -34,27 +39,31 @@ const YIELD_AFTER: u32 = 1024;
 /// Idle rounds after which it naps between rounds, and for how long.
 const NAP_AFTER: u32 = 100_000;
 const NAP: Duration = Duration::from_micros(50);
-/// Most commands of one context handled per round.
+/// Most `doca_pe_progress` calls per round, and most commands of one context per round.
+const PROGRESS_BATCH: usize = 64;
 const CMD_BATCH: usize = 256;
-/// Rounds without activity after which a context is cold, and how often a cold one is
-/// progressed.
-const COLD_AFTER: u32 = 4096;
-const COLD_EVERY: u32 = 16;
+/// How often the queues are looked at without a doorbell.
+const SWEEP_EVERY: u32 = 64;
 
-type Entry = (Owner, mpsc::UnboundedReceiver<Cmd>, Arc<AtomicBool>);
-
-/// A context on the thread, with how many rounds it has been quiet.
+/// A context for the thread: its owner, command queue and the queue's doorbell.
 struct Polled {
     owner: Owner,
     cmds: mpsc::UnboundedReceiver<Cmd>,
-    /// Set by senders after each command.
     doorbell: Arc<AtomicBool>,
-    quiet: u32,
 }
 
-/// The handle of a polling thread: adds contexts to it.
+/// What the thread is handed.
+enum Job {
+    /// A prepared context on the thread's engine: connect, start, and say when it runs.
+    Start(Polled, oneshot::Sender<Result<()>>),
+    /// A running context on an engine of its own (event mode without a notification handle).
+    Run(Polled),
+}
+
+/// The handle of a polling thread: its engine, and the way to hand it contexts.
 pub(in crate::transport::doca) struct Poller {
-    adds: std_mpsc::Sender<Entry>,
+    jobs: std_mpsc::Sender<Job>,
+    pe: Arc<Pe>,
 }
 
 impl std::fmt::Debug for Poller {
@@ -64,48 +73,215 @@ impl std::fmt::Debug for Poller {
 }
 
 impl Poller {
-    /// Starts a polling thread with no context yet.
+    /// Creates a progress engine and starts its polling thread, with no context yet.
     pub(in crate::transport::doca) fn spawn() -> Result<Poller> {
-        let (adds, rx) = std_mpsc::channel();
+        let pe = Arc::new(Pe::new()?);
+        let (jobs, rx) = std_mpsc::channel();
+        let engine = pe.clone();
         std::thread::Builder::new()
             .name("doca-progress".into())
-            .spawn(move || run(rx))
+            .spawn(move || Thread::new(engine).run(rx))
             .map_err(|e| Error::io("spawning the DOCA progress thread", e))?;
-        Ok(Poller { adds })
+        Ok(Poller { jobs, pe })
     }
 
-    /// Hands a started context, its command queue and the queue's doorbell to the thread.
+    /// The engine that contexts for this thread are prepared for.
+    pub(super) fn pe(&self) -> &Arc<Pe> {
+        &self.pe
+    }
+
+    /// Hands a context prepared for [`Poller::pe`] to the thread and waits until it runs.
+    pub(super) async fn start(
+        &self,
+        owner: Owner,
+        cmds: mpsc::UnboundedReceiver<Cmd>,
+        doorbell: Arc<AtomicBool>,
+    ) -> Result<()> {
+        let (reply, started) = oneshot::channel();
+        let polled = Polled {
+            owner,
+            cmds,
+            doorbell,
+        };
+        // A thread that is gone dropped the job (and its context, never connected to the
+        // engine, with it).
+        let _ = self.jobs.send(Job::Start(polled, reply));
+        started.await.unwrap_or_else(|_| Err(gone()))
+    }
+
+    /// Hands a running context with an engine of its own to the thread.
     pub(super) fn add(
         &self,
         owner: Owner,
         cmds: mpsc::UnboundedReceiver<Cmd>,
         doorbell: Arc<AtomicBool>,
     ) -> Result<()> {
-        self.adds.send((owner, cmds, doorbell)).map_err(|e| {
+        let polled = Polled {
+            owner,
+            cmds,
+            doorbell,
+        };
+        self.jobs.send(Job::Run(polled)).map_err(|e| {
             // The thread is gone (it panicked): stop the context here rather than leak it.
-            let (mut owner, ..) = e.0;
-            owner.shutdown_blocking();
-            Error::InvalidArgument("the DOCA progress thread has stopped".into())
+            if let Job::Run(mut polled) = e.0 {
+                polled.owner.shutdown_blocking();
+            }
+            gone()
         })
     }
 }
 
-/// What one visit to a context found.
-#[derive(Debug, PartialEq, Eq)]
-enum Visit {
-    Busy,
-    Idle,
-    /// Every handle of the context is gone.
-    Closed,
+fn gone() -> Error {
+    Error::InvalidArgument("the DOCA progress thread has stopped".into())
 }
 
-fn visit(ctx: &mut Polled, round: u32) -> Visit {
-    let mut busy = false;
-    let sweep = round.is_multiple_of(COLD_EVERY);
-    if ctx.quiet < COLD_AFTER || sweep {
-        busy = ctx.owner.progress_all();
-        ctx.owner.expire_deadlines();
+/// What the polling thread holds.
+struct Thread {
+    /// Its own engine first, then the engines of contexts handed over running.
+    pes: Vec<Arc<Pe>>,
+    /// Started, not running yet: the deadline and who waits.
+    starting: Vec<(Polled, Instant, oneshot::Sender<Result<()>>)>,
+    running: Vec<Polled>,
+    /// Stopping, until the deadline.
+    stopping: Vec<(Owner, Instant)>,
+}
+
+impl Thread {
+    fn new(pe: Arc<Pe>) -> Thread {
+        Thread {
+            pes: vec![pe],
+            starting: Vec::new(),
+            running: Vec::new(),
+            stopping: Vec::new(),
+        }
     }
+
+    fn is_empty(&self) -> bool {
+        self.starting.is_empty() && self.running.is_empty() && self.stopping.is_empty()
+    }
+
+    fn take(&mut self, job: Job) {
+        match job {
+            Job::Start(mut polled, reply) => match polled.owner.start_context() {
+                Ok(()) => {
+                    let deadline = Instant::now() + STATE_CHANGE_LIMIT;
+                    self.starting.push((polled, deadline, reply));
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                    // Never started: destroyed as it is.
+                    drop(polled);
+                }
+            },
+            Job::Run(polled) => {
+                if !self.pes.iter().any(|pe| Arc::ptr_eq(pe, &polled.owner.pe)) {
+                    self.pes.push(polled.owner.pe.clone());
+                }
+                self.running.push(polled);
+            }
+        }
+    }
+
+    fn stop(&mut self, mut owner: Owner) {
+        owner.begin_stop();
+        self.stopping
+            .push((owner, Instant::now() + STATE_CHANGE_LIMIT));
+    }
+
+    fn run(mut self, jobs: std_mpsc::Receiver<Job>) {
+        let mut idle = 0u32;
+        let mut round = 0u32;
+        loop {
+            if self.is_empty() {
+                // Nothing to poll: sleep until a context arrives or the transport is gone.
+                match jobs.recv() {
+                    Ok(job) => self.take(job),
+                    Err(_) => return,
+                }
+            }
+            while let Ok(job) = jobs.try_recv() {
+                self.take(job);
+            }
+            round = round.wrapping_add(1);
+            let busy = self.round(round.is_multiple_of(SWEEP_EVERY));
+            idle = if busy { 0 } else { idle.saturating_add(1) };
+            if idle > NAP_AFTER {
+                std::thread::sleep(NAP);
+            } else if idle > YIELD_AFTER {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// One round; whether anything happened.
+    fn round(&mut self, sweep: bool) -> bool {
+        let mut busy = false;
+        for pe in &self.pes {
+            for _ in 0..PROGRESS_BATCH {
+                if !pe.progress() {
+                    break;
+                }
+                busy = true;
+            }
+        }
+        let mut i = 0;
+        while i < self.starting.len() {
+            let (polled, deadline, _) = &mut self.starting[i];
+            // State changes only: nothing to act on before the context runs.
+            drop(polled.owner.sink.take());
+            let running = polled.owner.running();
+            if running || Instant::now() > *deadline {
+                let (polled, _, reply) = self.starting.swap_remove(i);
+                if running {
+                    let _ = reply.send(Ok(()));
+                    self.running.push(polled);
+                } else {
+                    let _ = reply.send(Err(doca_error(
+                        "doca_ctx_start",
+                        doca_sys::DOCA_ERROR_TIME_OUT,
+                    )));
+                    self.stop(polled.owner);
+                }
+                busy = true;
+                continue;
+            }
+            i += 1;
+        }
+        let mut i = 0;
+        while i < self.running.len() {
+            match visit(&mut self.running[i], sweep) {
+                Some(worked) => busy |= worked,
+                None => {
+                    let polled = self.running.swap_remove(i);
+                    self.stop(polled.owner);
+                    busy = true;
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        let mut i = 0;
+        while i < self.stopping.len() {
+            let (owner, deadline) = &mut self.stopping[i];
+            busy |= owner.handle_events();
+            let idle = owner.stopped_idle();
+            if idle || Instant::now() > *deadline {
+                let (mut owner, _) = self.stopping.swap_remove(i);
+                // Destroys the context here, on the thread of its engine.
+                owner.finish_stop(idle);
+                continue;
+            }
+            i += 1;
+        }
+        busy
+    }
+}
+
+/// One visit to a running context: whether anything happened, `None` once every handle of it
+/// is gone.
+fn visit(ctx: &mut Polled, sweep: bool) -> Option<bool> {
+    let mut busy = ctx.owner.handle_events();
+    ctx.owner.expire_deadlines();
     if ctx.doorbell.swap(false, Ordering::Acquire) || sweep {
         for taken in 1.. {
             match ctx.cmds.try_recv() {
@@ -114,7 +290,7 @@ fn visit(ctx: &mut Polled, round: u32) -> Visit {
                     busy = true;
                 }
                 Err(mpsc::error::TryRecvError::Empty) => break,
-                Err(mpsc::error::TryRecvError::Disconnected) => return Visit::Closed,
+                Err(mpsc::error::TryRecvError::Disconnected) => return None,
             }
             if taken == CMD_BATCH {
                 // More may wait: look again next round.
@@ -123,57 +299,5 @@ fn visit(ctx: &mut Polled, round: u32) -> Visit {
             }
         }
     }
-    ctx.quiet = if busy { 0 } else { ctx.quiet.saturating_add(1) };
-    if busy {
-        Visit::Busy
-    } else {
-        Visit::Idle
-    }
-}
-
-fn run(adds: std_mpsc::Receiver<Entry>) {
-    let mut ctxs: Vec<Polled> = Vec::new();
-    let add = |ctxs: &mut Vec<Polled>, (owner, cmds, doorbell): Entry| {
-        ctxs.push(Polled {
-            owner,
-            cmds,
-            doorbell,
-            quiet: 0,
-        })
-    };
-    let mut idle = 0u32;
-    let mut round = 0u32;
-    loop {
-        if ctxs.is_empty() {
-            // Nothing to poll: sleep until a context arrives or the transport is gone.
-            match adds.recv() {
-                Ok(entry) => add(&mut ctxs, entry),
-                Err(_) => return,
-            }
-        }
-        while let Ok(entry) = adds.try_recv() {
-            add(&mut ctxs, entry);
-        }
-        round = round.wrapping_add(1);
-        let mut busy = false;
-        let mut i = 0;
-        while i < ctxs.len() {
-            match visit(&mut ctxs[i], round) {
-                Visit::Busy => busy = true,
-                Visit::Idle => {}
-                Visit::Closed => {
-                    stop_elsewhere(ctxs.swap_remove(i).owner);
-                    busy = true;
-                    continue;
-                }
-            }
-            i += 1;
-        }
-        idle = if busy { 0 } else { idle.saturating_add(1) };
-        if idle > NAP_AFTER {
-            std::thread::sleep(NAP);
-        } else if idle > YIELD_AFTER {
-            std::thread::yield_now();
-        }
-    }
+    Some(busy)
 }

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::memory::{Access, RegisteredBuf};
 
 /// How long a context may take to start or to stop.
-const STATE_CHANGE_LIMIT: Duration = Duration::from_secs(10);
+pub(super) const STATE_CHANGE_LIMIT: Duration = Duration::from_secs(10);
 
 /// Most tasks of one kind a context configures (`*_set_conf`), whatever the product of
 /// connections and queue depth.
@@ -111,21 +111,48 @@ unsafe fn configure_tasks(r: *mut sys::doca_rdma, sizes: &Sizes) -> Result<()> {
 }
 
 impl Owner {
-    /// Creates, configures and starts a context, and waits until it runs. Blocks: call it
-    /// off the async runtime's workers.
+    /// Creates, configures and starts a context on a progress engine of its own, and waits
+    /// until it runs. Blocks: call it off the async runtime's workers.
     pub(super) fn start(
         shared: Weak<EngineShared>,
         dev: &Arc<Device>,
         config: &Arc<DocaConfig>,
         max_connections: u16,
     ) -> Result<Owner> {
-        let sizes = Sizes::new(config, dev, max_connections);
         let pe = Arc::new(Pe::new()?);
-        let mut rdma = Rdma::new(dev, &pe)?;
+        let mut owner = Owner::prepare(shared, dev, config, max_connections, pe)?;
+        owner.start_context()?;
+        let deadline = Instant::now() + STATE_CHANGE_LIMIT;
+        while !owner.running() {
+            if !owner.pe.progress() {
+                if Instant::now() > deadline {
+                    owner.shutdown_blocking();
+                    return Err(doca_error("doca_ctx_start", sys::DOCA_ERROR_TIME_OUT));
+                }
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            // State callbacks only: nothing to act on before the context runs.
+            drop(owner.sink.take());
+        }
+        Ok(owner)
+    }
+
+    /// Creates a context for `pe` with its settings, inventory and staging receives, without
+    /// touching `pe` (which another thread may be progressing meanwhile): the slow part of
+    /// setup (allocating and registering memory), done off the engine's thread.
+    /// [`Owner::start_context`] connects, configures and starts it.
+    pub(super) fn prepare(
+        shared: Weak<EngineShared>,
+        dev: &Arc<Device>,
+        config: &Arc<DocaConfig>,
+        max_connections: u16,
+        pe: Arc<Pe>,
+    ) -> Result<Owner> {
+        let sizes = Sizes::new(config, dev, max_connections);
+        let rdma = Rdma::new(dev, &pe)?;
         let r = rdma.raw();
         let sink = Box::new(Sink::new());
-        // SAFETY: `r` is a new, idle context; the sink outlives the context (both owned by
-        // the owner, the context destroyed first). No receive queue size is set: DOCA
+        // SAFETY: `r` is a new, idle context. No receive queue size is set: DOCA
         // documents `doca_rdma_set_recv_queue_size` as GPU/DPA data path only (NOT_SUPPORTED
         // on the CPU data path).
         unsafe {
@@ -151,25 +178,6 @@ impl Owner {
                     sys::doca_rdma_set_gid_index(r, gid),
                 )?;
             }
-            check(
-                "doca_pe_connect_ctx",
-                sys::doca_pe_connect_ctx(pe.raw(), rdma.ctx()),
-            )?;
-            configure_tasks(r, &sizes)?;
-            check(
-                "doca_ctx_set_user_data",
-                sys::doca_ctx_set_user_data(rdma.ctx(), sink.user_data()),
-            )?;
-            check(
-                "doca_rdma_set_connection_state_callbacks",
-                sys::doca_rdma_set_connection_state_callbacks(
-                    r,
-                    Some(on_request),
-                    Some(on_established),
-                    Some(on_failure),
-                    Some(on_disconnect),
-                ),
-            )?;
         }
         let inv = Inventory::new(sizes.inventory)?;
         let slot = config.max_recv_size.max(64);
@@ -185,14 +193,7 @@ impl Owner {
             )
         }?);
         let staging = Staging::new(memory, mmap, sizes.recv_count, slot);
-        // SAFETY: a configured, idle context connected to a progress engine. DOCA may finish
-        // starting asynchronously (IN_PROGRESS): the state is then reached through progress.
-        let code = unsafe { sys::doca_ctx_start(rdma.ctx()) };
-        if code != sys::DOCA_SUCCESS && code != sys::DOCA_ERROR_IN_PROGRESS {
-            return Err(doca_error("doca_ctx_start", code));
-        }
-        rdma.destroyable = false;
-        let mut owner = Owner {
+        Ok(Owner {
             shared,
             config: config.clone(),
             sizes,
@@ -212,25 +213,56 @@ impl Owner {
             max_message: u64::from(dev.info().max_message_size),
             stop_begun: false,
             stopped: false,
-        };
-        let deadline = Instant::now() + STATE_CHANGE_LIMIT;
-        while owner.rdma.state() != sys::DOCA_CTX_STATE_RUNNING {
-            if !owner.pe.progress() {
-                if Instant::now() > deadline {
-                    owner.shutdown_blocking();
-                    return Err(doca_error("doca_ctx_start", sys::DOCA_ERROR_TIME_OUT));
-                }
-                std::thread::sleep(Duration::from_micros(100));
-            }
-            // State callbacks only: nothing to act on before the context runs.
-            drop(owner.sink.take());
+        })
+    }
+
+    /// Connects a prepared context to its progress engine and starts it; it runs once a
+    /// progress of the engine reports it (see [`Owner::running`]). On the engine's thread.
+    pub(super) fn start_context(&mut self) -> Result<()> {
+        let r = self.rdma.raw();
+        // SAFETY: an idle context, not connected yet; the engine is live (the context holds
+        // it); the sink outlives the context (both owned by the owner, the context destroyed
+        // first). The order is the samples': connect to the engine, configure the tasks, set
+        // the user data and callbacks, start.
+        unsafe {
+            check(
+                "doca_pe_connect_ctx",
+                sys::doca_pe_connect_ctx(self.pe.raw(), self.rdma.ctx()),
+            )?;
+            configure_tasks(r, &self.sizes)?;
+            check(
+                "doca_ctx_set_user_data",
+                sys::doca_ctx_set_user_data(self.rdma.ctx(), self.sink.user_data()),
+            )?;
+            check(
+                "doca_rdma_set_connection_state_callbacks",
+                sys::doca_rdma_set_connection_state_callbacks(
+                    r,
+                    Some(on_request),
+                    Some(on_established),
+                    Some(on_failure),
+                    Some(on_disconnect),
+                ),
+            )?;
         }
-        Ok(owner)
+        // SAFETY: a configured, idle context connected to a progress engine. DOCA may finish
+        // starting asynchronously (IN_PROGRESS): the state is then reached through progress.
+        let code = unsafe { sys::doca_ctx_start(self.rdma.ctx()) };
+        if code != sys::DOCA_SUCCESS && code != sys::DOCA_ERROR_IN_PROGRESS {
+            return Err(doca_error("doca_ctx_start", code));
+        }
+        self.rdma.destroyable = false;
+        Ok(())
+    }
+
+    /// Whether the context runs.
+    pub(super) fn running(&self) -> bool {
+        self.rdma.state() == sys::DOCA_CTX_STATE_RUNNING
     }
 
     /// Starts stopping (once): disconnects every connection and stops the context, which
     /// flushes every outstanding task.
-    fn begin_stop(&mut self) {
+    pub(super) fn begin_stop(&mut self) {
         if std::mem::replace(&mut self.stop_begun, true) {
             return;
         }
@@ -255,12 +287,17 @@ impl Owner {
     /// Progresses a stopping context; true once it is idle with every task back.
     fn stop_progress(&mut self) -> bool {
         self.progress_all();
+        self.stopped_idle()
+    }
+
+    /// Whether a stopping context is idle with every task back.
+    pub(super) fn stopped_idle(&self) -> bool {
         self.ops.is_empty()
             && self.staging.outstanding() == 0
             && self.rdma.state() == sys::DOCA_CTX_STATE_IDLE
     }
 
-    fn finish_stop(&mut self, idle: bool) {
+    pub(super) fn finish_stop(&mut self, idle: bool) {
         if idle {
             self.rdma.destroyable = true;
         } else {
