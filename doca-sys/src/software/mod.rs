@@ -538,6 +538,16 @@ impl World {
 
     /// Completes a submitted task: its callback is delivered by the next progress.
     fn complete(&mut self, task: H, status: doca_error_t) {
+        self.finish(task, status, true);
+    }
+
+    /// Completes a task the caller already took off its queue (a receive off its context's
+    /// posted receives, a send off its connection's waiting sends): no queue to search.
+    fn complete_dequeued(&mut self, task: H, status: doca_error_t) {
+        self.finish(task, status, false);
+    }
+
+    fn finish(&mut self, task: H, status: doca_error_t, queued: bool) {
         let Some(t) = self.tasks.get_mut(&task) else {
             return;
         };
@@ -547,12 +557,14 @@ impl World {
         t.phase = Phase::Completing;
         t.status = status;
         t.deadline = None;
-        let (rdma, conn) = (t.rdma, t.conn);
+        let (rdma, conn, receive) = (t.rdma, t.conn, t.kind == Kind::Receive);
         if let Some(c) = conn.and_then(|c| self.conns.get_mut(&c)) {
             c.outstanding.retain(|&x| x != task);
-            c.pending.retain(|&x| x != task);
+            if queued {
+                c.pending.retain(|&x| x != task);
+            }
         }
-        if let Some(r) = self.rdmas.get_mut(&rdma) {
+        if let (true, true, Some(r)) = (queued, receive, self.rdmas.get_mut(&rdma)) {
             r.recvs.retain(|&x| x != task);
         }
         self.enqueue_ctx(rdma, Event::TaskDone(task));

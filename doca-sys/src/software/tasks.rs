@@ -890,10 +890,12 @@ impl World {
             // A receive: post it, then let waiting sends of any connection's peer match it.
             let r = self.rdmas.get_mut(&rdma).expect("checked");
             r.recvs.push_back(task);
+            // Only peers with a send waiting (usually none: no allocation, no delivery).
             let peers: Vec<H> = r
                 .conns
                 .iter()
                 .filter_map(|c| self.conns.get(c)?.peer)
+                .filter(|p| self.conns.get(p).is_some_and(|p| !p.pending.is_empty()))
                 .collect();
             for peer in peers {
                 self.try_deliver(peer);
@@ -982,8 +984,8 @@ impl World {
                 .pop_front();
             match self.deliver(task, conn, recv, peer) {
                 Ok(()) => {
-                    self.complete(recv, DOCA_SUCCESS);
-                    self.complete(task, DOCA_SUCCESS);
+                    self.complete_dequeued(recv, DOCA_SUCCESS);
+                    self.complete_dequeued(task, DOCA_SUCCESS);
                 }
                 Err(RecvFailure::Sender) => {
                     // Remote access error of a write-with-immediate: the receive stays posted.
@@ -992,12 +994,12 @@ impl World {
                         .expect("checked")
                         .recvs
                         .push_front(recv);
-                    self.complete(task, ERR_TASK);
+                    self.complete_dequeued(task, ERR_TASK);
                     self.conn_error(conn);
                 }
                 Err(RecvFailure::Both) => {
-                    self.complete(recv, ERR_TASK);
-                    self.complete(task, ERR_TASK);
+                    self.complete_dequeued(recv, ERR_TASK);
+                    self.complete_dequeued(task, ERR_TASK);
                     self.conn_error(conn);
                     self.conn_error(peer);
                 }

@@ -77,6 +77,16 @@ impl Sink {
         std::mem::take(&mut *self.events.borrow_mut())
     }
 
+    /// Swaps the events recorded since the last call into `out` (empty), whose capacity the
+    /// next events reuse: no allocation per batch.
+    pub(super) fn swap_into(&self, out: &mut Vec<Event>) {
+        debug_assert!(out.is_empty());
+        let mut events = self.events.borrow_mut();
+        if !events.is_empty() {
+            std::mem::swap(&mut *events, out);
+        }
+    }
+
     pub(super) fn new_id(&self) -> ConnId {
         let id = self.next_id.get();
         self.next_id.set(id + 1);

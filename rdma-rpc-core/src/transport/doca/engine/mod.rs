@@ -202,6 +202,8 @@ pub(super) struct Owner {
     pe: Arc<Pe>,
     /// Boxed: its address is the context's user data.
     sink: Box<Sink>,
+    /// The sink's previous batch of events, emptied: its capacity takes the next batch.
+    events: Vec<Event>,
     max_message: u64,
     stop_begun: bool,
     stopped: bool,
@@ -396,14 +398,14 @@ impl Owner {
 
     /// Acts on the events the callbacks recorded; whether there were any.
     fn handle_events(&mut self) -> bool {
-        let events = self.sink.take();
-        if events.is_empty() {
-            return false;
-        }
-        for e in events {
+        let mut events = std::mem::take(&mut self.events);
+        self.sink.swap_into(&mut events);
+        let any = !events.is_empty();
+        for e in events.drain(..) {
             self.on_event(e);
         }
-        true
+        self.events = events;
+        any
     }
 
     fn expire_deadlines(&mut self) {

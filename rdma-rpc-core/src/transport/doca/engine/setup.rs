@@ -210,6 +210,7 @@ impl Owner {
             rdma,
             pe,
             sink,
+            events: Vec::new(),
             max_message: u64::from(dev.info().max_message_size),
             stop_begun: false,
             stopped: false,
