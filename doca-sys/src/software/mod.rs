@@ -476,6 +476,12 @@ struct World {
     bufs: Map<H, Buf>,
     tasks: Map<H, Task>,
     listeners: Map<u16, H>,
+    /// Contexts whose `sends_wait` is set: while none is, a posted receive has no waiting
+    /// send to look for.
+    contexts_with_waiting_sends: usize,
+    /// Contexts `STARTING` or `STOPPING`: with none, and no send waiting, a progress has no
+    /// time-driven state to advance.
+    contexts_changing_state: usize,
 }
 
 static WORLD: LazyLock<Mutex<World>> = LazyLock::new(Mutex::default);
@@ -533,6 +539,34 @@ impl World {
     fn enqueue_conn(&mut self, conn: H, event: Event) {
         if let Some(rdma) = self.conns.get(&conn).map(|c| c.rdma) {
             self.enqueue_ctx(rdma, event);
+        }
+    }
+
+    /// Moves a context to `next`, keeping the world's count of contexts changing state.
+    fn set_state(&mut self, rdma: H, next: doca_ctx_states) {
+        let changing = |s| s == DOCA_CTX_STATE_STARTING || s == DOCA_CTX_STATE_STOPPING;
+        if let Some(r) = self.rdmas.get_mut(&rdma) {
+            let was = changing(r.state);
+            r.state = next;
+            match (was, changing(next)) {
+                (false, true) => self.contexts_changing_state += 1,
+                (true, false) => self.contexts_changing_state -= 1,
+                _ => {}
+            }
+        }
+    }
+
+    /// Sets or clears a context's `sends_wait`, keeping the world's count.
+    fn set_sends_wait(&mut self, rdma: H, wait: bool) {
+        if let Some(r) = self.rdmas.get_mut(&rdma) {
+            if r.sends_wait != wait {
+                r.sends_wait = wait;
+                if wait {
+                    self.contexts_with_waiting_sends += 1;
+                } else {
+                    self.contexts_with_waiting_sends -= 1;
+                }
+            }
         }
     }
 

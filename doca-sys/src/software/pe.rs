@@ -136,9 +136,14 @@ impl World {
         }
         // The clock is read once, and only if some send waits for a receive.
         let mut now = None;
-        // By index, not over a copy: this runs on every poll, usually with nothing to do.
+        // By index, not over a copy: this runs on every poll, usually with nothing to do (no
+        // context anywhere changing state or with a send waiting: no context to look at).
         let mut i = 0;
-        while let Some(ctx) = self.pes.get(&pe).and_then(|p| p.ctxs.get(i)).copied() {
+        let anything = self.contexts_changing_state > 0 || self.contexts_with_waiting_sends > 0;
+        while let Some(ctx) = anything
+            .then(|| self.pes.get(&pe).and_then(|p| p.ctxs.get(i)).copied())
+            .flatten()
+        {
             self.advance_ctx(ctx, &mut now);
             i += 1;
         }
@@ -154,7 +159,7 @@ impl World {
             return;
         };
         if r.state == DOCA_CTX_STATE_STARTING {
-            r.state = DOCA_CTX_STATE_RUNNING;
+            self.set_state(ctx, DOCA_CTX_STATE_RUNNING);
             self.enqueue_ctx(
                 ctx,
                 Event::State {
@@ -191,10 +196,12 @@ impl World {
                 self.conn_error(conn);
             }
         }
+        if !waiting {
+            self.set_sends_wait(ctx, false);
+        }
         let r = self.rdmas.get_mut(&ctx).expect("checked above");
-        r.sends_wait &= waiting;
         if r.state == DOCA_CTX_STATE_STOPPING && r.inflight == 0 && r.allocated() == 0 {
-            r.state = DOCA_CTX_STATE_IDLE;
+            self.set_state(ctx, DOCA_CTX_STATE_IDLE);
             self.enqueue_ctx(
                 ctx,
                 Event::State {
@@ -357,8 +364,8 @@ pub(crate) unsafe extern "C" fn doca_ctx_start(ctx: *mut doca_ctx) -> doca_error
         return DOCA_ERROR_NOT_SUPPORTED;
     }
     // An RDMA context starts asynchronously: STARTING now, RUNNING from progress.
-    r.state = DOCA_CTX_STATE_STARTING;
     r.connected_once = false;
+    w.set_state(ctx, DOCA_CTX_STATE_STARTING);
     w.enqueue_ctx(
         ctx,
         Event::State {
@@ -406,7 +413,7 @@ pub(crate) unsafe extern "C" fn doca_ctx_stop(ctx: *mut doca_ctx) -> doca_error_
     } else {
         DOCA_CTX_STATE_STOPPING
     };
-    r.state = next;
+    w.set_state(ctx, next);
     w.enqueue_ctx(ctx, Event::State { ctx, prev, next });
     if done {
         DOCA_SUCCESS

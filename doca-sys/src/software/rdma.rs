@@ -53,6 +53,7 @@ pub(crate) unsafe extern "C" fn doca_rdma_destroy(rdma: *mut doca_rdma) -> doca_
     if r.state != DOCA_CTX_STATE_IDLE {
         return DOCA_ERROR_BAD_STATE;
     }
+    w.set_sends_wait(h, false);
     let r = w.rdmas.remove(&h).expect("checked above");
     for conn in r.conns {
         // A peer may still point at it: make it a dangling peer reference.

@@ -890,7 +890,11 @@ impl World {
             // A receive: post it, then let waiting sends of any connection's peer match it.
             let r = self.rdmas.get_mut(&rdma).expect("checked");
             r.recvs.push_back(task);
-            // Only peers with a send waiting (usually none: no allocation, no delivery).
+            // Only peers with a send waiting (usually none anywhere: nothing to look at).
+            if self.contexts_with_waiting_sends == 0 {
+                return DOCA_SUCCESS;
+            }
+            let r = self.rdmas.get(&rdma).expect("checked");
             let peers: Vec<H> = r
                 .conns
                 .iter()
@@ -932,10 +936,7 @@ impl World {
                 self.try_deliver(conn);
                 let c = self.conns.get(&conn).expect("checked");
                 if !c.pending.is_empty() {
-                    let rdma = c.rdma;
-                    if let Some(r) = self.rdmas.get_mut(&rdma) {
-                        r.sends_wait = true;
-                    }
+                    self.set_sends_wait(c.rdma, true);
                 }
             }
             _ => {

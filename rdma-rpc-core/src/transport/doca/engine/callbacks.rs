@@ -77,14 +77,16 @@ impl Sink {
         std::mem::take(&mut *self.events.borrow_mut())
     }
 
+    /// Whether events were recorded since the last call.
+    pub(super) fn has_events(&self) -> bool {
+        self.events.try_borrow().is_ok_and(|e| !e.is_empty())
+    }
+
     /// Swaps the events recorded since the last call into `out` (empty), whose capacity the
     /// next events reuse: no allocation per batch.
     pub(super) fn swap_into(&self, out: &mut Vec<Event>) {
         debug_assert!(out.is_empty());
-        let mut events = self.events.borrow_mut();
-        if !events.is_empty() {
-            std::mem::swap(&mut *events, out);
-        }
+        std::mem::swap(&mut *self.events.borrow_mut(), out);
     }
 
     pub(super) fn new_id(&self) -> ConnId {

@@ -398,6 +398,9 @@ impl Owner {
 
     /// Acts on the events the callbacks recorded; whether there were any.
     fn handle_events(&mut self) -> bool {
+        if !self.sink.has_events() {
+            return false;
+        }
         let mut events = std::mem::take(&mut self.events);
         self.sink.swap_into(&mut events);
         let any = !events.is_empty();
