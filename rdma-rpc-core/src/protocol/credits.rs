@@ -11,7 +11,10 @@
 //!   [`super::MAX_PEER_CREDITS`]): credits returned beyond that are ignored, so a lying peer
 //!   cannot make this side queue frames it will never read;
 //! - receives re-posted by this side are owed to the peer and travel with the next frame;
-//!   once `announce_at` are owed and no frame carried them, a credit update is due.
+//!   once `announce_at` re-posted ones are owed and no frame carried them, a credit update
+//!   is due. Receives *added* as the connection grows are owed too, but never make an update
+//!   due by themselves: the peer is not waiting for them (it never had them), and counting
+//!   them made every frame of a growing connection answer with an update of its own.
 
 /// Credits a side may use before the handshake told it the peer's receive count: the first
 /// frame (Hello) always has a receive waiting.
@@ -35,6 +38,8 @@ pub(crate) struct Credits {
     cap: u32,
     /// Receives re-posted (or added) here and not yet announced to the peer.
     owed: u32,
+    /// Of `owed`, the receives added (not re-posted).
+    owed_added: u32,
     /// Owed credits that make an update due.
     announce_at: u32,
     /// Receives this side has posted.
@@ -64,6 +69,7 @@ impl Credits {
             available: if initial { INITIAL_CREDITS } else { 0 },
             cap: u32::MAX,
             owed: 0,
+            owed_added: 0,
             announce_at: announce_at(posted),
             posted,
             max_posted: max_posted.max(posted),
@@ -80,6 +86,7 @@ impl Credits {
     pub(crate) fn grew(&mut self) {
         self.posted += 1;
         self.owed += 1;
+        self.owed_added += 1;
         self.announce_at = announce_at(self.posted);
     }
 
@@ -131,11 +138,12 @@ impl Credits {
     /// whether a credit update is due now (none of the frames sent since carried them).
     pub(crate) fn reposted(&mut self) -> bool {
         self.owed += 1;
-        self.owed >= self.announce_at
+        self.owed - self.owed_added >= self.announce_at
     }
 
     /// The credits owed to the peer, cleared: they travel with the frame being sent.
     pub(crate) fn take_owed(&mut self) -> u32 {
+        self.owed_added = 0;
         std::mem::take(&mut self.owed)
     }
 }
@@ -389,6 +397,41 @@ mod tests {
             );
             assert_eq!(server.credits.posted(), 64);
         }
+    }
+
+    /// One call at a time on a connection whose receives grow from 4 to 64: every frame
+    /// carries the credits its sender owes, so no credit update is ever due (each added
+    /// receive used to make one due, doubling the frames while the connection grew).
+    #[test]
+    fn a_growing_connection_with_one_call_at_a_time_sends_no_credit_update() {
+        let mut client = Side::new(4, 64, true);
+        let mut server = Side::new(4, 64, false);
+        assert!(client.credits.try_take(Need::Priority));
+        deliver(&mut client, &mut server, Sim::Hello);
+        assert_eq!(receive(&mut server, &mut client), Some(Sim::Hello));
+        server.credits.handshake(4, 64);
+        assert!(server.credits.try_take(Need::Priority));
+        deliver(&mut server, &mut client, Sim::HelloAck);
+        assert_eq!(receive(&mut client, &mut server), Some(Sim::HelloAck));
+        client.credits.handshake(4 - 1, 64);
+        for call in 0..200 {
+            assert!(client.credits.try_take(Need::Ordinary), "call {call}");
+            deliver(&mut client, &mut server, Sim::Request);
+            assert_eq!(receive(&mut server, &mut client), Some(Sim::Request));
+            assert!(
+                client.inbox.is_empty(),
+                "call {call}: the server sent an update"
+            );
+            assert!(server.credits.try_take(Need::Ordinary), "call {call}");
+            deliver(&mut server, &mut client, Sim::Response);
+            assert_eq!(receive(&mut client, &mut server), Some(Sim::Response));
+            assert!(
+                server.inbox.is_empty(),
+                "call {call}: the client sent an update"
+            );
+        }
+        assert_eq!(client.credits.posted(), 64, "still grown to the ceiling");
+        assert_eq!(server.credits.posted(), 64);
     }
 
     /// Two idle sides that exchange credit updates stop: an update makes its receiver owe
