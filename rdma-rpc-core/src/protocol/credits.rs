@@ -317,14 +317,30 @@ mod tests {
         Some(kind)
     }
 
+    /// A client and a server whose receives start at 4 and may grow to 64, after the handshake
+    /// as both run it.
+    fn handshaken() -> (Side, Side) {
+        let mut client = Side::new(4, 64, true);
+        let mut server = Side::new(4, 64, false);
+        assert!(client.credits.try_take(Need::Priority));
+        deliver(&mut client, &mut server, Sim::Hello);
+        assert_eq!(receive(&mut server, &mut client), Some(Sim::Hello));
+        server.credits.handshake(4, 64);
+        assert!(server.credits.try_take(Need::Priority));
+        deliver(&mut server, &mut client, Sim::HelloAck);
+        // The client applies the HelloAck's credits in `recv`, then the handshake.
+        assert_eq!(receive(&mut client, &mut server), Some(Sim::HelloAck));
+        client.credits.handshake(4 - 1, 64);
+        (client, server)
+    }
+
     /// A client and a server whose receives start at 4 and grow to 64 exchange 2,000 calls, up
     /// to 16 in flight, in a pseudo-random but fixed interleaving of every step each side may
     /// take. No frame ever finds no receive, and the exchange never stalls with calls left.
     #[test]
     fn growing_receives_never_overrun_and_never_stall_a_simulated_connection() {
         for seed in 1..=20u64 {
-            let mut client = Side::new(4, 64, true);
-            let mut server = Side::new(4, 64, false);
+            let (mut client, mut server) = handshaken();
             let mut rng = seed;
             let mut next = move || {
                 rng ^= rng << 13;
@@ -332,16 +348,6 @@ mod tests {
                 rng ^= rng << 17;
                 rng
             };
-            // The handshake, as the client and the server run it.
-            assert!(client.credits.try_take(Need::Priority));
-            deliver(&mut client, &mut server, Sim::Hello);
-            assert_eq!(receive(&mut server, &mut client), Some(Sim::Hello));
-            server.credits.handshake(4, 64);
-            assert!(server.credits.try_take(Need::Priority));
-            deliver(&mut server, &mut client, Sim::HelloAck);
-            // The client applies the HelloAck's credits in `recv`, then the handshake.
-            assert_eq!(receive(&mut client, &mut server), Some(Sim::HelloAck));
-            client.credits.handshake(4 - 1, 64);
 
             let (mut to_send, mut in_flight, mut answered, mut to_answer) = (2000u32, 0u32, 0, 0);
             let mut idle_rounds = 0;
@@ -404,16 +410,7 @@ mod tests {
     /// receive used to make one due, doubling the frames while the connection grew).
     #[test]
     fn a_growing_connection_with_one_call_at_a_time_sends_no_credit_update() {
-        let mut client = Side::new(4, 64, true);
-        let mut server = Side::new(4, 64, false);
-        assert!(client.credits.try_take(Need::Priority));
-        deliver(&mut client, &mut server, Sim::Hello);
-        assert_eq!(receive(&mut server, &mut client), Some(Sim::Hello));
-        server.credits.handshake(4, 64);
-        assert!(server.credits.try_take(Need::Priority));
-        deliver(&mut server, &mut client, Sim::HelloAck);
-        assert_eq!(receive(&mut client, &mut server), Some(Sim::HelloAck));
-        client.credits.handshake(4 - 1, 64);
+        let (mut client, mut server) = handshaken();
         for call in 0..200 {
             assert!(client.credits.try_take(Need::Ordinary), "call {call}");
             deliver(&mut client, &mut server, Sim::Request);

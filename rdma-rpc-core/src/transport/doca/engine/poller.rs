@@ -224,54 +224,56 @@ impl Thread {
                 busy = true;
             }
         }
-        let mut i = 0;
-        while i < self.starting.len() {
-            let (polled, deadline, _) = &mut self.starting[i];
-            // State changes only: nothing to act on before the context runs.
-            drop(polled.owner.sink.take());
-            let running = polled.owner.running();
-            if running || Instant::now() > *deadline {
-                let (polled, _, reply) = self.starting.swap_remove(i);
-                if running {
+        if !self.starting.is_empty() {
+            let now = Instant::now();
+            let started: Vec<_> = self
+                .starting
+                .extract_if(.., |(polled, deadline, _)| {
+                    // State changes only: nothing to act on before the context runs.
+                    drop(polled.owner.sink.take());
+                    polled.owner.running() || now > *deadline
+                })
+                .collect();
+            for (polled, _, reply) in started {
+                busy = true;
+                if polled.owner.running() {
                     let _ = reply.send(Ok(()));
                     self.running.push(polled);
                 } else {
-                    let _ = reply.send(Err(doca_error(
-                        "doca_ctx_start",
-                        doca_sys::DOCA_ERROR_TIME_OUT,
-                    )));
+                    let timed_out = doca_error("doca_ctx_start", doca_sys::DOCA_ERROR_TIME_OUT);
+                    let _ = reply.send(Err(timed_out));
                     self.stop(polled.owner);
                 }
-                busy = true;
-                continue;
             }
-            i += 1;
         }
-        let mut i = 0;
-        while i < self.running.len() {
-            match visit(&mut self.running[i], sweep) {
-                Some(worked) => busy |= worked,
-                None => {
-                    let polled = self.running.swap_remove(i);
-                    self.stop(polled.owner);
-                    busy = true;
-                    continue;
+        let closed: Vec<_> = self
+            .running
+            .extract_if(.., |ctx| match visit(ctx, sweep) {
+                Some(worked) => {
+                    busy |= worked;
+                    false
                 }
-            }
-            i += 1;
+                None => true,
+            })
+            .collect();
+        for polled in closed {
+            busy = true;
+            self.stop(polled.owner);
         }
-        let mut i = 0;
-        while i < self.stopping.len() {
-            let (owner, deadline) = &mut self.stopping[i];
-            busy |= owner.handle_events();
-            let idle = owner.stopped_idle();
-            if idle || Instant::now() > *deadline {
-                let (mut owner, _) = self.stopping.swap_remove(i);
+        if !self.stopping.is_empty() {
+            let now = Instant::now();
+            let done: Vec<_> = self
+                .stopping
+                .extract_if(.., |(owner, deadline)| {
+                    busy |= owner.handle_events();
+                    owner.stopped_idle() || now > *deadline
+                })
+                .collect();
+            for (mut owner, _) in done {
                 // Destroys the context here, on the thread of its engine.
+                let idle = owner.stopped_idle();
                 owner.finish_stop(idle);
-                continue;
             }
-            i += 1;
         }
         busy
     }
