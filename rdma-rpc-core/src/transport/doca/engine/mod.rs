@@ -63,6 +63,9 @@ use task::Kind;
 
 pub(super) type ConnId = u64;
 
+/// Most `doca_pe_progress` calls before a connection is closed (its earlier completions first).
+const PROGRESS_ROUNDS: usize = 64;
+
 /// How long an event-mode owner with nothing scheduled sleeps between checks.
 const IDLE_WAKE: Duration = Duration::from_secs(1);
 
@@ -383,17 +386,26 @@ impl Owner {
         owner.shutdown_async().await;
     }
 
-    /// Progresses until nothing happens; returns whether anything did. On an engine shared
-    /// with other contexts, their events wait in their own sinks for their owners.
+    /// Progresses until nothing happens; returns whether anything did. The event loop arms
+    /// the engine's notification only after this (DOCA's loop: progress until it returns 0,
+    /// then arm). On an engine shared with other contexts, their events wait in their own
+    /// sinks for their owners.
     fn progress_all(&mut self) -> bool {
+        self.progress_up_to(usize::MAX)
+    }
+
+    /// As [`Owner::progress_all`], but at most `rounds` calls of `doca_pe_progress`: for a
+    /// command handled on an engine that a busy neighbour may keep progressing.
+    fn progress_up_to(&mut self, rounds: usize) -> bool {
         let mut any = false;
-        loop {
+        for _ in 0..rounds {
             let progressed = self.pe.progress();
             if !self.handle_events() && !progressed {
                 return any;
             }
             any = true;
         }
+        any
     }
 
     /// Acts on the events the callbacks recorded; whether there were any.
@@ -467,7 +479,7 @@ impl Owner {
             Cmd::Close { id, err } => {
                 // Completions already in DOCA's queues come first: what the peer sent before
                 // the connection ended is delivered, not dropped.
-                self.progress_all();
+                self.progress_up_to(PROGRESS_ROUNDS);
                 self.fail_conn(id, err);
             }
         }
