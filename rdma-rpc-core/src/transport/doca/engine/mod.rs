@@ -63,7 +63,8 @@ use task::Kind;
 
 pub(super) type ConnId = u64;
 
-/// Most `doca_pe_progress` calls before a connection is closed (its earlier completions first).
+/// Most `doca_pe_progress` calls in one go where the engine may be shared: per round of the
+/// polling thread, and before a connection is closed (its earlier completions first).
 const PROGRESS_ROUNDS: usize = 64;
 
 /// How long an event-mode owner with nothing scheduled sleeps between checks.
@@ -415,12 +416,11 @@ impl Owner {
         }
         let mut events = std::mem::take(&mut self.events);
         self.sink.swap_into(&mut events);
-        let any = !events.is_empty();
         for e in events.drain(..) {
             self.on_event(e);
         }
         self.events = events;
-        any
+        true
     }
 
     fn expire_deadlines(&mut self) {

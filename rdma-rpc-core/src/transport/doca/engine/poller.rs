@@ -12,7 +12,7 @@
 //! The thread alone touches its engine: it connects and starts the contexts prepared for it
 //! (the slow part of setup, allocating and registering memory, is done before, off the
 //! engine), progresses, and stops contexts whose handles are all gone. Each round it
-//! progresses the engine until nothing happens (at most [`PROGRESS_BATCH`] times), then visits
+//! progresses the engine until nothing happens (at most [`PROGRESS_ROUNDS`] times), then visits
 //! every context: the events its callbacks recorded, its deadlines, and, if its doorbell
 //! rang, at most [`CMD_BATCH`] of its commands (a flood on one connection cannot starve the
 //! others). Every [`SWEEP_EVERY`]th round it also looks at the queues without a doorbell,
@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::super::sys::{doca_error, Pe};
 use super::setup::STATE_CHANGE_LIMIT;
-use super::{Cmd, Owner};
+use super::{Cmd, Owner, PROGRESS_ROUNDS};
 use crate::error::{Error, Result};
 
 /// Idle rounds after which the thread yields its core between rounds.
@@ -39,8 +39,7 @@ const YIELD_AFTER: u32 = 1024;
 /// Idle rounds after which it naps between rounds, and for how long.
 const NAP_AFTER: u32 = 100_000;
 const NAP: Duration = Duration::from_micros(50);
-/// Most `doca_pe_progress` calls per round, and most commands of one context per round.
-const PROGRESS_BATCH: usize = 64;
+/// Most commands of one context per round.
 const CMD_BATCH: usize = 256;
 /// How often the queues are looked at without a doorbell.
 const SWEEP_EVERY: u32 = 64;
@@ -64,12 +63,6 @@ enum Job {
 pub(in crate::transport::doca) struct Poller {
     jobs: std_mpsc::Sender<Job>,
     pe: Arc<Pe>,
-}
-
-impl std::fmt::Debug for Poller {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Poller")
-    }
 }
 
 impl Poller {
@@ -217,7 +210,7 @@ impl Thread {
     fn round(&mut self, sweep: bool) -> bool {
         let mut busy = false;
         for pe in &self.pes {
-            for _ in 0..PROGRESS_BATCH {
+            for _ in 0..PROGRESS_ROUNDS {
                 if !pe.progress() {
                     break;
                 }
