@@ -1,6 +1,7 @@
 //! The raw TCP baselines, measured in the same run as everything else: a 64-byte ping-pong
-//! round trip on loopback, and a bulk stream of 4 MiB writes. The serving side runs on the
-//! `server` runtime, like the rdma-rpc and gRPC servers.
+//! round trip on loopback (in blocks, between the measurements it is compared with), and a
+//! bulk stream of 4 MiB writes. The serving side runs on the `server` runtime, like the
+//! rdma-rpc and gRPC servers.
 
 use std::time::{Duration, Instant};
 
@@ -36,36 +37,61 @@ where
     Ok((addr, done_rx))
 }
 
-/// Round-trip latencies of `rounds` ping-pongs of `size` bytes over one TCP connection.
-pub async fn ping_pong(
-    server: &Handle,
-    size: usize,
-    rounds: usize,
-) -> std::io::Result<Vec<Duration>> {
-    let (addr, echo) = on_server(server, move |listener| async move {
-        let (mut s, _) = listener.accept().await?;
-        s.set_nodelay(true)?;
-        let mut buf = vec![0u8; size];
-        for _ in 0..rounds {
-            s.read_exact(&mut buf).await?;
-            s.write_all(&buf).await?;
-        }
-        Ok(())
-    })
-    .await?;
-    let mut s = TcpStream::connect(addr).await?;
-    s.set_nodelay(true)?;
-    let out = vec![7u8; size];
-    let mut back = vec![0u8; size];
-    let mut times = Vec::with_capacity(rounds);
-    for _ in 0..rounds {
-        let start = Instant::now();
-        s.write_all(&out).await?;
-        s.read_exact(&mut back).await?;
-        times.push(start.elapsed());
+/// A raw TCP ping-pong connection that stays open, so that its round trips can be measured
+/// in blocks between the measurements they are compared with: on a noisy machine a baseline
+/// taken once, minutes away from its comparison, drifts with the machine.
+#[derive(Debug)]
+pub struct PingPong {
+    stream: TcpStream,
+    out: Vec<u8>,
+    back: Vec<u8>,
+    echo: oneshot::Receiver<std::io::Result<()>>,
+}
+
+impl PingPong {
+    /// Connects to an echo server of `size`-byte messages started on the `server` runtime.
+    pub async fn open(server: &Handle, size: usize) -> std::io::Result<PingPong> {
+        let (addr, echo) = on_server(server, move |listener| async move {
+            let (mut s, _) = listener.accept().await?;
+            s.set_nodelay(true)?;
+            let mut buf = vec![0u8; size];
+            loop {
+                match s.read_exact(&mut buf).await {
+                    Ok(_) => s.write_all(&buf).await?,
+                    // The client closed its side: every round was answered.
+                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+            }
+        })
+        .await?;
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(PingPong {
+            stream,
+            out: vec![7u8; size],
+            back: vec![0u8; size],
+            echo,
+        })
     }
-    echo.await.map_err(std::io::Error::other)??;
-    Ok(times)
+
+    /// Round-trip latencies of `rounds` ping-pongs.
+    pub async fn rounds(&mut self, rounds: usize) -> std::io::Result<Vec<Duration>> {
+        let mut times = Vec::with_capacity(rounds);
+        for _ in 0..rounds {
+            let start = Instant::now();
+            self.stream.write_all(&self.out).await?;
+            self.stream.read_exact(&mut self.back).await?;
+            times.push(start.elapsed());
+        }
+        Ok(times)
+    }
+
+    /// Closes the connection and waits for the echo server to see the end of it.
+    pub async fn close(mut self) -> std::io::Result<()> {
+        self.stream.shutdown().await?;
+        self.echo.await.map_err(std::io::Error::other)?
+    }
 }
 
 /// Bytes per second of a stream of `count` writes of `chunk` bytes, from writer to reader,

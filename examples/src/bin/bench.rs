@@ -191,10 +191,13 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
     let steps = 3 + SIZES.len() * (OPS.len() * 3 + 4);
     let mut progress = Progress::new(steps);
 
+    // The 64 B round-trip baseline is taken in blocks: one now and one right before each
+    // 64 B latency measurement, so that it spans the same minutes as what it is compared
+    // with (this machine's wake-up latency drifts by tens of percent over a run).
     progress.step("raw TCP: 64 B ping-pong");
-    let rounds = if o.quick { 500 } else { 5000 };
-    let tcp_round_trip =
-        examples::bench::measure::Latency::of(tcp_baseline::ping_pong(server, 64, rounds).await?);
+    let block = if o.quick { 100 } else { 1000 };
+    let mut ping = tcp_baseline::PingPong::open(server, 64).await?;
+    let mut tcp_samples = ping.rounds(block).await?;
     progress.step("raw TCP: bulk stream of 4 MiB writes");
     let tcp_bulk =
         tcp_baseline::bulk_stream(server, 4 << 20, if o.quick { 25 } else { 250 }).await? / 1e9;
@@ -273,6 +276,9 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
         let (lat_calls, tput_calls) = calls(size, o.quick);
         for op in OPS {
             progress.step(&format!("rdma-rpc {op} {size} B: latency"));
+            if size == SIZES[0] {
+                tcp_samples.extend(ping.rounds(block).await?);
+            }
             let before = client.inner().stats();
             let lat = latency(lat_calls, || call(&client, op, &data)).await?;
             let round_trips = client.inner().stats().round_trips_since(&before);
@@ -310,6 +316,8 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
         }
     }
     serving.abort();
+    ping.close().await?;
+    let tcp_round_trip = examples::bench::measure::Latency::of(tcp_samples);
 
     let grpc_server = grpc::start(server).await?;
     let grpc_client = grpc::connect(grpc_server.addr).await?;
