@@ -153,6 +153,7 @@ doca_suite!(cm_event, false, ProgressMode::Event);
 doca_suite!(cm_busy_poll, false, ProgressMode::BusyPoll);
 doca_suite!(oob_event, true, ProgressMode::Event);
 doca_suite!(oob_busy_poll, true, ProgressMode::BusyPoll);
+doca_suite!(cm_spin, false, ProgressMode::Spin);
 
 /// The hardware suite: set `RDMA_RPC_DOCA_DEVICE` (IB name or PCI address) and
 /// `RDMA_RPC_DOCA_PEER` (the `doca://<ip>:<port>` address of that device's interface, where

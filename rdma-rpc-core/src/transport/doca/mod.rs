@@ -28,7 +28,9 @@
 //!   connecting, every 50 ms on established CM connections), since nothing documents that CM
 //!   events signal the fd. In [`ProgressMode::BusyPoll`] every context of a transport is
 //!   connected to the progress engine of the transport's one polling thread, which alone
-//!   connects, starts, progresses and stops them. Context setup and teardown, which wait for DOCA state changes,
+//!   connects, starts, progresses and stops them. [`ProgressMode::Spin`] is the event-mode
+//!   task that, while its context was active less than [`DocaConfig::spin`] ago, progresses
+//!   again after yielding to its runtime instead of arming the fd and sleeping. Context setup and teardown, which wait for DOCA state changes,
 //!   never block a runtime worker. Tasks are allocated once per type and connection and
 //!   reused after completion (DOCA 3.x has setters for every task type, atomics included).
 //! - `conn`: [`DocaConnection`] and the listeners.
@@ -129,6 +131,13 @@ pub enum ProgressMode {
     /// between rounds. A process that wants more polling threads uses more transports (for
     /// example one per group of connections); each thread should have a core of its own.
     BusyPoll,
+    /// As [`ProgressMode::Event`], but an owner whose context did something (a completion, a
+    /// message, a command) less than [`DocaConfig::spin`] ago keeps polling its engine on the
+    /// runtime that runs it, yielding to the runtime's other tasks between polls, instead of
+    /// arming the notification and sleeping. While calls flow no thread sleeps and none wakes
+    /// another: busy-poll latency without a dedicated thread, and a runtime thread busy only
+    /// while its contexts are active (plus the window after).
+    Spin,
 }
 
 /// Settings of the DOCA transport.
@@ -154,6 +163,10 @@ pub struct DocaConfig {
     pub rnr_timeout: Duration,
     /// How progress engines are driven. Default [`ProgressMode::Event`].
     pub progress: ProgressMode,
+    /// In [`ProgressMode::Spin`], how long an owner keeps polling after its context's last
+    /// activity before it waits on the notification fd. Default 50 µs: several round trips
+    /// of a NIC, and longer than a thread's wake-up from sleep on most hosts.
+    pub spin: Duration,
     /// GID index (RoCE); `None` leaves DOCA's default.
     pub gid_index: Option<u32>,
     /// Time allowed for connecting (CM) or the out-of-band exchange. Default 10 s.
@@ -173,6 +186,7 @@ impl Default for DocaConfig {
             max_recv_size: 32 * 1024,
             rnr_timeout: Duration::from_millis(500),
             progress: ProgressMode::Event,
+            spin: Duration::from_micros(50),
             gid_index: None,
             handshake_timeout: Duration::from_secs(10),
             staging_budget: 64 << 20,
@@ -293,7 +307,7 @@ impl DocaTransport {
         let dev = open_device(config.device.as_deref())?;
         let poller = match config.progress {
             ProgressMode::BusyPoll => Some(Arc::new(engine::Poller::spawn()?)),
-            ProgressMode::Event => None,
+            ProgressMode::Event | ProgressMode::Spin => None,
         };
         Ok(DocaTransport {
             staging: Arc::new(StagingPools::new(config.staging_budget)),

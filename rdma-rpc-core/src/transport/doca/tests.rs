@@ -486,6 +486,66 @@ async fn busy_polling_mode_moves_bytes() {
     assert_eq!(a.fetch_and_add(grant.descriptor(), 2).await.unwrap(), 0);
 }
 
+/// Sends, receives and an atomic between a pair of spin-mode connections of `t`.
+async fn spin_traffic(t: &DocaTransport) {
+    let (a, b) = pair_on(t, "doca://127.0.0.1:0").await;
+    for i in 0..32u8 {
+        b.post_recv(recv_buf(64)).unwrap();
+        a.send(SendData::Bytes(Bytes::from(vec![i; 40])), None)
+            .await
+            .unwrap();
+        assert_eq!(b.recv().await.unwrap().buf.as_slice(), &[i; 40][..]);
+    }
+    let grant = b
+        .grant(
+            RegisteredBuf::new(8, Access::ALL).unwrap(),
+            0,
+            8,
+            Access::REMOTE_ATOMIC,
+        )
+        .unwrap();
+    assert_eq!(a.fetch_and_add(grant.descriptor(), 2).await.unwrap(), 0);
+    assert_eq!(a.fetch_and_add(grant.descriptor(), 2).await.unwrap(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spin_mode_moves_bytes() {
+    spin_traffic(&transport_with(ProgressMode::Spin)).await;
+}
+
+/// With a window longer than the test, the owners never arm their notification or sleep:
+/// every command and completion goes through the spinning path, on a one-thread runtime whose
+/// other tasks (the test's own) still run between polls. Run on a thread of its own, so that
+/// an owner that never yields fails the test instead of hanging it.
+#[test]
+fn spinning_owners_leave_the_runtime_to_other_tasks() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let t = DocaTransport::new(DocaConfig {
+                progress: ProgressMode::Spin,
+                spin: Duration::from_secs(3600),
+                ..DocaConfig::default()
+            })
+            .unwrap();
+            spin_traffic(&t).await;
+            // A task of the test's own, gated by another, while the owners spin.
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let other = tokio::spawn(async move { rx.await.unwrap() + 1 });
+            tx.send(41).unwrap();
+            assert_eq!(other.await.unwrap(), 42);
+        });
+        let _ = done.send(());
+    });
+    finished
+        .recv_timeout(Duration::from_secs(60))
+        .expect("spin-mode traffic on a one-thread runtime finished");
+}
+
 #[tokio::test]
 async fn bad_addresses_are_reported() {
     let t = transport();

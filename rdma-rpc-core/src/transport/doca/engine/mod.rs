@@ -1,8 +1,8 @@
 //! The progress owner of one DOCA RDMA context.
 //!
 //! Every DOCA object of a context (the context, its progress engine, buffer inventory, tasks,
-//! connections, imported mmaps) is touched only by its owner's thread: in event mode a tokio
-//! task waiting on the notification fd of the context's own progress engine; in busy-poll
+//! connections, imported mmaps) is touched only by its owner's thread: in event and spin modes
+//! a tokio task waiting on the notification fd of the context's own progress engine; in busy-poll
 //! mode the polling thread of its transport, whose engine every context of the transport is
 //! connected to (`poller`). Other tasks send the owner [`Cmd`]s through a channel and get
 //! results through oneshots. C callbacks
@@ -26,6 +26,16 @@
 //! context listens or has RDMA CM connections the owner also progresses periodically: every
 //! 2 ms while a request or an establishment may arrive, every 50 ms while only a
 //! disconnection may (see `Owner::cm_poll`); early-message deadlines wake it too.
+//!
+//! # Progress in spin mode
+//! The same loop, but while the context did something (progress found work, or a command
+//! came) less than `DocaConfig::spin` ago, the owner takes the queued commands and yields to
+//! its runtime's other tasks, then progresses again, instead of arming and waiting. A message
+//! for an active context is so found by the thread that runs the context's tasks, which wakes
+//! them without a system call: the round trip of a call carries no thread wake-up, where
+//! event mode has two (the notification fd) and busy-poll mode two (from the polling thread
+//! to the runtimes). Once the window passes without activity the owner arms and sleeps as in
+//! event mode.
 
 mod callbacks;
 mod datapath;
@@ -259,13 +269,17 @@ pub(super) async fn start(
                 .map_err(|e| Error::InvalidArgument(format!("DOCA context setup failed: {e}")))??;
             poller.start(owner, rx, doorbell).await?;
         }
-        ProgressMode::Event => {
+        ProgressMode::Event | ProgressMode::Spin => {
+            let spin = match config.progress {
+                ProgressMode::Spin => config.spin,
+                _ => Duration::ZERO,
+            };
             // Setup waits for the context to run: off the runtime's workers.
             let owner = runtime
                 .spawn_blocking(move || Owner::start(weak, &dev, &cfg, max_connections))
                 .await
                 .map_err(|e| Error::InvalidArgument(format!("DOCA context setup failed: {e}")))??;
-            runtime.spawn(owner.run_event(rx));
+            runtime.spawn(owner.run_event(rx, spin));
         }
     }
     Ok(shared)
@@ -305,7 +319,26 @@ impl Drop for StopOnDrop {
 }
 
 impl Owner {
-    async fn run_event(self, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
+    /// Takes every command already queued; whether there was any, `None` once every sender
+    /// is gone.
+    fn take_commands(&mut self, cmds: &mut mpsc::UnboundedReceiver<Cmd>) -> Option<bool> {
+        let mut any = false;
+        loop {
+            match cmds.try_recv() {
+                Ok(cmd) => {
+                    self.handle(cmd);
+                    any = true;
+                }
+                Err(mpsc::error::TryRecvError::Empty) => return Some(any),
+                Err(mpsc::error::TryRecvError::Disconnected) => return None,
+            }
+        }
+    }
+
+    /// The event-mode loop; with a non-zero `spin` (spin mode), an owner whose context did
+    /// something less than `spin` ago polls again after yielding to the runtime's other tasks
+    /// instead of waiting on the notification fd.
+    async fn run_event(self, mut cmds: mpsc::UnboundedReceiver<Cmd>, spin: Duration) {
         let mut guard = StopOnDrop(Some(self));
         let owner = guard.0.as_mut().expect("just set");
         let fd = match owner.pe.notification_fd() {
@@ -340,9 +373,28 @@ impl Owner {
         tokio::pin!(timer);
         let mut timer_at = Instant::now() + IDLE_WAKE;
         let mut next_poll: Option<Instant> = None;
-        loop {
-            owner.progress_all();
+        // Spin mode: when the context last did something.
+        let mut active_at = Instant::now();
+        'run: loop {
+            let worked = owner.progress_all();
             owner.expire_deadlines();
+            if !spin.is_zero() {
+                let now = Instant::now();
+                if worked {
+                    active_at = now;
+                }
+                if now.duration_since(active_at) < spin {
+                    // Active within the window: take the commands that came and progress
+                    // again once the runtime ran its other tasks, without arming or sleeping.
+                    match owner.take_commands(&mut cmds) {
+                        Some(true) => active_at = now,
+                        Some(false) => {}
+                        None => break 'run,
+                    }
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+            }
             if let Err(e) = owner.pe.arm() {
                 tracing::warn!(error = %e, "arming DOCA notifications");
             }
@@ -375,13 +427,14 @@ impl Owner {
                             owner.handle(cmd);
                         }
                     }
-                    None => break,
+                    None => break 'run,
                 },
                 () = &mut timer => {
                     // Fired: wait for the next deadline computed above.
                     timer_at = now;
                 }
             }
+            active_at = Instant::now();
         }
         drop(afd);
         owner.shutdown_async().await;
