@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::copy_baseline::CopyRates;
 use super::measure::{Latency, Throughput};
 use crate::report::size;
 
@@ -73,6 +74,9 @@ pub struct Results {
     pub tcp_round_trip: Latency,
     /// Raw TCP bulk stream of 4 MiB writes, GB/s.
     pub tcp_bulk_gb_per_s: f64,
+    /// One thread copying 1 MiB buffers, over the working sets of the one-connection and the
+    /// many-connection runs.
+    pub copy: CopyRates,
     /// gRPC per payload size.
     pub grpc: Vec<GrpcRow>,
     /// rdma-rpc per operation and payload size.
@@ -105,6 +109,17 @@ impl Results {
             out,
             "baselines: raw TCP 64 B round trip p50 {:.1} us, p99 {:.1} us; raw TCP bulk (4 MiB writes) {:.2} GB/s",
             self.tcp_round_trip.p50_us, self.tcp_round_trip.p99_us, self.tcp_bulk_gb_per_s
+        );
+        let c = &self.copy;
+        let _ = writeln!(
+            out,
+            "memory copy of 1 MiB buffers, one thread: among {} {:.1} GB/s, among {} {:.1} GB/s ({:.2}x: the bound of the {}-connection figures where moving bytes is a copy)",
+            c.few_buffers,
+            c.few_gb_per_s,
+            c.many_buffers,
+            c.many_gb_per_s,
+            c.many_gb_per_s / c.few_gb_per_s.max(1e-9),
+            c.many_buffers
         );
         let _ = writeln!(
             out,

@@ -28,11 +28,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use examples::bench::grpc;
 use examples::bench::measure::{latency, peak_rss_mib, throughput, BenchError, Progress};
 use examples::bench::report::{GrpcRow, OpRow, Results, Target};
 use examples::bench::service::{BenchClient, BenchServer, Len, Sink};
 use examples::bench::tcp_baseline;
+use examples::bench::{copy_baseline, grpc};
 use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport, ProgressMode};
 use rdma_rpc_core::transport::Transport;
 use rdma_rpc_core::{Client, Server};
@@ -192,7 +192,7 @@ async fn call(client: &BenchClient, op: &str, data: &Bytes) -> Result<(), BenchE
 }
 
 async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
-    let steps = 3 + SIZES.len() * (OPS.len() * 3 + 4);
+    let steps = 4 + SIZES.len() * (OPS.len() * 3 + 4);
     let mut progress = Progress::new(steps);
 
     // The 64 B round-trip baseline is taken in blocks: one now and one right before each
@@ -202,6 +202,12 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
     let block = if o.quick { 100 } else { 1000 };
     let mut ping = tcp_baseline::PingPong::open(server, 64).await?;
     let mut tcp_samples = ping.rounds(block).await?;
+    progress.step("memory copy: the one-connection and many-connection working sets");
+    let copy = copy_baseline::measure(
+        o.depth,
+        o.connections,
+        if o.quick { 256 << 20 } else { 2 << 30 },
+    );
     progress.step("raw TCP: bulk stream of 4 MiB writes");
     let tcp_bulk =
         tcp_baseline::bulk_stream(server, 4 << 20, if o.quick { 25 } else { 250 }).await? / 1e9;
@@ -403,6 +409,7 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
         connections: o.connections,
         tcp_round_trip,
         tcp_bulk_gb_per_s: tcp_bulk,
+        copy,
         grpc: grpc_rows,
         rows,
         peak_rss_mib: peak_rss_mib(),
