@@ -213,6 +213,22 @@ impl DocaConfig {
         self.progress = mode;
         self
     }
+
+    /// The same settings with spin-mode owners polling for `window` after their context's
+    /// last activity (see [`DocaConfig::spin`]).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport, ProgressMode};
+    /// let config = DocaConfig::from_env()
+    ///     .with_progress(ProgressMode::Spin)
+    ///     .with_spin(Duration::from_micros(200));
+    /// let transport = DocaTransport::new(config);
+    /// ```
+    pub fn with_spin(mut self, window: Duration) -> DocaConfig {
+        self.spin = window;
+        self
+    }
 }
 
 /// Every DOCA device with its PCI address and RDMA capabilities.
