@@ -468,26 +468,12 @@ async fn out_of_band_mode_exchanges_blobs_over_a_side_channel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_polling_mode_moves_bytes() {
-    let t = transport_with(ProgressMode::BusyPoll);
-    let (a, b) = pair_on(&t, "doca://127.0.0.1:0").await;
-    b.post_recv(recv_buf(64)).unwrap();
-    a.send(SendData::Bytes(Bytes::from_static(b"poll")), None)
-        .await
-        .unwrap();
-    assert_eq!(b.recv().await.unwrap().buf.as_slice(), b"poll");
-    let grant = b
-        .grant(
-            RegisteredBuf::new(8, Access::ALL).unwrap(),
-            0,
-            8,
-            Access::REMOTE_ATOMIC,
-        )
-        .unwrap();
-    assert_eq!(a.fetch_and_add(grant.descriptor(), 2).await.unwrap(), 0);
+    pair_traffic(&transport_with(ProgressMode::BusyPoll)).await;
 }
 
-/// Sends, receives and an atomic between a pair of spin-mode connections of `t`.
-async fn spin_traffic(t: &DocaTransport) {
+/// Sends, receives and atomics between a pair of connections of `t`, in whatever progress mode
+/// it runs.
+async fn pair_traffic(t: &DocaTransport) {
     let (a, b) = pair_on(t, "doca://127.0.0.1:0").await;
     for i in 0..32u8 {
         b.post_recv(recv_buf(64)).unwrap();
@@ -510,7 +496,7 @@ async fn spin_traffic(t: &DocaTransport) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spin_mode_moves_bytes() {
-    spin_traffic(&transport_with(ProgressMode::Spin)).await;
+    pair_traffic(&transport_with(ProgressMode::Spin)).await;
 }
 
 /// With a window longer than the test, the owners never arm their notification or sleep:
@@ -532,7 +518,7 @@ fn spinning_owners_leave_the_runtime_to_other_tasks() {
                 ..DocaConfig::default()
             })
             .unwrap();
-            spin_traffic(&t).await;
+            pair_traffic(&t).await;
             // A task of the test's own, gated by another, while the owners spin.
             let (tx, rx) = tokio::sync::oneshot::channel();
             let other = tokio::spawn(async move { rx.await.unwrap() + 1 });
