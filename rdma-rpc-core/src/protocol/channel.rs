@@ -244,9 +244,20 @@ impl FrameChannel {
 
     /// The next frame. `Err` ends the connection: the transport failed or the peer sent
     /// something that is not a frame.
+    ///
+    /// Each frame spends one unit of the task's tokio budget, as tokio's own sockets and
+    /// channels do: a connection whose frames never stop arriving (a peer faster than this
+    /// side, or a hostile one) makes its task yield now and then instead of keeping its
+    /// thread from every other connection.
     pub(crate) async fn recv(&self) -> Result<Frame> {
         // Polled in place: no future to allocate per frame.
-        let completion = std::future::poll_fn(|cx| self.conn.poll_recv(cx)).await?;
+        let completion = std::future::poll_fn(|cx| {
+            let budget = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+            let completion = std::task::ready!(self.conn.poll_recv(cx));
+            budget.made_progress();
+            std::task::Poll::Ready(completion)
+        })
+        .await?;
         if completion.opcode != RecvOpcode::Send {
             return Err(self.malformed(format!(
                 "expected a control frame, got {:?}",

@@ -1,20 +1,22 @@
-//! A fault-injection transport over the software transport, and a randomized test on it:
-//! operations are delayed (which reorders what different connections do) and connections are
-//! dropped at random points, on both sides; every call still completes exactly once, with
-//! its exact bytes or a status, and no server buffer leaks.
+//! A fault-injection transport over the software transport, and the tests on it:
+//! - a randomized one: operations are delayed (which reorders what different connections do)
+//!   and connections are dropped at random points, on both sides; every call still completes
+//!   exactly once, with its exact bytes or a status, and no server buffer leaks;
+//! - a connection whose frames never stop arriving still lets the runtime serve the others.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use super::e2e::{inbound, outbound, BLOB_READ, BLOB_WRITE, MSG_RECEIVE, MSG_SEND};
 use super::{bounded, pattern, tcp, Harness};
 use crate::error::{Error, Result};
 use crate::memory::{Access, RegisteredBuf};
+use crate::protocol::frames::{Frame, Kind};
 use crate::transport::{
-    BoxFuture, Connection, Descriptor, Fencing, Grant, Listener, RecvCompletion, SendData,
-    Transport,
+    BoxFuture, Connection, Descriptor, Fencing, Grant, Listener, RecvCompletion, RecvOpcode,
+    SendData, Transport,
 };
 use crate::ServerConfig;
 
@@ -35,11 +37,13 @@ impl Dice {
 
 /// How often things go wrong: one operation in `disconnect_one_in` drops the connection
 /// before it is posted; every operation's completion is delayed up to `max_delay_us`. Both
-/// 0: no faults.
+/// 0: no faults. With `flood`, a connection that has received a request finds another frame
+/// every time it looks, without end (see [`FaultyConnection::flooded`]).
 #[derive(Debug, Default)]
 struct Faults {
     disconnect_one_in: AtomicU64,
     max_delay_us: AtomicU64,
+    flood: AtomicBool,
 }
 
 impl Faults {
@@ -67,6 +71,7 @@ impl FaultyTransport {
             inner: conn,
             faults: self.faults.clone(),
             dice: Dice(AtomicU64::new(seed)),
+            requested: AtomicBool::new(false),
         })
     }
 }
@@ -118,9 +123,31 @@ struct FaultyConnection {
     inner: Arc<dyn Connection>,
     faults: Arc<Faults>,
     dice: Dice,
+    /// A request frame has come through (the flood starts after it).
+    requested: AtomicBool,
 }
 
+/// The capacity of the receives the flood makes up: no receive the framework posts is this
+/// small, so a made-up receive given back is recognized and not posted to the connection.
+const FLOODED: usize = 1;
+
 impl FaultyConnection {
+    /// With the flood on, once a request came through: an empty frame (a credit update that
+    /// grants nothing), as from a peer whose frames arrive faster than they are read.
+    fn flooded(&self) -> Option<Result<RecvCompletion>> {
+        if !(self.faults.flood.load(Ordering::Relaxed) && self.requested.load(Ordering::Relaxed)) {
+            return None;
+        }
+        Some(
+            RegisteredBuf::new(FLOODED, Access::LOCAL_WRITE).map(|buf| RecvCompletion {
+                buf,
+                opcode: RecvOpcode::Send,
+                imm: None,
+                write_len: 0,
+            }),
+        )
+    }
+
     /// Maybe drops the connection; returns the delay to wait before posting.
     fn strike(&self) -> Duration {
         let one_in = self.faults.disconnect_one_in.load(Ordering::Relaxed);
@@ -152,11 +179,30 @@ impl Connection for FaultyConnection {
     }
 
     fn post_recv(&self, buf: RegisteredBuf) -> Result<()> {
+        if buf.capacity() == FLOODED {
+            return Ok(());
+        }
         self.inner.post_recv(buf)
     }
 
     fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Result<RecvCompletion>> {
-        self.inner.poll_recv(cx)
+        if let Some(made_up) = self.flooded() {
+            return Poll::Ready(made_up);
+        }
+        let received = ready!(self.inner.poll_recv(cx));
+        if let Ok(c) = &received {
+            let frame = <Frame as prost::Message>::decode(c.buf.as_slice());
+            if matches!(
+                frame,
+                Ok(Frame {
+                    kind: Some(Kind::Request(_)),
+                    ..
+                })
+            ) {
+                self.requested.store(true, Ordering::Relaxed);
+            }
+        }
+        Poll::Ready(received)
     }
 
     fn send(&self, data: SendData, imm: Option<u32>) -> BoxFuture<'static, Result<()>> {
@@ -325,4 +371,48 @@ async fn every_call_completes_once_and_no_buffer_leaks_under_faults() {
             );
         }
     }
+}
+
+/// A connection whose frames never stop arriving (a peer faster than the server, or a hostile
+/// one) must not keep its server task from yielding. On a one-thread runtime, where only the
+/// tasks' own yields let anything else run, each accepted connection floods right after its
+/// first request: the first client must still get its answer, and a second client must still
+/// connect and be answered. Run on a thread of its own, so that a task that never yields
+/// fails the test at its bound instead of hanging it.
+#[test]
+fn a_connection_whose_frames_never_stop_leaves_the_runtime_to_the_others() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let faults = Arc::new(Faults::default());
+            faults.flood.store(true, Ordering::Relaxed);
+            let transport = Arc::new(Faulty(Arc::new(FaultyTransport {
+                inner: tcp(),
+                faults,
+                seeds: AtomicU64::new(1),
+            })));
+            let h = Harness::start(transport, ServerConfig::default()).await;
+            // The clients' own transport is not faulty: only the server's connections flood.
+            let mut clients = Vec::new();
+            for seed in 0..2u32 {
+                let client = crate::Client::builder()
+                    .transport(tcp())
+                    .connect(&h.addr)
+                    .await
+                    .expect("connect while another connection floods");
+                let answer = inbound(&client, MSG_SEND, 100, seed).await;
+                assert!(answer.expect("an answer").exact, "client {seed}");
+                // Kept open, so that its server connection goes on flooding.
+                clients.push(client);
+            }
+        });
+        let _ = done.send(());
+    });
+    finished
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a flooding connection kept its task from yielding: the other calls starved");
 }
