@@ -13,7 +13,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 use tokio::sync::Notify;
 
@@ -27,7 +27,8 @@ use crate::transport::{BoxFuture, Connection, RecvOpcode, SendData};
 const CREDITS_KEY: u8 = 15 << 3;
 
 /// Frames are encoded into blocks of this size, each shared by consecutive frames, instead of
-/// an allocation per frame.
+/// an allocation per frame; received frames are copied into blocks of the same size
+/// ([`FrameChannel::land`]).
 const SCRATCH: usize = 1024;
 
 pub(crate) struct FrameChannel {
@@ -40,6 +41,8 @@ pub(crate) struct FrameChannel {
     max_frame: usize,
     /// Where frames are encoded (see [`SCRATCH`]).
     scratch: Mutex<BytesMut>,
+    /// Where received frames are copied before they are decoded (see [`FrameChannel::land`]).
+    landing: Mutex<BytesMut>,
 }
 
 impl std::fmt::Debug for FrameChannel {
@@ -84,6 +87,7 @@ impl FrameChannel {
             peer_max_frame: AtomicUsize::new(super::FRAME_OVERHEAD * 2),
             max_frame,
             scratch: Mutex::new(BytesMut::new()),
+            landing: Mutex::new(BytesMut::new()),
         })
     }
 
@@ -264,7 +268,7 @@ impl FrameChannel {
                 completion.opcode
             )));
         }
-        let decoded = Frame::decode(completion.buf.as_slice());
+        let decoded = Frame::decode(self.land(completion.buf.as_slice()));
         let reposted = self.conn.post_recv(completion.buf);
         let frame = decoded.map_err(|e| self.malformed(format!("undecodable frame: {e}")))?;
         if reposted.is_err() {
@@ -291,6 +295,20 @@ impl FrameChannel {
             }
         }
         Ok(frame)
+    }
+
+    /// A copy of a received frame in a block shared with the frames received before and
+    /// after it. Decoded from it, the frame's byte fields (path, metadata, inline payload)
+    /// are slices of the block rather than an allocation each; the block is reused in place
+    /// once every frame in it is dropped, or else a new one is taken. A slice a handler keeps
+    /// keeps its block (at most [`SCRATCH`] bytes, or one larger frame) alive.
+    fn land(&self, frame: &[u8]) -> Bytes {
+        let mut landing = self.landing.lock().unwrap_or_else(|e| e.into_inner());
+        if landing.capacity() < frame.len() {
+            landing.reserve(SCRATCH.max(frame.len()));
+        }
+        landing.extend_from_slice(frame);
+        landing.split().freeze()
     }
 
     /// Posts one more receive; whether it was posted (the peer gets a credit for it with the
