@@ -381,38 +381,27 @@ async fn every_call_completes_once_and_no_buffer_leaks_under_faults() {
 /// fails the test at its bound instead of hanging it.
 #[test]
 fn a_connection_whose_frames_never_stop_leaves_the_runtime_to_the_others() {
-    let (done, finished) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let faults = Arc::new(Faults::default());
-            faults.flood.store(true, Ordering::Relaxed);
-            let transport = Arc::new(Faulty(Arc::new(FaultyTransport {
-                inner: tcp(),
-                faults,
-                seeds: AtomicU64::new(1),
-            })));
-            let h = Harness::start(transport, ServerConfig::default()).await;
-            // The clients' own transport is not faulty: only the server's connections flood.
-            let mut clients = Vec::new();
-            for seed in 0..2u32 {
-                let client = crate::Client::builder()
-                    .transport(tcp())
-                    .connect(&h.addr)
-                    .await
-                    .expect("connect while another connection floods");
-                let answer = inbound(&client, MSG_SEND, 100, seed).await;
-                assert!(answer.expect("an answer").exact, "client {seed}");
-                // Kept open, so that its server connection goes on flooding.
-                clients.push(client);
-            }
-        });
-        let _ = done.send(());
+    super::on_a_thread_of_its_own("calls beside flooding connections", || async {
+        let faults = Arc::new(Faults::default());
+        faults.flood.store(true, Ordering::Relaxed);
+        let transport = Arc::new(Faulty(Arc::new(FaultyTransport {
+            inner: tcp(),
+            faults,
+            seeds: AtomicU64::new(1),
+        })));
+        let h = Harness::start(transport, ServerConfig::default()).await;
+        // The clients' own transport is not faulty: only the server's connections flood.
+        let mut clients = Vec::new();
+        for seed in 0..2u32 {
+            let client = crate::Client::builder()
+                .transport(tcp())
+                .connect(&h.addr)
+                .await
+                .expect("connect while another connection floods");
+            let answer = inbound(&client, MSG_SEND, 100, seed).await;
+            assert!(answer.expect("an answer").exact, "client {seed}");
+            // Kept open, so that its server connection goes on flooding.
+            clients.push(client);
+        }
     });
-    finished
-        .recv_timeout(Duration::from_secs(60))
-        .expect("a flooding connection kept its task from yielding: the other calls starved");
 }

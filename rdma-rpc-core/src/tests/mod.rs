@@ -212,6 +212,28 @@ impl Drop for Harness {
     }
 }
 
+/// Runs the future `make` builds on a one-thread runtime on a thread of its own, and fails the
+/// test if that has not finished within a generous bound (or panicked). For tests of whether
+/// tasks yield: a task that never yields stops its runtime's timers too, so [`bounded`] could
+/// not end such a test; this fails it instead of hanging it.
+pub(crate) fn on_a_thread_of_its_own<F>(what: &str, make: impl FnOnce() -> F + Send + 'static)
+where
+    F: std::future::Future<Output = ()>,
+{
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(make());
+        let _ = done.send(());
+    });
+    finished
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("{what} did not finish (a task kept its thread, or panicked)"));
+}
+
 /// Fails the test instead of hanging it (a generous bound, not a performance assertion).
 pub(crate) async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(60), fut)

@@ -505,31 +505,20 @@ async fn spin_mode_moves_bytes() {
 /// an owner that never yields fails the test instead of hanging it.
 #[test]
 fn spinning_owners_leave_the_runtime_to_other_tasks() {
-    let (done, finished) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let t = DocaTransport::new(DocaConfig {
-                progress: ProgressMode::Spin,
-                spin: Duration::from_secs(3600),
-                ..DocaConfig::default()
-            })
-            .unwrap();
-            pair_traffic(&t).await;
-            // A task of the test's own, gated by another, while the owners spin.
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let other = tokio::spawn(async move { rx.await.unwrap() + 1 });
-            tx.send(41).unwrap();
-            assert_eq!(other.await.unwrap(), 42);
-        });
-        let _ = done.send(());
+    crate::tests::on_a_thread_of_its_own("spin-mode traffic on a one-thread runtime", || async {
+        let t = DocaTransport::new(DocaConfig {
+            progress: ProgressMode::Spin,
+            spin: Duration::from_secs(3600),
+            ..DocaConfig::default()
+        })
+        .unwrap();
+        pair_traffic(&t).await;
+        // A task of the test's own, gated by another, while the owners spin.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let other = tokio::spawn(async move { rx.await.unwrap() + 1 });
+        tx.send(41).unwrap();
+        assert_eq!(other.await.unwrap(), 42);
     });
-    finished
-        .recv_timeout(Duration::from_secs(60))
-        .expect("spin-mode traffic on a one-thread runtime finished");
 }
 
 #[tokio::test]
