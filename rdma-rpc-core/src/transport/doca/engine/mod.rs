@@ -423,9 +423,9 @@ impl Owner {
                 cmd = cmds.recv() => match cmd {
                     Some(cmd) => {
                         owner.handle(cmd);
-                        while let Ok(cmd) = cmds.try_recv() {
-                            owner.handle(cmd);
-                        }
+                        // And the ones queued behind it; senders gone is seen by the next
+                        // `recv`, after one more round of progress.
+                        let _ = owner.take_commands(&mut cmds);
                     }
                     None => break 'run,
                 },
