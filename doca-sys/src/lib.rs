@@ -76,3 +76,68 @@ pub fn take_contract_violations() -> Vec<String> {
         Vec::new()
     }
 }
+
+/// What the software provider counts per device: the calls that cost little here and a lot on
+/// a NIC (see `CONTRACT.md`, "Cost on hardware"). Every field only grows, except
+/// `pinned_bytes`; take the difference of two readings ([`Counters::since`]) to count what a
+/// piece of work did.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Memory registrations: successful `doca_mmap_start` of a local mmap (pins its pages and
+    /// creates its memory key on hardware), once per device added to the mmap.
+    pub registrations: u64,
+    /// Bytes those registrations covered.
+    pub registered_bytes: u64,
+    /// Bytes of local mmaps started and not yet stopped or destroyed: pinned right now.
+    pub pinned_bytes: u64,
+    /// Started local mmaps stopped or destroyed (unpinned, their key invalidated).
+    pub deregistrations: u64,
+    /// Successful `doca_mmap_export_rdma`.
+    pub exports: u64,
+    /// Successful `doca_mmap_create_from_export` (an imported peer mmap).
+    pub imports: u64,
+    /// Destroyed mmaps created from an export.
+    pub imports_destroyed: u64,
+    /// Tasks accepted by `doca_task_submit` (a doorbell each on hardware).
+    pub task_submissions: u64,
+}
+
+impl Counters {
+    /// What happened between `earlier` and `self` (`pinned_bytes` is `self`'s: a level, not
+    /// a count).
+    pub fn since(&self, earlier: &Counters) -> Counters {
+        Counters {
+            registrations: self.registrations - earlier.registrations,
+            registered_bytes: self.registered_bytes - earlier.registered_bytes,
+            pinned_bytes: self.pinned_bytes,
+            deregistrations: self.deregistrations - earlier.deregistrations,
+            exports: self.exports - earlier.exports,
+            imports: self.imports - earlier.imports,
+            imports_destroyed: self.imports_destroyed - earlier.imports_destroyed,
+            task_submissions: self.task_submissions - earlier.task_submissions,
+        }
+    }
+}
+
+/// The software provider's counters of the device named `ibdev_name` (`mlx5_0`). `None` with
+/// the SDK, which counts nothing, and for a name the provider does not know.
+///
+/// ```
+/// if let Some(before) = doca_sys::counters("mlx5_0") {
+///     // ... work ...
+///     let after = doca_sys::counters("mlx5_0").unwrap();
+///     println!("{} registrations", after.since(&before).registrations);
+/// }
+/// ```
+pub fn counters(ibdev_name: &str) -> Option<Counters> {
+    #[cfg(doca_sys_software)]
+    {
+        software::counters(ibdev_name)
+    }
+    #[cfg(not(doca_sys_software))]
+    {
+        let _ = ibdev_name;
+        None
+    }
+}

@@ -12,7 +12,7 @@ struct DevInfo {
     rdma: bool,
 }
 
-const NUM_DEVS: usize = 3;
+pub(super) const NUM_DEVS: usize = 3;
 
 static DEVINFOS: [DevInfo; NUM_DEVS] = [
     DevInfo {
@@ -46,6 +46,23 @@ pub(super) unsafe fn same_device(a: H, b: H) -> bool {
     // SAFETY: the caller passes open devices (live `Dev`s).
     let info = |d: H| unsafe { (d as *const Dev).as_ref() }.map(|d| d.info as *const DevInfo);
     a == b || (info(a).is_some() && info(a) == info(b))
+}
+
+/// The position of an open device's devinfo in the device list.
+///
+/// # Safety
+/// `dev` is an open device of this provider.
+pub(super) unsafe fn device_index(dev: H) -> Option<usize> {
+    // SAFETY: the caller passes an open device (a live `Dev`).
+    let info = unsafe { (dev as *const Dev).as_ref() }?.info;
+    DEVINFOS.iter().position(|d| std::ptr::eq(d, info))
+}
+
+/// The position of the device named `name` in the device list.
+pub(super) fn index_by_name(name: &str) -> Option<usize> {
+    DEVINFOS
+        .iter()
+        .position(|d| d.name.to_bytes() == name.as_bytes())
 }
 
 /// Whether an open device supports RDMA.

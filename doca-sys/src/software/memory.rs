@@ -63,7 +63,8 @@ pub(crate) unsafe extern "C" fn doca_mmap_destroy(mmap: *mut doca_mmap) -> doca_
         Some(m) if m.bufs > 0 => return DOCA_ERROR_NOT_PERMITTED,
         Some(m) => m.id,
     };
-    w.mmaps.remove(&(mmap as H));
+    let gone = w.mmaps.remove(&(mmap as H)).expect("checked above");
+    gone.count_teardown();
     w.mmap_ids.remove(&m);
     free_handle(mmap as H);
     DOCA_SUCCESS
@@ -101,6 +102,9 @@ pub(crate) unsafe extern "C" fn doca_mmap_start(mmap: *mut doca_mmap) -> doca_er
         return DOCA_ERROR_BAD_STATE;
     }
     m.started = true;
+    for &dev in &m.devs {
+        super::counters::registered(dev, m.len);
+    }
     if m.id == 0 {
         m.id = next_id;
         w.next_mmap_id = next_id;
@@ -120,6 +124,9 @@ pub(crate) unsafe extern "C" fn doca_mmap_stop(mmap: *mut doca_mmap) -> doca_err
         Some(m) if !m.started => DOCA_ERROR_BAD_STATE,
         Some(m) => {
             m.started = false;
+            for &dev in &m.devs {
+                super::counters::deregistered(dev, m.len);
+            }
             DOCA_SUCCESS
         }
     }
@@ -211,6 +218,7 @@ pub(crate) unsafe extern "C" fn doca_mmap_export_rdma(
     m.blob.extend_from_slice(&(m.addr as u64).to_le_bytes());
     m.blob.extend_from_slice(&(m.len as u64).to_le_bytes());
     m.blob.extend_from_slice(&m.permissions.to_le_bytes());
+    super::counters::exported(dev as H);
     // SAFETY: out-pointers checked non-null; the blob lives as long as the mmap.
     unsafe {
         *export_desc = m.blob.as_ptr().cast();
@@ -252,6 +260,7 @@ pub(crate) unsafe extern "C" fn doca_mmap_create_from_export(
     m.permissions = permissions;
     m.devs.push(dev as usize);
     m.remote = Some(id);
+    super::counters::imported(dev as H);
     // SAFETY: checked non-null; writable per the contract.
     unsafe { *mmap = h as *mut doca_mmap };
     DOCA_SUCCESS

@@ -116,6 +116,7 @@
 //! threads. Callbacks run without the lock held, so they may call any function except
 //! `doca_pe_progress`.
 
+mod counters;
 mod device;
 mod errors;
 mod memory;
@@ -132,6 +133,7 @@ use std::io::Write as _;
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+pub use counters::counters;
 pub use violations::{take_violations, violations};
 
 /// Status of the task that failed (remote access, receiver not ready, length).
@@ -391,6 +393,22 @@ struct Mmap {
 impl Mmap {
     fn exported(&self) -> bool {
         !self.blob.is_empty()
+    }
+
+    /// Counts what destroying this mmap undoes: a registration (started local mmap) or an
+    /// import.
+    fn count_teardown(&self) {
+        match self.remote {
+            Some(_) => self
+                .devs
+                .iter()
+                .for_each(|&d| counters::import_destroyed(d)),
+            None if self.started => self
+                .devs
+                .iter()
+                .for_each(|&d| counters::deregistered(d, self.len)),
+            None => {}
+        }
     }
 
     /// Whether the device `dev` (an open device handle) was added, by any of its handles.

@@ -884,7 +884,9 @@ impl World {
         t.completed = false;
         t.status = DOCA_SUCCESS;
         (t.res_len, t.res_opcode, t.res_imm, t.res_conn) = (0, 0, 0, 0);
-        self.rdmas.get_mut(&rdma).expect("checked").inflight += 1;
+        let r = self.rdmas.get_mut(&rdma).expect("checked");
+        r.inflight += 1;
+        super::counters::submitted(r.dev);
 
         let Some(conn) = conn else {
             // A receive: post it, then let waiting sends of any connection's peer match it.

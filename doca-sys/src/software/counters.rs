@@ -1,0 +1,113 @@
+//! What the provider counts per device: the calls that are cheap here and expensive on a NIC.
+//!
+//! On hardware, `doca_mmap_start` pins pages and creates a memory key, destroying a started
+//! mmap unpins and invalidates it, each export and each import creates an object, and each
+//! submitted task rings a doorbell. The provider does all of that for free, so it counts it
+//! instead: tests assert the counts (zero per call on a hot path) the way they count
+//! allocations. Counters are per device (every opening of `mlx5_0` counts together), lock-free
+//! and never reset: readers take differences.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+
+use super::device::{device_index, NUM_DEVS};
+use super::H;
+use crate::Counters;
+
+/// One device's counters.
+struct DeviceCounters {
+    registrations: AtomicU64,
+    registered_bytes: AtomicU64,
+    pinned_bytes: AtomicI64,
+    deregistrations: AtomicU64,
+    exports: AtomicU64,
+    imports: AtomicU64,
+    imports_destroyed: AtomicU64,
+    task_submissions: AtomicU64,
+}
+
+impl DeviceCounters {
+    const fn new() -> DeviceCounters {
+        DeviceCounters {
+            registrations: AtomicU64::new(0),
+            registered_bytes: AtomicU64::new(0),
+            pinned_bytes: AtomicI64::new(0),
+            deregistrations: AtomicU64::new(0),
+            exports: AtomicU64::new(0),
+            imports: AtomicU64::new(0),
+            imports_destroyed: AtomicU64::new(0),
+            task_submissions: AtomicU64::new(0),
+        }
+    }
+
+    fn read(&self) -> Counters {
+        Counters {
+            registrations: self.registrations.load(Relaxed),
+            registered_bytes: self.registered_bytes.load(Relaxed),
+            pinned_bytes: self.pinned_bytes.load(Relaxed).max(0) as u64,
+            deregistrations: self.deregistrations.load(Relaxed),
+            exports: self.exports.load(Relaxed),
+            imports: self.imports.load(Relaxed),
+            imports_destroyed: self.imports_destroyed.load(Relaxed),
+            task_submissions: self.task_submissions.load(Relaxed),
+        }
+    }
+}
+
+static DEVICES: [DeviceCounters; NUM_DEVS] = [const { DeviceCounters::new() }; NUM_DEVS];
+
+/// The counters of the device an open device handle belongs to.
+fn of(dev: H) -> Option<&'static DeviceCounters> {
+    // SAFETY: callers pass device handles the provider checked (an mmap's added devices, a
+    // context's device, an argument already validated as open).
+    unsafe { device_index(dev) }.map(|i| &DEVICES[i])
+}
+
+/// `doca_mmap_start` registered `len` bytes for `dev`.
+pub(super) fn registered(dev: H, len: usize) {
+    if let Some(c) = of(dev) {
+        c.registrations.fetch_add(1, Relaxed);
+        c.registered_bytes.fetch_add(len as u64, Relaxed);
+        c.pinned_bytes.fetch_add(len as i64, Relaxed);
+    }
+}
+
+/// A started local mmap of `len` bytes was stopped or destroyed: its pages are unpinned.
+pub(super) fn deregistered(dev: H, len: usize) {
+    if let Some(c) = of(dev) {
+        c.deregistrations.fetch_add(1, Relaxed);
+        c.pinned_bytes.fetch_sub(len as i64, Relaxed);
+    }
+}
+
+/// `doca_mmap_export_rdma` exported an mmap for `dev`.
+pub(super) fn exported(dev: H) {
+    if let Some(c) = of(dev) {
+        c.exports.fetch_add(1, Relaxed);
+    }
+}
+
+/// `doca_mmap_create_from_export` created an mmap on `dev`.
+pub(super) fn imported(dev: H) {
+    if let Some(c) = of(dev) {
+        c.imports.fetch_add(1, Relaxed);
+    }
+}
+
+/// An mmap created from an export on `dev` was destroyed.
+pub(super) fn import_destroyed(dev: H) {
+    if let Some(c) = of(dev) {
+        c.imports_destroyed.fetch_add(1, Relaxed);
+    }
+}
+
+/// `doca_task_submit` accepted a task of a context on `dev`.
+pub(super) fn submitted(dev: H) {
+    if let Some(c) = of(dev) {
+        c.task_submissions.fetch_add(1, Relaxed);
+    }
+}
+
+/// The counters of the device named `ibdev_name` (`mlx5_0`), `None` for an unknown name.
+pub fn counters(ibdev_name: &str) -> Option<Counters> {
+    super::device::index_by_name(ibdev_name).map(|i| DEVICES[i].read())
+}
