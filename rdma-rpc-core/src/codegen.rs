@@ -8,7 +8,7 @@ pub use prost;
 
 pub use crate::client::Client;
 pub use crate::error::Error;
-pub use crate::memory::RegisteredBuf;
+pub use crate::memory::{Buffer, RegisteredBuf};
 pub use crate::remote::RemoteBuf;
 pub use crate::service::{
     EndpointDef, IntoRequest, OpKind, RawRequest, Request, ServerCall, Service,
@@ -67,15 +67,16 @@ where
 
 /// A receive or read call whose bytes land in `dst`: returns the decoded response and `dst`
 /// holding them.
-pub async fn call_outbound_into<Req, Resp>(
+pub async fn call_outbound_into<Req, Resp, B>(
     client: &Client,
     endpoint: &'static EndpointDef,
     request: Request<Req>,
-    dst: RegisteredBuf,
-) -> Result<(Resp, RegisteredBuf), Status>
+    dst: B,
+) -> Result<(Resp, B), Status>
 where
     Req: prost::Message,
     Resp: prost::Message + Default,
+    B: Buffer,
 {
     let (message, options) = request.into_call();
     let message = encode_message(&message);

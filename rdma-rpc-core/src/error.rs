@@ -114,6 +114,15 @@ pub enum Error {
         /// Capacity of the posted receive buffer.
         capacity: u64,
     },
+    /// A bounded resource of this side is all in use; `what` names the setting that bounds
+    /// it, `detail` what was asked and the ways out.
+    #[error("{what} exhausted: {detail}")]
+    Exhausted {
+        /// The setting that bounds the resource.
+        what: &'static str,
+        /// What was asked, and what to do.
+        detail: String,
+    },
     /// A limit was hit; `limit` names it.
     #[error("limit `{limit}` exceeded: {actual} > {max}")]
     LimitExceeded {
@@ -214,6 +223,10 @@ impl Error {
                 limit,
                 max: *max,
                 actual: *actual,
+            },
+            Error::Exhausted { what, detail } => Error::Exhausted {
+                what,
+                detail: detail.clone(),
             },
             Error::InvalidArgument(s) => Error::InvalidArgument(s.clone()),
             Error::Protocol { peer, reason } => Error::Protocol {

@@ -31,9 +31,11 @@ pub mod transport;
 pub use bytes::Bytes;
 pub use client::{CallOptions, Client, ClientBuilder, ClientConfig, ClientStats};
 pub use error::{Error, Result};
-pub use memory::{Access, BufferPool, MemoryRegion, RegisteredBuf};
+pub use memory::{
+    Access, Buffer, BufferPool, MemoryRegion, RegisteredBuf, SharedBuf, SharedRegion,
+};
 pub use metadata::Metadata;
-pub use remote::{Offer, RemoteBuf, RemoteMemory};
+pub use remote::{Offer, RemoteBuf, RemoteMemory, Share};
 pub use server::{
     BoundServer, ConnectionCount, ConnectionInfo, PoolInfo, Server, ServerBuilder, ServerConfig,
     ServerHandle,

@@ -6,6 +6,7 @@ use std::any::Any;
 use std::fmt;
 use std::ops::{BitOr, BitOrAssign};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::Semaphore;
@@ -13,9 +14,12 @@ use tokio::sync::Semaphore;
 use crate::error::{Error, Result};
 
 mod region;
+mod shared;
 
 pub(crate) use region::frozen_view;
 pub use region::MemoryRegion;
+pub(crate) use shared::{from_registered, into_registered};
+pub use shared::{Buffer, SharedBuf, SharedRegion};
 
 /// Alignment of every registered buffer (a page, as RDMA registrations like).
 pub const BUFFER_ALIGN: usize = 4096;
@@ -99,11 +103,21 @@ impl fmt::Debug for Access {
 /// Its bytes are only ever touched through raw pointers: by the owner of the
 /// [`RegisteredBuf`] that holds it, or by a transport while it owns the buffer for an operation
 /// or holds a window guard over it. That ownership discipline is what makes concurrent access
-/// impossible.
+/// by local code impossible.
+///
+/// A peer is the exception: over a transport that cannot revoke a window (DOCA), a peer that
+/// was given the region's key can write its bytes at any time until the registration ends.
+/// Such a region is **exposed** ([`Region::expose`]); from then on no reference to its bytes
+/// is ever formed: they are read and written by [`RegisteredBuf::copy_out`] and
+/// [`RegisteredBuf::copy_in`] only (raw copies), the slice accessors refuse it, and users only
+/// ever hold exposed memory as a [`SharedBuf`], which has no slice accessors.
 pub(crate) struct Region {
     ptr: NonNull<u8>,
     capacity: usize,
     access: Access,
+    /// A peer may write these bytes behind our back (see the type's documentation). Only ever
+    /// set, never cleared: the region lives no longer than its registrations.
+    exposed: AtomicBool,
     /// A transport's registration of this memory (DOCA: its mmap), made on first use and
     /// kept for the region's life, so nothing is registered per request.
     registration: OnceLock<Box<dyn Any + Send + Sync>>,
@@ -111,10 +125,12 @@ pub(crate) struct Region {
 
 // SAFETY: `Region` is a plain heap allocation of bytes with no thread affinity. Who may touch
 // the bytes at a given time is decided by ownership of `RegisteredBuf` (exclusive) and by window
-// guards in the transports, never by which thread holds the `Arc<Region>`.
+// guards in the transports, never by which thread holds the `Arc<Region>`; bytes a peer may
+// write (an exposed region) are only copied through raw pointers, never borrowed.
 unsafe impl Send for Region {}
-// SAFETY: see `Send`: shared references to `Region` only read `ptr`/`capacity`/`access`; the
-// bytes are reached through raw pointers under the ownership discipline described above.
+// SAFETY: see `Send`: shared references to `Region` only read `ptr`/`capacity`/`access` and
+// the atomic `exposed` flag; the bytes are reached through raw pointers under the discipline
+// described above.
 unsafe impl Sync for Region {}
 
 impl Region {
@@ -146,6 +162,7 @@ impl Region {
             ptr,
             capacity,
             access,
+            exposed: AtomicBool::new(false),
             registration: OnceLock::new(),
         }))
     }
@@ -158,6 +175,18 @@ impl Region {
     /// Size of the whole allocation (every view of it included).
     pub(crate) fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Marks the region as reachable by a peer that may write it at any time from now on
+    /// (a transport gave out a key to it that it cannot revoke). See the type's docs.
+    #[cfg_attr(not(feature = "doca"), allow(dead_code))]
+    pub(crate) fn expose(&self) {
+        self.exposed.store(true, Ordering::Release);
+    }
+
+    /// Whether a peer may write the region's bytes behind our back.
+    pub(crate) fn is_exposed(&self) -> bool {
+        self.exposed.load(Ordering::Acquire)
     }
 
     /// The transport registration of this region, made by `init` on first use.
@@ -228,12 +257,19 @@ pub struct RegisteredBuf {
     start: usize,
     capacity: usize,
     len: usize,
+    /// A view of frozen bytes (`frozen_view`): live `Bytes` share them, so nothing may write
+    /// them; its access carries no write right and its mutable accessors refuse it.
+    read_only: bool,
     pool: Option<Arc<dyn Recycle>>,
 }
 
 /// Where a pooled buffer, or a leased range, goes when dropped.
 trait Recycle: Send + Sync {
     fn give_back(&self, region: Arc<Region>, start: usize, capacity: usize);
+
+    /// The buffer is not coming back (it must never be reused): the pool may make another.
+    #[cfg_attr(not(feature = "doca"), allow(dead_code))]
+    fn discard(&self) {}
 }
 
 impl RegisteredBuf {
@@ -259,6 +295,7 @@ impl RegisteredBuf {
             region,
             start: 0,
             len: 0,
+            read_only: false,
             pool,
         }
     }
@@ -278,9 +315,13 @@ impl RegisteredBuf {
         self.len == 0
     }
 
-    /// Access rights the buffer was registered with.
+    /// Access rights the buffer was registered with (no write right for a read-only view).
     pub fn access(&self) -> Access {
-        self.region.access
+        if self.read_only {
+            Access::from_bits_truncate(self.region.access.bits() & Access::REMOTE_READ.bits())
+        } else {
+            self.region.access
+        }
     }
 
     /// Sets the data length. Panics if `len` exceeds the capacity (a programming error).
@@ -293,20 +334,48 @@ impl RegisteredBuf {
         self.len = len;
     }
 
+    /// Panics unless references to the bytes may be formed: never for memory a peer may
+    /// still write. Users cannot reach such a buffer (exposed memory is only ever theirs as a
+    /// [`SharedBuf`]); the runtime copies it with `copy_in` / `copy_out`. A failure here is a
+    /// bug of this crate.
+    #[track_caller]
+    fn assert_borrowable(&self) {
+        assert!(
+            !self.region.is_exposed(),
+            "rdma-rpc bug: a reference to memory a peer may still write (use copy_in/copy_out)"
+        );
+    }
+
+    /// Panics for a read-only view (frozen bytes that live `Bytes` share).
+    #[track_caller]
+    fn assert_writable(&self) {
+        assert!(
+            !self.read_only,
+            "rdma-rpc bug: writing into frozen bytes that live `Bytes` share"
+        );
+        self.assert_borrowable();
+    }
+
     /// The data.
     pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: we own the buffer exclusively (see `Region`); `len <= capacity`.
+        self.assert_borrowable();
+        // SAFETY: no peer can write the region (checked just above: it was never exposed), and
+        // local code reaches these bytes only through this buffer, which we own (see
+        // `Region`); shared access through `&self` is read-only. `len <= capacity`.
         unsafe { std::slice::from_raw_parts(self.ptr_at(0), self.len) }
     }
 
     /// The data, mutable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: we own the buffer exclusively and hold `&mut self`; `len <= capacity`.
+        self.assert_writable();
+        // SAFETY: as `as_slice`, and `&mut self` makes this the only access; the buffer is not
+        // a read-only view of frozen bytes (checked above). `len <= capacity`.
         unsafe { std::slice::from_raw_parts_mut(self.ptr_at(0), self.len) }
     }
 
     /// The whole capacity, mutable (to fill before [`set_len`](Self::set_len)).
     pub fn as_mut_capacity(&mut self) -> &mut [u8] {
+        self.assert_writable();
         // SAFETY: as `as_mut_slice`, over the whole allocation.
         unsafe { std::slice::from_raw_parts_mut(self.ptr_at(0), self.capacity) }
     }
@@ -320,14 +389,60 @@ impl RegisteredBuf {
                 self.capacity()
             )));
         }
+        self.assert_writable();
+        self.copy_in(0, data);
         self.set_len(data.len());
-        self.as_mut_slice().copy_from_slice(data);
         Ok(())
+    }
+
+    /// Copies `data` to byte `offset` of the buffer with a raw copy, never forming a
+    /// reference to the buffer's bytes: valid also for memory a peer may still write. Does
+    /// not change the data length. Panics if the range leaves the capacity, or for a
+    /// read-only view.
+    pub(crate) fn copy_in(&mut self, offset: usize, data: &[u8]) {
+        assert!(!self.read_only, "rdma-rpc bug: writing into frozen bytes");
+        let end = offset.checked_add(data.len());
+        assert!(
+            end.is_some_and(|end| end <= self.capacity),
+            "copy_in out of range"
+        );
+        // SAFETY: the range lies within the buffer (checked above), which we own (`&mut
+        // self`); the source is a separate slice. Nothing borrows the destination: a peer
+        // writing it concurrently (exposed memory) can only change which bytes land.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr_at(offset), data.len()) }
+    }
+
+    /// Copies bytes `offset..offset + dst.len()` of the buffer into `dst` with a raw copy,
+    /// never forming a reference to the buffer's bytes: valid also for memory a peer may
+    /// still write (the copy then holds whatever the bytes were). Panics if the range leaves
+    /// the capacity.
+    pub(crate) fn copy_out(&self, offset: usize, dst: &mut [u8]) {
+        let end = offset.checked_add(dst.len());
+        assert!(
+            end.is_some_and(|end| end <= self.capacity),
+            "copy_out out of range"
+        );
+        // SAFETY: the range lies within the buffer (checked above); no local code writes it
+        // while we hold `&self`, and the destination is a separate slice.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr_at(offset), dst.as_mut_ptr(), dst.len()) }
+    }
+
+    /// The data, copied into a new `Vec` with [`copy_out`](Self::copy_out).
+    pub(crate) fn to_vec(&self) -> Vec<u8> {
+        let mut out = vec![0u8; self.len];
+        self.copy_out(0, &mut out);
+        out
+    }
+
+    /// Whether a peer may write this buffer's bytes behind our back (see [`Region`]).
+    pub(crate) fn is_exposed(&self) -> bool {
+        self.region.is_exposed()
     }
 
     /// Turns the buffer into [`bytes::Bytes`] without copying; the buffer returns to its pool
     /// when the last `Bytes` referring to it is dropped.
     pub fn freeze(self) -> bytes::Bytes {
+        self.assert_borrowable();
         bytes::Bytes::from_owner(FrozenBuf(self))
     }
 
@@ -335,6 +450,20 @@ impl RegisteredBuf {
     #[cfg_attr(not(feature = "doca"), allow(dead_code))]
     pub(crate) fn region(&self) -> &Arc<Region> {
         &self.region
+    }
+
+    /// Drops the buffer without returning it to its pool: memory a peer may still reach by a
+    /// window that was not confirmed done is never handed out again. A region lease goes back
+    /// to its region all the same (the peer never reached the lease itself).
+    #[cfg_attr(not(feature = "doca"), allow(dead_code))]
+    pub(crate) fn discard(mut self) {
+        if let Some(pool) = self.pool.take() {
+            if self.region.is_exposed() {
+                pool.discard();
+            } else {
+                pool.give_back(self.region.clone(), self.start, self.capacity);
+            }
+        }
     }
 
     /// The address of the buffer's first byte (what a descriptor of it advertises).
@@ -355,10 +484,38 @@ impl RegisteredBuf {
     }
 }
 
+/// Copies `len` bytes from `src[src_offset..]` to `dst[dst_offset..]` with a raw copy, never
+/// forming a reference to either buffer's bytes: valid also when a peer may write one of them.
+/// Panics if a range leaves its buffer's capacity, or for a read-only destination.
+#[cfg_attr(not(feature = "doca"), allow(dead_code))]
+pub(crate) fn copy_between(
+    src: &RegisteredBuf,
+    src_offset: usize,
+    dst: &mut RegisteredBuf,
+    dst_offset: usize,
+    len: usize,
+) {
+    let fits =
+        |offset: usize, capacity: usize| offset.checked_add(len).is_some_and(|e| e <= capacity);
+    assert!(
+        fits(src_offset, src.capacity) && fits(dst_offset, dst.capacity),
+        "copy_between out of range"
+    );
+    assert!(!dst.read_only, "rdma-rpc bug: writing into frozen bytes");
+    // SAFETY: both ranges lie within their buffers (checked above). `dst` is ours (`&mut`);
+    // `src` is not written by local code while we hold `&src`. Two buffers never overlap:
+    // pooled buffers are separate allocations, and leases of one region never overlap (a
+    // region refuses overlapping leases), so `copy_nonoverlapping` holds.
+    unsafe { std::ptr::copy_nonoverlapping(src.ptr_at(src_offset), dst.ptr_at(dst_offset), len) }
+}
+
 struct FrozenBuf(RegisteredBuf);
 
 impl AsRef<[u8]> for FrozenBuf {
     fn as_ref(&self) -> &[u8] {
+        // Checked at `freeze`: the region was not exposed then. It cannot become exposed
+        // later: the runtime exposes only its own staging, bounce and slot memory and
+        // `SharedRegion`s, none of which it freezes.
         self.0.as_slice()
     }
 }
@@ -383,16 +540,19 @@ impl Drop for RegisteredBuf {
 }
 
 struct PoolInner {
-    free: Mutex<Vec<Arc<Region>>>,
+    /// Free buffers: a slab and the offset of the buffer in it.
+    free: Mutex<Vec<(Arc<Region>, usize)>>,
     available: Semaphore,
     buf_size: usize,
     count: usize,
+    /// The allocations the buffers are views of (one unless the pool is over 1 GiB).
+    slabs: Vec<Arc<Region>>,
 }
 
 impl Recycle for PoolInner {
-    fn give_back(&self, region: Arc<Region>, _: usize, _: usize) {
+    fn give_back(&self, region: Arc<Region>, start: usize, _: usize) {
         match self.free.lock() {
-            Ok(mut free) => free.push(region),
+            Ok(mut free) => free.push((region, start)),
             // A poisoned pool lost a buffer; never panic in Drop.
             Err(_) => return,
         }
@@ -402,19 +562,33 @@ impl Recycle for PoolInner {
 
 /// A fixed set of buffers of one size, registered once when the pool is made.
 ///
-/// Cheap to clone. [`acquire`](Self::acquire) waits for a free buffer; dropping the buffer
-/// returns it.
+/// The buffers are views of one allocation (several for pools over 1 GiB), so a transport
+/// registers the whole pool once. Cheap to clone. [`acquire`](Self::acquire) waits for a free
+/// buffer; dropping the buffer returns it.
 #[derive(Clone)]
 pub struct BufferPool {
     inner: Arc<PoolInner>,
 }
 
 impl BufferPool {
-    /// Registers `count` buffers of `buf_size` bytes each.
+    /// Allocates `count` buffers of `buf_size` bytes each.
     pub fn new(buf_size: usize, count: usize, access: Access) -> Result<BufferPool> {
+        let per_slab = (MAX_BUFFER / buf_size.max(1)).max(1);
         let mut free = Vec::with_capacity(count);
-        for _ in 0..count {
-            free.push(Region::new(buf_size, access)?);
+        let mut slabs = Vec::new();
+        let mut left = count;
+        while left > 0 {
+            let n = left.min(per_slab);
+            let bytes = n.checked_mul(buf_size).ok_or(Error::LimitExceeded {
+                limit: "buffer_size",
+                max: MAX_BUFFER as u64,
+                actual: buf_size as u64,
+            })?;
+            let slab = Region::new(bytes, access)?;
+            // Handed out from the front: the buffers used first are the first of the slab.
+            free.extend((0..n).rev().map(|i| (slab.clone(), i * buf_size)));
+            slabs.push(slab);
+            left -= n;
         }
         Ok(BufferPool {
             inner: Arc::new(PoolInner {
@@ -422,13 +596,25 @@ impl BufferPool {
                 available: Semaphore::new(count),
                 buf_size,
                 count,
+                slabs,
             }),
         })
+    }
+
+    /// The allocations the buffers are views of, for a transport to register up front.
+    #[cfg_attr(not(feature = "doca"), allow(dead_code))]
+    pub(crate) fn slabs(&self) -> &[Arc<Region>] {
+        &self.inner.slabs
     }
 
     /// Size of each buffer.
     pub fn buf_size(&self) -> usize {
         self.inner.buf_size
+    }
+
+    /// Whether both are clones of one pool.
+    pub(crate) fn same_pool(&self, other: &BufferPool) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// Number of buffers in the pool.
@@ -461,14 +647,21 @@ impl BufferPool {
     }
 
     fn take_after_permit(&self) -> RegisteredBuf {
-        let region = self
+        let (region, start) = self
             .inner
             .free
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .pop()
             .expect("a permit guarantees a free buffer");
-        RegisteredBuf::whole(region, Some(self.inner.clone() as Arc<dyn Recycle>))
+        RegisteredBuf {
+            region,
+            start,
+            capacity: self.inner.buf_size,
+            len: 0,
+            read_only: false,
+            pool: Some(self.inner.clone() as Arc<dyn Recycle>),
+        }
     }
 }
 
@@ -482,30 +675,74 @@ impl fmt::Debug for BufferPool {
     }
 }
 
-/// Registered buffers for receiving bytes of unknown size, by power-of-two size class.
+/// Registered buffers for bytes of unknown size, by power-of-two size class.
 ///
-/// Each class keeps up to `budget / class size` buffers (at least 2) registered for reuse;
-/// beyond that a one-off buffer is registered, so a caller that keeps many results never
-/// waits.
+/// A class grows in slabs: one allocation (so one registration, on its first use) holding
+/// several buffers, each slab as large as all the class's earlier ones together, so a class
+/// that ends up with `n` buffers was registered about `log2(n)` times. Each class keeps up to
+/// `budget / class size` buffers (at least 2), so in steady state nothing is registered.
+/// Beyond that, [`acquire`](Self::acquire) registers a one-off buffer (so a caller that keeps
+/// many results never waits), which is counted and logged once: a registration per call on
+/// RDMA hardware, the sign of a budget set too low; [`try_acquire`](Self::try_acquire) refuses
+/// instead. [`reserve`](Self::reserve) makes a class's first slab up front.
 pub(crate) struct StagingPools {
     budget: usize,
     classes: Mutex<Vec<Arc<StagingClass>>>,
     /// Buffers handed out so far (a copy each, for whoever counts copies).
     acquired: std::sync::atomic::AtomicU64,
+    /// One-off buffers registered beyond the budget.
+    one_offs: std::sync::atomic::AtomicU64,
 }
 
 struct StagingClass {
     size: usize,
+    /// Most buffers the class makes (budget / size, at least 2).
     max: usize,
-    created: Mutex<usize>,
-    free: Mutex<Vec<Arc<Region>>>,
+    state: Mutex<ClassState>,
+}
+
+#[derive(Default)]
+struct ClassState {
+    /// Buffers made so far (handed out, free, or discarded and not yet replaced).
+    created: usize,
+    /// Free buffers: a slab and the offset of the buffer in it.
+    free: Vec<(Arc<Region>, usize)>,
+}
+
+impl StagingClass {
+    fn state(&self) -> std::sync::MutexGuard<'_, ClassState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new slab of `count` buffers (within the class's maximum): all but the first go to the
+    /// free list, the first is returned.
+    fn grow(&self, state: &mut ClassState, count: usize) -> Result<Option<(Arc<Region>, usize)>> {
+        let count = count
+            .min(self.max - state.created)
+            .min(MAX_BUFFER / self.size)
+            .max(usize::from(state.created < self.max));
+        if count == 0 {
+            return Ok(None);
+        }
+        let slab = Region::new(count * self.size, STAGING_ACCESS)?;
+        state.created += count;
+        state
+            .free
+            .extend((1..count).rev().map(|i| (slab.clone(), i * self.size)));
+        Ok(Some((slab, 0)))
+    }
 }
 
 impl Recycle for StagingClass {
-    fn give_back(&self, region: Arc<Region>, _: usize, _: usize) {
-        if let Ok(mut free) = self.free.lock() {
-            free.push(region);
-        }
+    fn give_back(&self, region: Arc<Region>, start: usize, _: usize) {
+        self.state().free.push((region, start));
+    }
+
+    fn discard(&self) {
+        // The buffer's bytes stay in their slab, never handed out again; the class may make
+        // another in its place.
+        let mut state = self.state();
+        state.created = state.created.saturating_sub(1);
     }
 }
 
@@ -523,7 +760,14 @@ impl StagingPools {
             budget,
             classes: Mutex::new(Vec::new()),
             acquired: std::sync::atomic::AtomicU64::new(0),
+            one_offs: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// One-off buffers registered beyond the budget so far.
+    #[allow(dead_code)]
+    pub(crate) fn one_offs(&self) -> u64 {
+        self.one_offs.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Buffers handed out so far.
@@ -532,49 +776,96 @@ impl StagingPools {
         self.acquired.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// A buffer with capacity of at least `len` bytes and data length 0.
+    /// A buffer with capacity of at least `len` bytes and data length 0: a pooled one, or
+    /// past the budget a one-off registration (counted, and logged the first time).
     pub(crate) fn acquire(&self, len: usize) -> Result<RegisteredBuf> {
+        match self.try_acquire(len)? {
+            Some(buf) => Ok(buf),
+            None => {
+                let size = Self::class_size(len).unwrap_or(len);
+                let n = self
+                    .one_offs
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if n == 0 {
+                    tracing::warn!(
+                        size,
+                        budget = self.budget,
+                        "staging buffers in use exceed the staging budget: registering a buffer \
+                         per call from now on (costly on RDMA hardware); raise staging_budget"
+                    );
+                }
+                RegisteredBuf::new(size, STAGING_ACCESS)
+            }
+        }
+    }
+
+    /// The class of a request for `len` bytes (`None`: larger than any buffer).
+    fn class_size(len: usize) -> Option<usize> {
+        len.max(MIN_STAGING)
+            .checked_next_power_of_two()
+            .filter(|&size| size <= MAX_BUFFER)
+    }
+
+    fn class(&self, len: usize) -> Result<Arc<StagingClass>> {
+        let Some(size) = Self::class_size(len) else {
+            return Err(Error::LimitExceeded {
+                limit: "buffer_size",
+                max: MAX_BUFFER as u64,
+                actual: len as u64,
+            });
+        };
+        let mut classes = self.classes.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(match classes.iter().find(|c| c.size == size) {
+            Some(c) => c.clone(),
+            None => {
+                let c = Arc::new(StagingClass {
+                    size,
+                    max: (self.budget / size).max(2),
+                    state: Mutex::new(ClassState::default()),
+                });
+                classes.push(c.clone());
+                c
+            }
+        })
+    }
+
+    /// Makes a slab of up to `count` buffers for requests of `len` bytes now (within the
+    /// budget), so that they need no registration later: the slab, for the caller to register.
+    #[cfg_attr(not(feature = "doca"), allow(dead_code))]
+    pub(crate) fn reserve(&self, len: usize, count: usize) -> Result<Option<Arc<Region>>> {
+        let class = self.class(len)?;
+        let mut state = class.state();
+        let slab = class.grow(&mut state, count)?;
+        Ok(slab.map(|(slab, start)| {
+            state.free.push((slab.clone(), start));
+            slab
+        }))
+    }
+
+    /// A pooled buffer with capacity of at least `len` bytes and data length 0, or `None` when
+    /// its class already has every buffer the budget allows out.
+    pub(crate) fn try_acquire(&self, len: usize) -> Result<Option<RegisteredBuf>> {
         self.acquired
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let size = len
-            .max(MIN_STAGING)
-            .checked_next_power_of_two()
-            .unwrap_or(len);
-        if size > MAX_BUFFER {
-            return RegisteredBuf::new(len, STAGING_ACCESS);
-        }
-        let class = {
-            let mut classes = self.classes.lock().unwrap_or_else(|e| e.into_inner());
-            match classes.iter().find(|c| c.size == size) {
-                Some(c) => c.clone(),
+        let class = self.class(len)?;
+        let found = {
+            let mut state = class.state();
+            match state.free.pop() {
+                Some(free) => Some(free),
                 None => {
-                    let c = Arc::new(StagingClass {
-                        size,
-                        max: (self.budget / size).max(2),
-                        created: Mutex::new(0),
-                        free: Mutex::new(Vec::new()),
-                    });
-                    classes.push(c.clone());
-                    c
+                    let count = state.created.max(1);
+                    class.grow(&mut state, count)?
                 }
             }
         };
-        let reused = class.free.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let region = match reused {
-            Some(region) => region,
-            None => {
-                let mut created = class.created.lock().unwrap_or_else(|e| e.into_inner());
-                if *created >= class.max {
-                    return RegisteredBuf::new(size, STAGING_ACCESS);
-                }
-                *created += 1;
-                Region::new(size, STAGING_ACCESS)?
-            }
-        };
-        Ok(RegisteredBuf::whole(
+        Ok(found.map(|(region, start)| RegisteredBuf {
             region,
-            Some(class as Arc<dyn Recycle>),
-        ))
+            start,
+            capacity: class.size,
+            len: 0,
+            read_only: false,
+            pool: Some(class.clone() as Arc<dyn Recycle>),
+        }))
     }
 }
 
@@ -589,11 +880,17 @@ mod tests {
         let b = pool.acquire().await;
         assert!(pool.try_acquire().is_none());
         a.fill_from(b"hello").unwrap();
-        let addr = a.region().addr();
+        let addr = a.addr();
+        assert!(
+            Arc::ptr_eq(a.region(), b.region()),
+            "one allocation for the pool"
+        );
         drop(a);
         assert_eq!(pool.available(), 1);
         let c = pool.acquire().await;
-        assert_eq!(c.region().addr(), addr, "the same registration is reused");
+        assert_eq!(c.addr(), addr, "the same buffer is reused");
+        assert_eq!(c.as_slice().len(), 0);
+        assert_eq!(pool.slabs().len(), 1);
         assert_eq!(c.len(), 0);
         drop((b, c));
         assert_eq!(pool.available(), 2);
@@ -614,19 +911,65 @@ mod tests {
     }
 
     #[test]
+    fn staging_classes_grow_in_slabs() {
+        let staging = StagingPools::new(64 * 4096);
+        let bufs: Vec<_> = (0..8).map(|_| staging.acquire(4096).unwrap()).collect();
+        let mut slabs: Vec<u64> = bufs.iter().map(|b| b.region().addr()).collect();
+        slabs.dedup();
+        assert_eq!(slabs.len(), 4, "slabs of 1, 1, 2 and 4 buffers");
+        let mut addrs: Vec<u64> = bufs.iter().map(|b| b.addr()).collect();
+        addrs.sort();
+        addrs.dedup();
+        assert_eq!(addrs.len(), 8, "no two buffers share bytes");
+        drop(bufs);
+        let again: Vec<_> = (0..8).map(|_| staging.acquire(4096).unwrap()).collect();
+        assert!(
+            again.iter().all(|b| slabs.contains(&b.region().addr())),
+            "reused, no new slab"
+        );
+        drop(again);
+        let reserved = StagingPools::new(64 * 4096);
+        let slab = reserved.reserve(100, 16).unwrap().expect("room");
+        assert_eq!(slab.capacity(), 16 * 4096);
+        let held: Vec<_> = (0..16).map(|_| reserved.acquire(4096).unwrap()).collect();
+        assert!(held.iter().all(|b| Arc::ptr_eq(b.region(), &slab)));
+    }
+
+    #[test]
     fn staging_reuses_per_class_and_never_blocks() {
         let staging = StagingPools::new(8192);
         let a = staging.acquire(100).unwrap();
         assert_eq!(a.capacity(), 4096);
-        let addr = a.region().addr();
+        let addr = a.addr();
         drop(a);
         let b = staging.acquire(4000).unwrap();
-        assert_eq!(b.region().addr(), addr, "reused");
+        assert_eq!(b.addr(), addr, "reused");
         let c = staging.acquire(4096).unwrap();
+        assert!(
+            staging.try_acquire(4096).unwrap().is_none(),
+            "the class is out"
+        );
         let d = staging.acquire(4096).unwrap(); // past the class budget: one-off
         assert_eq!(d.capacity(), 4096);
+        assert_eq!(staging.one_offs(), 1, "counted");
         drop((b, c, d));
         assert_eq!(staging.acquire(5000).unwrap().capacity(), 8192);
+        // A discarded exposed buffer is not reused, and its class may make another.
+        let e = staging.acquire(4096).unwrap();
+        let f = staging.acquire(4096).unwrap();
+        let gone = e.addr();
+        e.region().expose();
+        e.discard();
+        let g = staging
+            .try_acquire(4096)
+            .unwrap()
+            .expect("room for a new one");
+        assert_ne!(g.addr(), gone);
+        assert!(
+            staging.try_acquire(4096).unwrap().is_none(),
+            "f and g are out"
+        );
+        drop((f, g));
     }
 
     #[test]

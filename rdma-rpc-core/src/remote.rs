@@ -27,12 +27,24 @@
 //! failure ends the connection. A handle works only on the connection it was offered on, and
 //! only within its window and rights; every other use fails with a status and sends nothing.
 //!
-//! # What enforces what
+//! # What enforces what, and what it costs
 //! The holder's runtime checks every use before it goes to the wire (connection, revocation,
 //! bounds, rights, alignment). The offerer's transport enforces the same window and rights
-//! on every access, against a peer that does not run this runtime: the software transports
-//! check each access, and over DOCA each offer is an mmap of its own window, destroyed when
-//! the offer is revoked.
+//! on every access, against a peer that does not run this runtime, with no memory registered
+//! per offer:
+//! - the software transports (`tcp://`, `mem://`) check each access against the window and
+//!   forget it at revocation;
+//! - over DOCA, which cannot fence a window per request, an offer of a [`RegisteredBuf`] is
+//!   served from the connection's bounce memory (registered once, reachable by this peer
+//!   only): its bytes are copied in when offered and the peer's writes copied back when it is
+//!   revoked, so the peer never reaches the buffer itself;
+//! - an offer of a [`SharedBuf`](crate::SharedBuf), a lease of a
+//!   [`SharedRegion`](crate::SharedRegion) shared with this connection
+//!   ([`RemoteMemory::share`]), uses the region's own registration: no copy, and the peer
+//!   reaches the whole region (with the shared rights) until the share ends; that is the
+//!   trust the application chose when it shared it.
+//!
+//! `docs/security.md` says, per mode, what a hostile peer reaches and for how long.
 
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
@@ -42,14 +54,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::memory::{Access, RegisteredBuf};
+use crate::memory::{Access, Buffer, RegisteredBuf, SharedRegion};
 use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{Kind, Offers as OfferList};
 use crate::protocol::handles::{
     AccessKind, HandleView, Holder, Offers, Refusal, REMEMBERED_REVOCATIONS,
 };
 use crate::status::Status;
-use crate::transport::{Descriptor, Grant, SendData};
+use crate::transport::{Descriptor, Grant, SendData, ShareGuard};
 
 /// How long [`Offer::revoke`] waits for the peer to confirm before it takes the window down
 /// anyway (a peer that never confirms loses the window all the same).
@@ -371,24 +383,41 @@ impl RemoteMemory {
         &self.end
     }
 
-    /// Offers all of `buf` (usually a lease of a [`MemoryRegion`](crate::MemoryRegion)) to
-    /// the peer with `access`: some of [`Access::REMOTE_READ`], [`Access::REMOTE_WRITE`] and
-    /// [`Access::REMOTE_ATOMIC`], within the rights `buf` was registered with. The peer
-    /// reaches these bytes and no others, until the offer is revoked or dropped.
-    pub fn offer(&self, buf: RegisteredBuf, access: Access) -> Result<Offer, Status> {
-        let remote = Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
-        if access == Access::LOCAL_READ || !remote.contains(access) {
-            return Err(Status::invalid_argument(format!(
-                "an offer grants remote rights only (REMOTE_READ, REMOTE_WRITE, \
-                 REMOTE_ATOMIC), not {access:?}"
-            )));
-        }
-        if !buf.access().contains(access) {
-            return Err(Status::invalid_argument(format!(
-                "the buffer is registered with {:?}, which does not include {access:?}",
-                buf.access()
-            )));
-        }
+    /// Shares all of `region` with this connection's peer with `access` (some of
+    /// [`Access::REMOTE_READ`], [`Access::REMOTE_WRITE`] and [`Access::REMOTE_ATOMIC`]), until
+    /// the returned [`Share`] is dropped: offers of its leases on this connection, results
+    /// landed in them and reads into them then register nothing and copy nothing.
+    ///
+    /// Over DOCA this registers and exports the whole region for this connection once (do it
+    /// at start-up, as NVIDIA's storage application exports its I/O memory at
+    /// `init_storage`), and the peer can reach all of the region with `access` until the share
+    /// ends, whatever the holder's runtime allows: share only with a peer you trust with the
+    /// whole region. Over the software transports nothing is registered and every offer stays
+    /// fenced to its own window.
+    pub fn share(&self, region: &SharedRegion, access: Access) -> Result<Share, Status> {
+        check_remote(access, Access::ALL, "the region")?;
+        let guard = self
+            .end
+            .channel
+            .conn()
+            .share(region, access)
+            .map_err(Status::from)?;
+        Ok(Share {
+            _guard: guard,
+            len: region.len(),
+            access,
+        })
+    }
+
+    /// Offers all of `buf` to the peer with `access`: some of [`Access::REMOTE_READ`],
+    /// [`Access::REMOTE_WRITE`] and [`Access::REMOTE_ATOMIC`], within the rights `buf` was
+    /// registered with. `buf` is usually a lease of a [`MemoryRegion`](crate::MemoryRegion)
+    /// (the peer reaches these bytes and no others, until the offer is revoked or dropped),
+    /// or of a [`SharedRegion`] shared with this connection (no copy; see the [module
+    /// docs](self) for what the peer then reaches).
+    pub fn offer<B: Buffer>(&self, buf: B, access: Access) -> Result<Offer<B>, Status> {
+        let buf = crate::memory::into_registered(buf);
+        check_remote(access, buf.access(), "the buffer")?;
         let len = buf.capacity();
         let grant = self
             .end
@@ -410,6 +439,7 @@ impl RemoteMemory {
             handle,
             grant: Some(grant),
             end: self.end.clone(),
+            kind: std::marker::PhantomData,
         })
     }
 
@@ -433,13 +463,14 @@ impl RemoteMemory {
     ///     .await?;
     /// # drop((answer, block)); Ok(()) }
     /// ```
-    pub async fn lend<F, Fut, T>(
+    pub async fn lend<B, F, Fut, T>(
         &self,
-        buf: RegisteredBuf,
+        buf: B,
         access: Access,
         work: F,
-    ) -> Result<(T, Option<RegisteredBuf>), Status>
+    ) -> Result<(T, Option<B>), Status>
     where
+        B: Buffer,
         F: FnOnce(RemoteBuf) -> Fut,
         Fut: std::future::Future<Output = T>,
     {
@@ -449,17 +480,22 @@ impl RemoteMemory {
     }
 
     /// Reads `dst.capacity()` bytes at `offset` of the peer's window into `dst` (its length
-    /// is set to them) and gives `dst` back. On failure `dst` is dropped.
-    pub async fn read(
+    /// is set to them) and gives `dst` back. On failure `dst` is dropped. `dst` is registered
+    /// memory of this side: a pool buffer, a lease of a region (registered once, on its first
+    /// use), never a buffer made for the call (that would register memory per call).
+    pub async fn read<B: Buffer>(
         &self,
         remote: &RemoteBuf,
         offset: u64,
-        dst: RegisteredBuf,
-    ) -> Result<RegisteredBuf, Status> {
+        dst: B,
+    ) -> Result<B, Status> {
+        let dst = crate::memory::into_registered(dst);
         let len = dst.capacity() as u64;
         let (d, _use) = self.end.begin(remote, offset, len, AccessKind::Read)?;
         let read = self.end.channel.conn().read(&d, dst);
-        read.await.map_err(Status::from)
+        read.await
+            .map(crate::memory::from_registered)
+            .map_err(Status::from)
     }
 
     /// Writes `src` at `offset` of the peer's window; done when the bytes are in the peer's
@@ -505,17 +541,53 @@ impl RemoteMemory {
     }
 }
 
+/// Checks the rights of an offer or a share: remote rights only, within `registered`.
+fn check_remote(access: Access, registered: Access, what: &str) -> Result<(), Status> {
+    let remote = Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
+    if access == Access::LOCAL_READ || !remote.contains(access) {
+        return Err(Status::invalid_argument(format!(
+            "an offer grants remote rights only (REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC), \
+             not {access:?}"
+        )));
+    }
+    if !registered.contains(access) {
+        return Err(Status::invalid_argument(format!(
+            "{what} is registered with {registered:?}, which does not include {access:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// A [`SharedRegion`] shared with the peer of one connection ([`RemoteMemory::share`]):
+/// registered and exported for it once. Dropping it ends the share (over DOCA the region's
+/// registration for this connection goes once no offer of it is left).
+pub struct Share {
+    _guard: ShareGuard,
+    len: usize,
+    access: Access,
+}
+
+impl fmt::Debug for Share {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Share")
+            .field("len", &self.len)
+            .field("access", &self.access)
+            .finish()
+    }
+}
+
 /// Memory offered to the peer: a fenced window and the [`RemoteBuf`] that names it.
 ///
 /// [`revoke`](Self::revoke) ends it cleanly; dropping it ends it at once (see the [module
 /// docs](self)).
-pub struct Offer {
+pub struct Offer<B: Buffer = RegisteredBuf> {
     handle: RemoteBuf,
     grant: Option<Grant>,
     end: Arc<End>,
+    kind: std::marker::PhantomData<fn() -> B>,
 }
 
-impl fmt::Debug for Offer {
+impl<B: Buffer> fmt::Debug for Offer<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Offer")
             .field("offer", &self.handle.offer)
@@ -525,7 +597,7 @@ impl fmt::Debug for Offer {
     }
 }
 
-impl Offer {
+impl<B: Buffer> Offer<B> {
     /// The handle to send to the peer (in a `remote_buffer` field).
     pub fn handle(&self) -> RemoteBuf {
         self.handle.clone()
@@ -535,7 +607,7 @@ impl Offer {
     /// confirms (or [`REVOKE_PATIENCE`] passes, or the connection ends); then the window is
     /// taken down and the buffer given back. `None` if the connection ended and dropped the
     /// buffer (a lease's range is then free again in its region).
-    pub async fn revoke(mut self) -> Option<RegisteredBuf> {
+    pub async fn revoke(mut self) -> Option<B> {
         let offer = self.handle.offer;
         let (tx, rx) = tokio::sync::oneshot::channel();
         lock(&self.end.offers).revoking(offer, tx);
@@ -545,12 +617,16 @@ impl Offer {
                 offers: vec![offer],
             }))
             .await;
+        // Whether the peer is known to be done with the window: it confirmed, or its
+        // connection is gone.
+        let mut done = true;
         if asked.is_ok() {
             let conn = channel.conn().clone();
             tokio::select! {
                 _ = rx => {}
                 _ = conn.closed() => {}
                 _ = tokio::time::sleep(REVOKE_PATIENCE) => {
+                    done = false;
                     tracing::warn!(
                         peer = %conn.peer(),
                         offer,
@@ -562,11 +638,16 @@ impl Offer {
         }
         lock(&self.end.offers).forget(offer);
         let grant = self.grant.take()?;
-        grant.revoke().await
+        let buf = if done {
+            grant.revoke().await
+        } else {
+            grant.revoke_unconfirmed().await
+        };
+        buf.map(crate::memory::from_registered)
     }
 }
 
-impl Drop for Offer {
+impl<B: Buffer> Drop for Offer<B> {
     fn drop(&mut self) {
         let Some(grant) = self.grant.take() else {
             return;

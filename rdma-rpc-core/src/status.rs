@@ -191,7 +191,7 @@ impl From<crate::Error> for Status {
     fn from(e: crate::Error) -> Status {
         use crate::Error as E;
         let code = match &e {
-            E::LimitExceeded { .. } => Code::ResourceExhausted,
+            E::LimitExceeded { .. } | E::Exhausted { .. } => Code::ResourceExhausted,
             E::InvalidArgument(_) | E::InvalidAddress { .. } => Code::InvalidArgument,
             E::RemoteAccess { .. } => Code::Aborted,
             E::VersionMismatch { .. } => Code::FailedPrecondition,

@@ -91,10 +91,12 @@ pub(super) fn generate(ir: &ServiceIr) -> TokenStream {
         } else {
             let method_into = format_ident!("{}_into", ep.method);
             let doc_into = doc_attrs(&format!(
-                "As [`{}`](Self::{}), but the server writes the bytes straight into `dst` \
-                 (a lease of a `MemoryRegion`, say): no staging buffer, no copy. Returns the \
-                 response and `dst` holding the bytes; a result larger than `dst` fails with \
-                 `OUT_OF_RANGE`.",
+                "As [`{}`](Self::{}), but the bytes land in `dst`, memory registered once: a \
+                 lease of a `MemoryRegion` (over DOCA copied in from the connection's bounce \
+                 memory, which the server writes; the server never reaches `dst`) or of a \
+                 `SharedRegion` shared with the connection (written in place). Nothing is \
+                 registered per call. Returns the response and `dst` holding the bytes; a \
+                 result larger than `dst` fails with `OUT_OF_RANGE`.",
                 ep.method, ep.method
             ));
             quote! {
@@ -111,12 +113,12 @@ pub(super) fn generate(ir: &ServiceIr) -> TokenStream {
                 }
 
                 #doc_into
-                pub async fn #method_into(
+                pub async fn #method_into<B: ::rdma_rpc_core::codegen::Buffer>(
                     &self,
                     request: impl ::rdma_rpc_core::codegen::IntoRequest<#request>,
-                    dst: ::rdma_rpc_core::codegen::RegisteredBuf,
+                    dst: B,
                 ) -> ::core::result::Result<
-                    (#response, ::rdma_rpc_core::codegen::RegisteredBuf),
+                    (#response, B),
                     ::rdma_rpc_core::codegen::Status,
                 > {
                     ::rdma_rpc_core::codegen::call_outbound_into(

@@ -227,15 +227,12 @@ impl DocaCppEndpointsClient {
             )
             .await
     }
-    /// As [`rdma_ep0_receive`](Self::rdma_ep0_receive), but the server writes the bytes straight into `dst` (a lease of a `MemoryRegion`, say): no staging buffer, no copy. Returns the response and `dst` holding the bytes; a result larger than `dst` fails with `OUT_OF_RANGE`.
-    pub async fn rdma_ep0_receive_into(
+    /// As [`rdma_ep0_receive`](Self::rdma_ep0_receive), but the bytes land in `dst`, memory registered once: a lease of a `MemoryRegion` (over DOCA copied in from the connection's bounce memory, which the server writes; the server never reaches `dst`) or of a `SharedRegion` shared with the connection (written in place). Nothing is registered per call. Returns the response and `dst` holding the bytes; a result larger than `dst` fails with `OUT_OF_RANGE`.
+    pub async fn rdma_ep0_receive_into<B: ::rdma_rpc_core::codegen::Buffer>(
         &self,
         request: impl ::rdma_rpc_core::codegen::IntoRequest<()>,
-        dst: ::rdma_rpc_core::codegen::RegisteredBuf,
-    ) -> ::core::result::Result<
-        ((), ::rdma_rpc_core::codegen::RegisteredBuf),
-        ::rdma_rpc_core::codegen::Status,
-    > {
+        dst: B,
+    ) -> ::core::result::Result<((), B), ::rdma_rpc_core::codegen::Status> {
         ::rdma_rpc_core::codegen::call_outbound_into(
                 &self.inner,
                 &DOCA_CPP_ENDPOINTS_ENDPOINTS[0],
@@ -290,15 +287,12 @@ impl DocaCppEndpointsClient {
             )
             .await
     }
-    /// As [`rdma_ep1_read`](Self::rdma_ep1_read), but the server writes the bytes straight into `dst` (a lease of a `MemoryRegion`, say): no staging buffer, no copy. Returns the response and `dst` holding the bytes; a result larger than `dst` fails with `OUT_OF_RANGE`.
-    pub async fn rdma_ep1_read_into(
+    /// As [`rdma_ep1_read`](Self::rdma_ep1_read), but the bytes land in `dst`, memory registered once: a lease of a `MemoryRegion` (over DOCA copied in from the connection's bounce memory, which the server writes; the server never reaches `dst`) or of a `SharedRegion` shared with the connection (written in place). Nothing is registered per call. Returns the response and `dst` holding the bytes; a result larger than `dst` fails with `OUT_OF_RANGE`.
+    pub async fn rdma_ep1_read_into<B: ::rdma_rpc_core::codegen::Buffer>(
         &self,
         request: impl ::rdma_rpc_core::codegen::IntoRequest<()>,
-        dst: ::rdma_rpc_core::codegen::RegisteredBuf,
-    ) -> ::core::result::Result<
-        ((), ::rdma_rpc_core::codegen::RegisteredBuf),
-        ::rdma_rpc_core::codegen::Status,
-    > {
+        dst: B,
+    ) -> ::core::result::Result<((), B), ::rdma_rpc_core::codegen::Status> {
         ::rdma_rpc_core::codegen::call_outbound_into(
                 &self.inner,
                 &DOCA_CPP_ENDPOINTS_ENDPOINTS[3],

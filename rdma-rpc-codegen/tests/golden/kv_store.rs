@@ -461,13 +461,13 @@ impl KvStoreClient {
             )
             .await
     }
-    /// As [`get_block`](Self::get_block), but the server writes the bytes straight into `dst` (a lease of a `MemoryRegion`, say): no staging buffer, no copy. Returns the response and `dst` holding the bytes; a result larger than `dst` fails with `OUT_OF_RANGE`.
-    pub async fn get_block_into(
+    /// As [`get_block`](Self::get_block), but the bytes land in `dst`, memory registered once: a lease of a `MemoryRegion` (over DOCA copied in from the connection's bounce memory, which the server writes; the server never reaches `dst`) or of a `SharedRegion` shared with the connection (written in place). Nothing is registered per call. Returns the response and `dst` holding the bytes; a result larger than `dst` fails with `OUT_OF_RANGE`.
+    pub async fn get_block_into<B: ::rdma_rpc_core::codegen::Buffer>(
         &self,
         request: impl ::rdma_rpc_core::codegen::IntoRequest<GetBlockRequest>,
-        dst: ::rdma_rpc_core::codegen::RegisteredBuf,
+        dst: B,
     ) -> ::core::result::Result<
-        (GetBlockResponse, ::rdma_rpc_core::codegen::RegisteredBuf),
+        (GetBlockResponse, B),
         ::rdma_rpc_core::codegen::Status,
     > {
         ::rdma_rpc_core::codegen::call_outbound_into(

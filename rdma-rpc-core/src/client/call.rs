@@ -109,13 +109,20 @@ impl Client {
     /// directly, with no staging buffer and no copy, and `dst` comes back holding it (its
     /// length is the result's). A result larger than `dst` fails with
     /// [`Code::OutOfRange`](crate::Code). Used by the generated `*_into` methods.
-    pub async fn call_raw_into(
+    ///
+    /// `dst` is registered once, with its region: nothing is registered per call. Over DOCA
+    /// the server writes into this connection's bounce memory and the result is copied into
+    /// `dst` (the server never reaches `dst` itself), unless `dst` is a lease of a
+    /// [`SharedRegion`](crate::SharedRegion) shared with this connection, which the server
+    /// writes directly.
+    pub async fn call_raw_into<B: crate::memory::Buffer>(
         &self,
         endpoint: &EndpointDef,
         message: Bytes,
-        dst: RegisteredBuf,
+        dst: B,
         options: impl Into<CallOptions>,
-    ) -> Result<(Bytes, RegisteredBuf), Status> {
+    ) -> Result<(Bytes, B), Status> {
+        let dst = crate::memory::into_registered(dst);
         if endpoint.op.is_inbound() {
             return Err(Status::invalid_argument(format!(
                 "{} {} takes bytes, it returns none to land in a buffer",
@@ -126,7 +133,7 @@ impl Client {
             .call_timed(endpoint, message, Payload::Into(dst), options.into())
             .await?;
         match received {
-            Received::Into(buf) => Ok((message, buf)),
+            Received::Into(buf) => Ok((message, crate::memory::from_registered(buf))),
             Received::Bytes(_) => Err(Status::internal("the result buffer was lost")),
         }
     }
@@ -282,9 +289,12 @@ impl Inner {
                     let buf = match crate::memory::frozen_view(&data) {
                         Some(view) if conn.fencing() == Fencing::Revocable => view,
                         _ => {
+                            // Staging memory of this connection: over DOCA its peer may
+                            // still reach it, so it is written by a raw copy, never borrowed.
                             let mut buf =
                                 inner.staging.acquire(data.len()).map_err(Status::from)?;
-                            buf.fill_from(&data).map_err(Status::from)?;
+                            buf.copy_in(0, &data);
+                            buf.set_len(data.len());
                             buf
                         }
                     };
@@ -299,12 +309,11 @@ impl Inner {
             }
         } else if let Some(dst) = dst {
             // The caller's buffer is the result window. Fenced: once the call is over, the
-            // server cannot write the caller's memory any more, on any transport.
+            // server cannot write the caller's memory any more, on any transport (over DOCA
+            // through this connection's bounce memory, or the region's share).
             // No more than the endpoint's buffer: a server refuses larger result windows.
             let len = dst.capacity().min(endpoint.buffer_size as usize);
-            let window = conn
-                .grant_fenced(dst, 0, len, Access::REMOTE_WRITE)
-                .map_err(Status::from)?;
+            let window = conn.grant_result(dst, len).map_err(Status::from)?;
             request.reply_to = Some(DescriptorFrame::from(window.descriptor()));
             guard.windows.push(window);
         } else if let Some(size) = inner.reply_size(endpoint) {
@@ -356,23 +365,35 @@ impl Inner {
             pushed_len,
             ..
         } = response;
-        // The last window offered for the result holds it; every window closes now.
+        // The last window offered for the result holds it; every window closes now. Of a
+        // caller's buffer, only the pushed prefix is the result.
         let reply = match guard.windows.pop() {
+            Some(window) if into => {
+                let written = if inline_payload.is_some() || status.is_some() {
+                    0
+                } else {
+                    pushed_len.min(window.descriptor().len) as usize
+                };
+                window.revoke_written(written).await
+            }
             Some(window) if !inbound => window.revoke().await,
-            other => {
-                drop(other);
+            Some(window) => {
+                window.release();
                 None
             }
+            None => None,
         };
-        guard.windows.clear();
+        guard.windows.drain(..).for_each(Grant::release);
         if let Some(status) = status {
             return Err(Status::from(status));
         }
         if into {
             return match (reply, inline_payload) {
                 (Some(mut buf), Some(payload)) if payload.len() <= buf.capacity() => {
-                    // Small enough to ride in the response: one copy, into the caller's buffer.
-                    buf.fill_from(&payload).map_err(Status::from)?;
+                    // Small enough to ride in the response: one copy, into the caller's buffer
+                    // (a raw copy: a shared region's lease is never borrowed).
+                    buf.copy_in(0, &payload);
+                    buf.set_len(payload.len());
                     Ok((metadata, Received::Into(buf)))
                 }
                 (Some(mut buf), None) if pushed_len <= buf.capacity() as u64 => {
@@ -405,7 +426,7 @@ impl Inner {
                     Fencing::Revocable => buf.freeze(),
                     // The server can still write the window (it outlives `revoke`): the
                     // caller gets a copy, never memory that may change under it.
-                    _ => inner.copies.copy(buf.as_slice()),
+                    _ => inner.copies.copy_out(&buf),
                 }
             }
             _ => {

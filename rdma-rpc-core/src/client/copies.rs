@@ -45,13 +45,15 @@ impl CopyPool {
         })
     }
 
-    /// `data`, copied into a buffer that no peer can reach.
-    pub(super) fn copy(self: &Arc<Self>, data: &[u8]) -> Bytes {
-        let mut buf = self.take(data.len());
-        buf.clear();
-        buf.extend_from_slice(data);
+    /// The data of `buf`, which a peer may still write, copied (never borrowed) into a buffer
+    /// that no peer can reach.
+    pub(super) fn copy_out(self: &Arc<Self>, buf: &crate::memory::RegisteredBuf) -> Bytes {
+        let mut data = self.take(buf.len());
+        data.clear();
+        data.resize(buf.len(), 0);
+        buf.copy_out(0, &mut data);
         Bytes::from_owner(Copy {
-            data: buf,
+            data,
             pool: Arc::downgrade(self),
         })
     }
@@ -86,20 +88,24 @@ impl CopyPool {
 mod tests {
     use super::*;
 
+    fn registered(data: &[u8]) -> crate::memory::RegisteredBuf {
+        crate::memory::RegisteredBuf::from_slice(data, crate::memory::Access::LOCAL_WRITE).unwrap()
+    }
+
     #[test]
     fn copies_are_exact_and_their_buffers_come_back() {
         let pool = CopyPool::new(1 << 20);
         let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
-        let first = pool.copy(&data);
+        let first = pool.copy_out(&registered(&data));
         assert_eq!(&first[..], &data[..]);
         let addr = first.as_ptr();
         drop(first);
-        let second = pool.copy(&data[..90_000]);
+        let second = pool.copy_out(&registered(&data[..90_000]));
         assert_eq!(&second[..], &data[..90_000]);
         assert_eq!(second.as_ptr(), addr, "the warm buffer was reused");
         drop(second);
         // Past the budget, buffers are freed instead of kept.
-        let big = pool.copy(&vec![1u8; 2 << 20]);
+        let big = pool.copy_out(&registered(&vec![1u8; 2 << 20]));
         drop(big);
         assert!(pool.free.lock().unwrap().1 <= 1 << 20);
     }

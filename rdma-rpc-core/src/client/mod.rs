@@ -760,6 +760,9 @@ async fn drive(inner: std::sync::Weak<Inner>, channel: Arc<FrameChannel>) {
                     if let Some(tx) = entry.events {
                         tx.send(event);
                     }
+                    // An abandoned call's windows: the server answered, so it is done with
+                    // them (their memory may serve again).
+                    entry.hold.into_iter().for_each(Grant::release);
                 }
             }
             ServerEvent::Grant(_) => {

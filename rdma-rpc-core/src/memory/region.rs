@@ -27,7 +27,7 @@ pub struct MemoryRegion {
     leases: Arc<Leases>,
 }
 
-struct Leases {
+pub(super) struct Leases {
     region: Arc<Region>,
     /// Leased ranges `(start, end)`, unordered; a region rarely has more than a few hundred.
     taken: Mutex<Vec<(usize, usize)>>,
@@ -58,7 +58,10 @@ impl Recycle for KeepBytes {
 /// by [`RegisteredBuf::freeze`] of a lease, or are a slice of such bytes): registered memory
 /// that can be sent as it is. The view keeps `bytes` alive, and with them the lease.
 ///
-/// Only for sources of sends and writes: the bytes are frozen, nothing may write them.
+/// Only for sources of sends and writes: the bytes are frozen, nothing may write them, and the
+/// view says so in its type's terms: it is read-only (its access has no write right, so no
+/// transport posts a receive, a read or a writable window over it, and its mutable accessors
+/// refuse it).
 pub(crate) fn frozen_view(bytes: &Bytes) -> Option<RegisteredBuf> {
     if bytes.is_empty() {
         return None;
@@ -81,13 +84,64 @@ pub(crate) fn frozen_view(bytes: &Bytes) -> Option<RegisteredBuf> {
         start,
         capacity: bytes.len(),
         len: bytes.len(),
+        read_only: true,
         pool: Some(Arc::new(KeepBytes(bytes.clone())) as Arc<dyn Recycle>),
     })
 }
 
 impl Leases {
+    pub(super) fn new(region: Arc<Region>) -> Arc<Leases> {
+        Arc::new(Leases {
+            region,
+            taken: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub(super) fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
     fn taken(&self) -> MutexGuard<'_, Vec<(usize, usize)>> {
         self.taken.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Bytes currently leased.
+    pub(super) fn leased(&self) -> usize {
+        self.taken().iter().map(|(s, e)| e - s).sum()
+    }
+
+    /// A buffer over `[offset, offset + len)` of the region, if that range is in it and free.
+    pub(super) fn lease(
+        self: &Arc<Self>,
+        offset: usize,
+        len: usize,
+        what: &str,
+    ) -> Result<RegisteredBuf> {
+        let end = offset
+            .checked_add(len)
+            .filter(|&end| end <= self.region.capacity())
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "range {offset}+{len} outside a {what} of {} bytes",
+                    self.region.capacity()
+                ))
+            })?;
+        let mut taken = self.taken();
+        if let Some((s, e)) = taken.iter().find(|(s, e)| offset < *e && *s < end) {
+            return Err(Error::InvalidArgument(format!(
+                "bytes {offset}..{end} of the {what} overlap bytes {s}..{e}, which are \
+                 still leased (drop that buffer, or revoke its offer, first)"
+            )));
+        }
+        taken.push((offset, end));
+        Ok(RegisteredBuf {
+            region: self.region.clone(),
+            start: offset,
+            capacity: len,
+            len,
+            read_only: false,
+            pool: Some(self.clone() as Arc<dyn Recycle>),
+        })
     }
 }
 
@@ -107,10 +161,7 @@ impl MemoryRegion {
         let region = Region::new(len, Access::ALL)?;
         regions().insert(region.addr(), (len as u64, Arc::downgrade(&region)));
         Ok(MemoryRegion {
-            leases: Arc::new(Leases {
-                region,
-                taken: Mutex::new(Vec::new()),
-            }),
+            leases: Leases::new(region),
         })
     }
 
@@ -126,7 +177,7 @@ impl MemoryRegion {
 
     /// Bytes currently leased.
     pub fn leased(&self) -> usize {
-        self.leases.taken().iter().map(|(s, e)| e - s).sum()
+        self.leases.leased()
     }
 
     /// Leases `len` bytes at `offset`: a buffer over exactly those bytes, holding them (its
@@ -134,30 +185,7 @@ impl MemoryRegion {
     /// leased; the range is free again when the buffer (or the `Bytes` it was frozen into) is
     /// dropped.
     pub fn lease(&self, offset: usize, len: usize) -> Result<RegisteredBuf> {
-        let end = offset
-            .checked_add(len)
-            .filter(|&end| end <= self.len())
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "range {offset}+{len} outside a memory region of {} bytes",
-                    self.len()
-                ))
-            })?;
-        let mut taken = self.leases.taken();
-        if let Some((s, e)) = taken.iter().find(|(s, e)| offset < *e && *s < end) {
-            return Err(Error::InvalidArgument(format!(
-                "bytes {offset}..{end} of the memory region overlap bytes {s}..{e}, which are \
-                 still leased (drop that buffer, or revoke its offer, first)"
-            )));
-        }
-        taken.push((offset, end));
-        Ok(RegisteredBuf {
-            region: self.leases.region.clone(),
-            start: offset,
-            capacity: len,
-            len,
-            pool: Some(self.leases.clone() as Arc<dyn Recycle>),
-        })
+        self.leases.lease(offset, len, "memory region")
     }
 }
 

@@ -353,8 +353,9 @@ async fn from_slot(call: &mut Call) -> Result<Bytes, Status> {
     Ok(match call.channel.conn().fencing() {
         Fencing::Revocable => buf.freeze(),
         // The client can still write the slot (the window outlives `revoke`): the handler
-        // gets a copy, and the slot goes back to the connection at once.
-        _ => Bytes::copy_from_slice(buf.as_slice()),
+        // gets a copy (a raw copy: those bytes are never borrowed), and the slot goes back
+        // to the connection at once.
+        _ => Bytes::from(buf.to_vec()),
     })
 }
 

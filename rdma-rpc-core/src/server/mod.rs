@@ -307,6 +307,10 @@ impl ServerBuilder {
             None => transport_for(addr)?,
         };
         check_fencing(&config, transport.fencing())?;
+        // Pools are registered once, here, not by the calls that first use their buffers.
+        for pool in routes.pools() {
+            transport.register_pool(pool)?;
+        }
         let listener = transport.listen(addr).await?;
         tracing::info!(addr = %listener.local_addr(), "rdma-rpc server listening");
         Ok(BoundServer {
@@ -386,6 +390,17 @@ fn op_slot(op: OpKind) -> usize {
 }
 
 impl Routes {
+    /// Every path's pool, once each.
+    fn pools(&self) -> Vec<&BufferPool> {
+        let mut pools: Vec<&BufferPool> = Vec::new();
+        for route in self.paths.values().flatten().flatten() {
+            if !pools.iter().any(|p| p.same_pool(&route.pool)) {
+                pools.push(&route.pool);
+            }
+        }
+        pools
+    }
+
     fn build(services: &[Arc<dyn Service>], config: &ServerConfig) -> Result<Routes> {
         if services.is_empty() {
             return Err(Error::InvalidArgument(

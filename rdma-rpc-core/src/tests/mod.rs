@@ -69,6 +69,8 @@ mod hostile;
 mod malicious;
 mod mem;
 mod raw;
+#[cfg(feature = "doca")]
+mod registrations;
 mod remote;
 mod service;
 mod sessions;

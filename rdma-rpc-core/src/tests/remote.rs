@@ -17,30 +17,30 @@ use crate::transport::BoxFuture;
 use crate::{Client, Server};
 
 #[derive(Clone, PartialEq, prost::Message)]
-struct RemoteRequest {
+pub(crate) struct RemoteRequest {
     #[prost(message, optional, tag = "1")]
-    buf: Option<RemoteBuf>,
+    pub(crate) buf: Option<RemoteBuf>,
     #[prost(uint64, tag = "2")]
-    offset: u64,
+    pub(crate) offset: u64,
     #[prost(uint64, tag = "3")]
-    len: u64,
+    pub(crate) len: u64,
     #[prost(uint32, tag = "4")]
-    seed: u32,
+    pub(crate) seed: u32,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-struct RemoteResponse {
+pub(crate) struct RemoteResponse {
     /// `pull`: the bytes read matched the pattern.
     #[prost(bool, tag = "1")]
-    exact: bool,
+    pub(crate) exact: bool,
     /// `count`: what fetch-and-add and compare-and-swap returned.
     #[prost(uint64, tag = "2")]
-    added_to: u64,
+    pub(crate) added_to: u64,
     #[prost(uint64, tag = "3")]
-    swapped: u64,
+    pub(crate) swapped: u64,
     /// `lend`: server memory holding the pattern, offered for reading.
     #[prost(message, optional, tag = "4")]
-    lent: Option<RemoteBuf>,
+    pub(crate) lent: Option<RemoteBuf>,
 }
 
 const fn send(path: &'static str, method: &'static str) -> EndpointDef {
@@ -53,26 +53,47 @@ const fn send(path: &'static str, method: &'static str) -> EndpointDef {
     }
 }
 
-static ENDPOINTS: &[EndpointDef] = &[
+pub(crate) static ENDPOINTS: &[EndpointDef] = &[
     send("/remote/pull", "pull"),
     send("/remote/push", "push"),
     send("/remote/count", "count"),
     send("/remote/lend", "lend"),
     send("/remote/reclaim", "reclaim"),
 ];
-const PULL: usize = 0;
-const PUSH: usize = 1;
-const COUNT: usize = 2;
-const LEND: usize = 3;
-const RECLAIM: usize = 4;
+pub(crate) const PULL: usize = 0;
+pub(crate) const PUSH: usize = 1;
+pub(crate) const COUNT: usize = 2;
+pub(crate) const LEND: usize = 3;
+pub(crate) const RECLAIM: usize = 4;
 
-/// Uses the remote buffers of its requests; lends leases of its own region.
-#[derive(Default)]
-struct Remote {
+/// Uses the remote buffers of its requests; lends leases of its own region. Its memory is one
+/// region registered once (64 slots of 256 KiB, taken in turn), as a real service's would be:
+/// no call registers memory.
+pub(crate) struct Remote {
     lent: Mutex<Vec<Offer>>,
+    region: MemoryRegion,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Default for Remote {
+    fn default() -> Remote {
+        Remote {
+            lent: Mutex::new(Vec::new()),
+            region: MemoryRegion::new(16 << 20).expect("16 MiB"),
+            next: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
 }
 
 impl Remote {
+    /// `len` bytes (at most 256 KiB) of the service's region.
+    fn lease(&self, len: u64) -> Result<RegisteredBuf, Status> {
+        let slot = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 64;
+        self.region
+            .lease(slot << 18, len.min(1 << 18) as usize)
+            .map_err(Status::from)
+    }
+
     async fn run(
         &self,
         index: usize,
@@ -88,8 +109,7 @@ impl Remote {
         let mut out = RemoteResponse::default();
         match index {
             PULL => {
-                let dst = RegisteredBuf::new(req.len as usize, Access::LOCAL_WRITE)
-                    .map_err(Status::from)?;
+                let dst = self.lease(req.len)?;
                 let got = memory.read(&buf()?, req.offset, dst).await?;
                 out.exact = got.as_slice() == &pattern(req.len as usize, req.seed)[..];
             }
@@ -103,8 +123,7 @@ impl Remote {
                 out.swapped = memory.compare_and_swap(&buf()?, req.offset, now, 7).await?;
             }
             LEND => {
-                let region = MemoryRegion::new(req.len as usize).map_err(Status::from)?;
-                let mut lease = region.lease(0, req.len as usize).map_err(Status::from)?;
+                let mut lease = self.lease(req.len)?;
                 lease
                     .as_mut_slice()
                     .copy_from_slice(&pattern(req.len as usize, req.seed));
@@ -170,7 +189,11 @@ async fn connect(b: &Backend, addr: &str) -> Client {
         .expect("connect")
 }
 
-async fn call(client: &Client, index: usize, req: RemoteRequest) -> Result<RemoteResponse, Status> {
+pub(crate) async fn call(
+    client: &Client,
+    index: usize,
+    req: RemoteRequest,
+) -> Result<RemoteResponse, Status> {
     let metadata = encode_message(&req);
     let (response, _) = client
         .call_raw(&ENDPOINTS[index], metadata, Some(Bytes::new()), None)
@@ -178,7 +201,7 @@ async fn call(client: &Client, index: usize, req: RemoteRequest) -> Result<Remot
     Ok(prost::Message::decode(response).expect("a response message"))
 }
 
-fn req(buf: &RemoteBuf, offset: u64, len: u64, seed: u32) -> RemoteRequest {
+pub(crate) fn req(buf: &RemoteBuf, offset: u64, len: u64, seed: u32) -> RemoteRequest {
     RemoteRequest {
         buf: Some(buf.clone()),
         offset,
@@ -345,17 +368,37 @@ pub(crate) async fn remote_buffer_misuse_gets_statuses_and_touches_nothing_on(b:
     );
 
     // A forged handle: a longer window than offered. The holder's checks pass; the offerer's
-    // transport refuses, which ends that connection (as on RDMA) and writes nothing.
+    // transport refuses, which ends that connection (as on RDMA) and writes nothing. Over DOCA
+    // the write lands in the connection's bounce memory instead: the window's own 64 bytes
+    // come back with the revocation, the rest never reaches the region.
     let offer = memory
         .offer(region.lease(8192, 64).unwrap(), Access::REMOTE_WRITE)
         .unwrap();
     let forged = offer.handle().with_len(8192);
-    assert!(call(&client, PUSH, req(&forged, 0, 4096, 1)).await.is_err());
-    drop(offer.revoke().await);
+    let pushed = call(&client, PUSH, req(&forged, 0, 4096, 1)).await;
+    let fenced = b.transport.fencing() == crate::transport::Fencing::Revocable;
     assert!(
-        untouched(&region.lease(0, 64 << 10).unwrap()),
-        "nothing written anywhere"
+        pushed.is_err() || !fenced,
+        "refused where the transport can"
     );
+    let window = offer.revoke().await;
+    if pushed.is_ok() {
+        let window = window.as_ref().expect("the connection is up");
+        assert_eq!(
+            window.as_slice(),
+            &pattern(4096, 1)[..64],
+            "the window's own bytes"
+        );
+    }
+    drop(window);
+    let all = region.lease(0, 64 << 10).unwrap();
+    assert!(
+        all.as_slice()[..8192].iter().all(|&x| x == 0)
+            && all.as_slice()[8192 + 64..].iter().all(|&x| x == 0)
+            && (!fenced || untouched(&all)),
+        "nothing written outside the window (nothing at all where the transport refuses)"
+    );
+    drop(all);
     assert!(call(&other, PULL, RemoteRequest::default())
         .await
         .is_err_and(|s| s.code() == Code::InvalidArgument));

@@ -33,7 +33,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
-use crate::memory::{Access, RegisteredBuf};
+use crate::memory::{Access, RegisteredBuf, SharedRegion};
 
 mod common;
 #[cfg(test)]
@@ -148,11 +148,22 @@ impl SendData {
         self.len() == 0
     }
 
-    /// The bytes.
+    /// The bytes. Panics for a registered buffer a peer may still write (a lease of a shared
+    /// region): transports that read the bytes take [`readable`](Self::readable) first.
     pub fn as_slice(&self) -> &[u8] {
         match self {
             SendData::Bytes(b) => b,
             SendData::Registered(b) => b.as_slice(),
+        }
+    }
+
+    /// The same bytes in a form whose slice may be borrowed: a registered buffer a peer may
+    /// still write (a lease of a shared region) becomes a copy. For transports that read the
+    /// source through [`as_slice`](Self::as_slice) rather than by RDMA.
+    pub(crate) fn readable(self) -> SendData {
+        match self {
+            SendData::Registered(b) if b.is_exposed() => SendData::Bytes(Bytes::from(b.to_vec())),
+            other => other,
         }
     }
 }
@@ -169,12 +180,39 @@ impl From<RegisteredBuf> for SendData {
     }
 }
 
+impl From<crate::memory::SharedBuf> for SendData {
+    /// Sent from where it is (by RDMA over DOCA; the software transports copy it first).
+    fn from(b: crate::memory::SharedBuf) -> Self {
+        SendData::Registered(crate::memory::into_registered(b))
+    }
+}
+
+#[doc(hidden)] // A transport internal: public for rdma-rpc's own crates and tests only.
+/// How a window is taken down: what the revoker knows about the peer's use of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Revoke {
+    /// The peer said it is done with the window (a response, a confirmed revocation). Memory
+    /// that stays reachable after revocation (a bounce buffer) may then serve the next window;
+    /// otherwise it is discarded, so a late access cannot land in another window's bytes.
+    pub peer_done: bool,
+    /// For a result window: how many bytes of it the peer wrote (a prefix). `None`: the whole
+    /// window counts.
+    pub written: Option<usize>,
+}
+
 #[doc(hidden)] // A transport internal: public for rdma-rpc's own crates and tests only.
 /// The transport side of a [`Grant`]: revokes the window.
 pub trait WindowHandle: Send + Sync + fmt::Debug {
     /// Removes the window, waits until no remote access is still using it, and gives the
-    /// buffer back (`None` if the connection already dropped it).
-    fn revoke(self: Box<Self>) -> BoxFuture<'static, Option<RegisteredBuf>>;
+    /// buffer back (`None` if the connection already dropped it), holding what the peer
+    /// wrote (`how.written` bytes of a result window).
+    fn revoke(self: Box<Self>, how: Revoke) -> BoxFuture<'static, Option<RegisteredBuf>>;
+
+    /// Removes the window and drops the buffer: the peer is done with it and nobody wants its
+    /// bytes (an abandoned call's window, once the call's response came).
+    fn release(self: Box<Self>) {
+        drop(self);
+    }
 }
 
 #[doc(hidden)] // A transport internal: public for rdma-rpc's own crates and tests only.
@@ -200,9 +238,67 @@ impl Grant {
         &self.descriptor
     }
 
-    /// Revokes the window and returns the buffer. From now on the peer's accesses fail.
+    /// Revokes the window once the peer is done with it and returns the buffer. From now on
+    /// the peer's accesses fail (or, over a transport that cannot fence, never reach the
+    /// buffer: see [`Connection::grant_fenced`]).
     pub async fn revoke(self) -> Option<RegisteredBuf> {
-        self.handle.revoke().await
+        self.handle
+            .revoke(Revoke {
+                peer_done: true,
+                written: None,
+            })
+            .await
+    }
+
+    /// [`revoke`](Self::revoke) for a result window of which the peer wrote `written` bytes.
+    pub async fn revoke_written(self, written: usize) -> Option<RegisteredBuf> {
+        self.handle
+            .revoke(Revoke {
+                peer_done: true,
+                written: Some(written),
+            })
+            .await
+    }
+
+    /// Revokes the window although the peer did not say it is done (it did not confirm in
+    /// time): memory it may still reach is not reused.
+    pub async fn revoke_unconfirmed(self) -> Option<RegisteredBuf> {
+        self.handle
+            .revoke(Revoke {
+                peer_done: false,
+                written: None,
+            })
+            .await
+    }
+
+    /// Takes the window down and drops the buffer, the peer being done with it.
+    pub fn release(self) {
+        self.handle.release();
+    }
+}
+
+#[doc(hidden)] // A transport internal: public for rdma-rpc's own crates and tests only.
+/// A region shared with the peer of one connection ([`Connection::share`]); dropping it ends
+/// the share once no window of it is in use.
+pub struct ShareGuard(Option<Box<dyn std::any::Any + Send + Sync>>);
+
+impl ShareGuard {
+    /// A share that needs nothing kept (the transport fences every window by itself).
+    pub fn none() -> ShareGuard {
+        ShareGuard(None)
+    }
+
+    /// A share whose registration `keep` holds.
+    pub fn new(keep: Box<dyn std::any::Any + Send + Sync>) -> ShareGuard {
+        ShareGuard(Some(keep))
+    }
+}
+
+impl fmt::Debug for ShareGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShareGuard")
+            .field("registered", &self.0.is_some())
+            .finish()
     }
 }
 
@@ -301,12 +397,19 @@ pub trait Connection: Send + Sync + fmt::Debug + 'static {
     /// so explicitly: the protocol's memory safety depends on it.
     fn fencing(&self) -> Fencing;
 
-    /// Like [`grant`](Self::grant), but always fenced, whatever [`fencing`](Self::fencing)
-    /// says: once [`Grant::revoke`] returns (or the grant is dropped), the peer's accesses
-    /// fail and touch nothing, and the peer reaches no byte outside `buf[offset..offset +
-    /// len]`. For application memory offered to a peer (remote buffers). A transport whose
-    /// plain grants are unfenced pays for this with a registration per grant (DOCA: an mmap
-    /// of the window alone, destroyed at revocation).
+    /// Like [`grant`](Self::grant), but fenced whatever [`fencing`](Self::fencing) says: once
+    /// [`Grant::revoke`] returns (or the grant is dropped), the peer's accesses never reach
+    /// `buf` again, and while the window lives the peer reaches no byte of `buf` outside
+    /// `buf[offset..offset + len]`. For application memory offered to a peer (remote buffers)
+    /// and a caller's own buffer given for a result. Bytes of `buf` the peer does not write
+    /// keep their values.
+    ///
+    /// With no registration per call: a transport that cannot revoke a window (DOCA) serves it
+    /// from memory registered once per connection and reachable by this connection's peer
+    /// only (bounce buffers: a copy in at grant, a copy back at revocation), or, for a region
+    /// the application shared with this connection ([`share`](Self::share)), from the
+    /// region's own registration (no copy; the peer then reaches the whole region until the
+    /// share ends: the application chose to trust it).
     fn grant_fenced(
         &self,
         buf: RegisteredBuf,
@@ -320,6 +423,23 @@ pub trait Connection: Send + Sync + fmt::Debug + 'static {
                 "this transport cannot fence a granted window".into(),
             )),
         }
+    }
+
+    /// A fenced, write-only window of `buf[..len]` for a result the peer writes: as
+    /// [`grant_fenced`](Self::grant_fenced), except that the window's bytes start unspecified
+    /// and only the prefix the revoker names ([`Grant::revoke_written`]) reaches `buf`
+    /// (nothing is copied in first).
+    fn grant_result(&self, buf: RegisteredBuf, len: usize) -> Result<Grant> {
+        self.grant_fenced(buf, 0, len, Access::REMOTE_WRITE)
+    }
+
+    /// Shares `region` with this connection's peer with `access`, until the guard is dropped:
+    /// fenced grants of its leases then use the region's own registration (see
+    /// [`grant_fenced`](Self::grant_fenced)). A transport that fences every window needs
+    /// nothing for it (the default).
+    fn share(&self, region: &SharedRegion, access: Access) -> Result<ShareGuard> {
+        let _ = (region, access);
+        Ok(ShareGuard::none())
     }
 
     /// Closes the connection: outstanding operations complete with errors, the peer sees the
@@ -352,6 +472,14 @@ pub trait Transport: Send + Sync + fmt::Debug {
 
     /// What its connections promise about revoked windows ([`Connection::fencing`]).
     fn fencing(&self) -> Fencing;
+
+    /// Registers `pool`'s memory for local use now, so that no call registers it later (DOCA:
+    /// one mmap per allocation of the pool). Transports that register nothing do nothing.
+    #[doc(hidden)]
+    fn register_pool(&self, pool: &crate::memory::BufferPool) -> Result<()> {
+        let _ = pool;
+        Ok(())
+    }
 }
 
 /// The transport an address names: `tcp://` is the software transport,

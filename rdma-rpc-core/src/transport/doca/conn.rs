@@ -14,17 +14,20 @@ use tokio::sync::{mpsc, oneshot};
 use super::engine::{AtomicOp, Cmd, ConnShared, EngineShared, Local, Op};
 use super::reg::mmap_for;
 use super::sys::Mmap;
+use super::window::{local_bits, DocaWindow, Windows};
 use crate::error::{Error, Result};
-use crate::memory::{Access, RegisteredBuf};
+use crate::memory::{Access, RegisteredBuf, SharedRegion};
 use crate::transport::{
     check_grant_range, BoxFuture, Connection, Descriptor, Fencing, Grant, Listener, RecvCompletion,
-    SendData, WindowHandle,
+    SendData, ShareGuard,
 };
 
 /// A DOCA RDMA connection. See the [module docs](super).
 pub struct DocaConnection {
     shared: Arc<ConnShared>,
     next_key: AtomicU32,
+    /// What fenced windows are served from (bounce memory, shares).
+    windows: Windows,
 }
 
 impl fmt::Debug for DocaConnection {
@@ -46,15 +49,15 @@ fn failed_now<T: Send + 'static>(err: Error) -> BoxFuture<'static, Result<T>> {
     Box::pin(async move { Err(err) })
 }
 
-fn local_bits(buf: &RegisteredBuf) -> Access {
-    Access::from_bits_truncate(buf.access().bits() & Access::LOCAL_WRITE.bits())
-}
-
 impl DocaConnection {
-    pub(super) fn new(shared: Arc<ConnShared>) -> DocaConnection {
+    /// `bounce_budget`: bytes of bounce memory its fenced windows may register
+    /// ([`DocaConfig::bounce_budget`](super::DocaConfig::bounce_budget)).
+    pub(super) fn new(shared: Arc<ConnShared>, bounce_budget: usize) -> DocaConnection {
+        let windows = Windows::new(shared.engine.dev.clone(), bounce_budget);
         DocaConnection {
             shared,
             next_key: AtomicU32::new(1),
+            windows,
         }
     }
 
@@ -83,17 +86,10 @@ impl DocaConnection {
         Ok(Local { buf, mmap })
     }
 
-    /// What the peer gets for a window of `buf` exported by `mmap`.
-    fn descriptor(
-        &self,
-        buf: &RegisteredBuf,
-        offset: usize,
-        len: usize,
-        access: Access,
-        mmap: &Mmap,
-    ) -> Descriptor {
+    /// What the peer gets for a window of `len` bytes at `addr`, exported by `mmap`.
+    fn descriptor(&self, addr: u64, len: usize, access: Access, mmap: &Mmap) -> Descriptor {
         Descriptor {
-            addr: buf.addr() + offset as u64,
+            addr,
             len: len as u64,
             rkey: self.next_key.fetch_add(1, Ordering::Relaxed),
             access,
@@ -243,7 +239,7 @@ impl Connection for DocaConnection {
         // One mmap per region and set of rights, exported once: the peer gets exactly the
         // rights of this grant, over the whole region (DOCA cannot narrow an export).
         let mmap = mmap_for(&self.engine().dev, &buf, access | local_bits(&buf))?;
-        let descriptor = self.descriptor(&buf, offset, len, access, &mmap);
+        let descriptor = self.descriptor(buf.addr() + offset as u64, len, access, &mmap);
         let handle = DocaWindow {
             buf: Mutex::new(Some(buf)),
         };
@@ -263,26 +259,26 @@ impl Connection for DocaConnection {
         access: Access,
     ) -> Result<Grant> {
         self.can_grant(&buf, offset, len, access)?;
-        // An mmap of the window alone, exported once: the peer reaches exactly these bytes
-        // with exactly these rights, and destroying the mmap at revocation makes its later
-        // accesses fail (doca-api.md, `doca_mmap_destroy`: imports of a destroyed mmap stop
-        // working). The whole region's mmap is never exported for it.
-        // SAFETY: the window lies within `buf` (checked above), whose memory the window
-        // handle keeps alive (it owns `buf`) for longer than the mmap, which it drops first.
-        let mmap = unsafe {
-            Mmap::local(
-                &self.engine().dev,
-                buf.ptr_at(offset),
-                len.max(1),
-                (access | local_bits(&buf)).bits(),
-            )
-        }?;
-        let descriptor = self.descriptor(&buf, offset, len, access, &mmap);
-        let handle = FencedWindow {
-            mmap: Mutex::new(Some(mmap)),
-            buf: Mutex::new(Some(buf)),
-        };
-        Ok(Grant::new(descriptor, Box::new(handle)))
+        self.windows
+            .fenced(buf, offset, len, access, true, |addr, mmap| {
+                self.descriptor(addr, len, access, mmap)
+            })
+    }
+
+    fn grant_result(&self, buf: RegisteredBuf, len: usize) -> Result<Grant> {
+        let access = Access::REMOTE_WRITE;
+        self.can_grant(&buf, 0, len, access)?;
+        self.windows
+            .fenced(buf, 0, len, access, false, |addr, mmap| {
+                self.descriptor(addr, len, access, mmap)
+            })
+    }
+
+    fn share(&self, region: &SharedRegion, access: Access) -> Result<ShareGuard> {
+        if let Some(e) = self.shared.current_error() {
+            return Err(e);
+        }
+        self.windows.share(region, access)
     }
 
     fn close(&self) {
@@ -322,67 +318,13 @@ impl DocaConnection {
     }
 }
 
-/// The transport half of a DOCA [`Grant`].
-///
-/// DOCA cannot revoke an exported mmap per request: revoking gives the buffer back at once,
-/// and a peer that kept the descriptor can still reach the region's memory with the granted
-/// rights (see the module docs).
-struct DocaWindow {
-    buf: Mutex<Option<RegisteredBuf>>,
-}
-
-impl fmt::Debug for DocaWindow {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DocaWindow").finish_non_exhaustive()
-    }
-}
-
-impl WindowHandle for DocaWindow {
-    fn revoke(self: Box<Self>) -> BoxFuture<'static, Option<RegisteredBuf>> {
-        let buf = self.buf.lock().unwrap_or_else(|e| e.into_inner()).take();
-        Box::pin(async move { buf })
-    }
-}
-
-/// A window with an mmap of its own: revoking destroys the mmap, then gives the buffer back.
-struct FencedWindow {
-    mmap: Mutex<Option<Mmap>>,
-    buf: Mutex<Option<RegisteredBuf>>,
-}
-
-impl FencedWindow {
-    fn fence(&self) -> Option<RegisteredBuf> {
-        // The mmap goes first: the memory must outlive its registration.
-        drop(self.mmap.lock().unwrap_or_else(|e| e.into_inner()).take());
-        self.buf.lock().unwrap_or_else(|e| e.into_inner()).take()
-    }
-}
-
-impl fmt::Debug for FencedWindow {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FencedWindow").finish_non_exhaustive()
-    }
-}
-
-impl Drop for FencedWindow {
-    fn drop(&mut self) {
-        drop(self.fence());
-    }
-}
-
-impl WindowHandle for FencedWindow {
-    fn revoke(self: Box<Self>) -> BoxFuture<'static, Option<RegisteredBuf>> {
-        let buf = self.fence();
-        Box::pin(async move { buf })
-    }
-}
-
 /// An RDMA CM listener: one context accepting many connections.
 pub(super) struct CmListener {
     pub(super) engine: Arc<EngineShared>,
     pub(super) port: u16,
     pub(super) local: String,
     pub(super) accepted: tokio::sync::Mutex<mpsc::UnboundedReceiver<Arc<ConnShared>>>,
+    pub(super) bounce_budget: usize,
 }
 
 impl fmt::Debug for CmListener {
@@ -403,7 +345,8 @@ impl Listener for CmListener {
     fn accept(&self) -> BoxFuture<'_, Result<Arc<dyn Connection>>> {
         Box::pin(async move {
             match self.accepted.lock().await.recv().await {
-                Some(shared) => Ok(Arc::new(DocaConnection::new(shared)) as Arc<dyn Connection>),
+                Some(shared) => Ok(Arc::new(DocaConnection::new(shared, self.bounce_budget))
+                    as Arc<dyn Connection>),
                 None => Err(Error::ConnectionClosed {
                     peer: self.local.clone(),
                     reason: "listener stopped".into(),
@@ -431,6 +374,7 @@ pub(super) async fn oob_connect(
     mut stream: TcpStream,
     peer: String,
     limit: Duration,
+    bounce_budget: usize,
 ) -> Result<DocaConnection> {
     let (blob, id) = engine.ask(|reply| Cmd::Export { reply }).await?;
     let exchange = async {
@@ -540,7 +484,7 @@ pub(super) async fn oob_connect(
             }
         }
     });
-    Ok(DocaConnection::new(shared))
+    Ok(DocaConnection::new(shared, bounce_budget))
 }
 
 /// An out-of-band listener: a TCP side channel on which each accepted socket exchanges
@@ -550,12 +494,13 @@ pub(super) fn oob_listener(
     local: String,
     engine: Arc<EngineShared>,
     limit: Duration,
+    bounce_budget: usize,
 ) -> QueuedListener {
     QueuedListener::start(listener, local, move |stream, from| {
         let engine = engine.clone();
         async move {
             let peer = format!("doca+oob://{from}");
-            let conn = oob_connect(&engine, stream, peer, limit).await?;
+            let conn = oob_connect(&engine, stream, peer, limit, bounce_budget).await?;
             Ok(Arc::new(conn) as Arc<dyn Connection>)
         }
     })

@@ -101,6 +101,7 @@ mod conn;
 mod engine;
 mod reg;
 mod sys;
+mod window;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -108,6 +109,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 pub use conn::DocaConnection;
+pub use doca_sys::Counters;
 pub use sys::{Capabilities, DeviceInfo};
 
 use super::{BoxFuture, Connection, Fencing, Listener, Transport};
@@ -174,6 +176,12 @@ pub struct DocaConfig {
     /// Budget in bytes of the staging buffers kept for copying `SendData::Bytes`. Default
     /// 64 MiB.
     pub staging_budget: usize,
+    /// Budget in bytes of each connection's bounce memory: the registered buffers that serve
+    /// fenced windows (remote buffer offers, results landed in a caller's buffer) of memory not
+    /// shared with the connection, registered on first use and reused. A fenced window that
+    /// finds every buffer of its size in use fails with `RESOURCE_EXHAUSTED` naming this
+    /// setting (nothing is registered per call). Default 64 MiB; pinned only as used.
+    pub bounce_budget: usize,
 }
 
 impl Default for DocaConfig {
@@ -190,6 +198,7 @@ impl Default for DocaConfig {
             gid_index: None,
             handshake_timeout: Duration::from_secs(10),
             staging_budget: 64 << 20,
+            bounce_budget: 64 << 20,
         }
     }
 }
@@ -230,6 +239,10 @@ impl DocaConfig {
         self
     }
 }
+
+/// Staging buffers of a transport registered when it is made: (size, count), 1 MiB each, for
+/// control messages and small payloads copied from `Bytes`.
+const STAGING_RESERVED: [(usize, usize); 2] = [(4 << 10, 256), (32 << 10, 32)];
 
 /// Every DOCA device with its PCI address and RDMA capabilities.
 pub fn list_devices() -> Result<Vec<DeviceInfo>> {
@@ -325,8 +338,16 @@ impl DocaTransport {
             ProgressMode::BusyPoll => Some(Arc::new(engine::Poller::spawn()?)),
             ProgressMode::Event | ProgressMode::Spin => None,
         };
+        let staging = StagingPools::new(config.staging_budget);
+        // Messages and small writes are copied into staging buffers: register a slab of each
+        // small size now (one registration each), so a burst of sends registers nothing.
+        for (size, count) in STAGING_RESERVED {
+            if let Some(slab) = staging.reserve(size, count)? {
+                reg::mmap_of(&dev, &slab, crate::memory::Access::LOCAL_WRITE)?;
+            }
+        }
         Ok(DocaTransport {
-            staging: Arc::new(StagingPools::new(config.staging_budget)),
+            staging: Arc::new(staging),
             config: Arc::new(config),
             dev,
             poller,
@@ -341,6 +362,14 @@ impl DocaTransport {
     /// The device it uses.
     pub fn device(&self) -> &DeviceInfo {
         self.dev.info()
+    }
+
+    /// What the device's provider counted so far: registrations, pinned bytes, exports,
+    /// imports and task submissions (see [`Counters`]), for every user of the device in this
+    /// process. `None` with a real DOCA SDK, which counts nothing. Take two readings and
+    /// [`Counters::since`] to see what a piece of work cost.
+    pub fn counters(&self) -> Option<Counters> {
+        doca_sys::counters(&self.dev.info().name)
     }
 
     async fn engine(&self, max_connections: u16) -> Result<Arc<engine::EngineShared>> {
@@ -368,7 +397,8 @@ impl DocaTransport {
                     reason: format!("no side channel within {limit:?}"),
                 })?
                 .map_err(|e| Error::io(format!("connecting to {addr}"), e))?;
-            return conn::oob_connect(&engine, stream, peer, limit).await;
+            return conn::oob_connect(&engine, stream, peer, limit, self.config.bounce_budget)
+                .await;
         }
         let connect = engine.ask(|reply| engine::Cmd::Connect {
             ip: p.addr.ip(),
@@ -377,7 +407,7 @@ impl DocaTransport {
             reply,
         });
         match tokio::time::timeout(limit, connect).await {
-            Ok(shared) => Ok(DocaConnection::new(shared?)),
+            Ok(shared) => Ok(DocaConnection::new(shared?, self.config.bounce_budget)),
             Err(_) => Err(Error::ConnectionClosed {
                 peer,
                 reason: format!("RDMA CM connection not established within {limit:?}"),
@@ -412,6 +442,7 @@ impl DocaTransport {
                         port: chosen,
                         local: format!("doca://{}", SocketAddr::new(ip, chosen)),
                         accepted: tokio::sync::Mutex::new(rx),
+                        bounce_budget: self.config.bounce_budget,
                     })
                 }
                 // The port was taken meanwhile: pick another.
@@ -440,6 +471,7 @@ impl Transport for DocaTransport {
                     format!("doca+oob://{local}"),
                     engine,
                     self.config.handshake_timeout,
+                    self.config.bounce_budget,
                 )) as Box<dyn Listener>);
             }
             let listener = self.listen_cm(p.addr.ip(), p.addr.port()).await?;
@@ -456,6 +488,13 @@ impl Transport for DocaTransport {
 
     fn fencing(&self) -> Fencing {
         Fencing::Unfenced
+    }
+
+    fn register_pool(&self, pool: &crate::memory::BufferPool) -> Result<()> {
+        for slab in pool.slabs() {
+            reg::mmap_of(&self.dev, slab, crate::memory::Access::LOCAL_WRITE)?;
+        }
+        Ok(())
     }
 }
 

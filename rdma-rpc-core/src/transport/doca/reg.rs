@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use super::sys::{Device, Mmap};
 use crate::error::{Error, Result};
-use crate::memory::{Access, RegisteredBuf};
+use crate::memory::{Access, Region, RegisteredBuf};
 
 /// What a region keeps in its registration slot.
 struct DocaRegistration {
@@ -23,7 +23,15 @@ pub(super) fn mmap_for(
     buf: &RegisteredBuf,
     access: Access,
 ) -> Result<Arc<Mmap>> {
-    let region = buf.region();
+    mmap_of(dev, buf.region(), access)
+}
+
+/// The mmap of `region` with exactly `access`, made (registered) the first time it is asked.
+pub(super) fn mmap_of(
+    dev: &Arc<Device>,
+    region: &Arc<Region>,
+    access: Access,
+) -> Result<Arc<Mmap>> {
     let reg = region.registration(|| {
         Ok(DocaRegistration {
             dev: dev.clone(),
@@ -52,6 +60,10 @@ pub(super) fn mmap_for(
             access.bits(),
         )
     }?;
+    if !mmap.export().is_empty() {
+        // Exported: whoever gets the blob can reach these bytes until the region is freed.
+        region.expose();
+    }
     let mmap = Arc::new(mmap);
     mmaps.push((access.bits(), mmap.clone()));
     Ok(mmap)

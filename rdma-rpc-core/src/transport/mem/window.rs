@@ -13,7 +13,7 @@ use bytes::Bytes;
 use super::link::lock;
 use crate::error::AccessViolation;
 use crate::memory::{Access, RegisteredBuf};
-use crate::transport::{BoxFuture, Descriptor, Grant, WindowHandle};
+use crate::transport::{BoxFuture, Descriptor, Grant, Revoke, WindowHandle};
 
 /// One granted range of one buffer.
 struct Window {
@@ -185,7 +185,7 @@ impl Drop for MemWindow {
 }
 
 impl WindowHandle for MemWindow {
-    fn revoke(self: Box<Self>) -> BoxFuture<'static, Option<RegisteredBuf>> {
+    fn revoke(self: Box<Self>, _: Revoke) -> BoxFuture<'static, Option<RegisteredBuf>> {
         let window = self.window.clone();
         // Dropping the handle removes the key: no new access finds the window.
         drop(self);

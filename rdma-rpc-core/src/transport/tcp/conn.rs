@@ -23,7 +23,7 @@ use crate::memory::{Access, RegisteredBuf};
 use crate::transport::common::RecvQueue;
 use crate::transport::{
     check_grant_range, BoxFuture, Connection, Descriptor, Fencing, Grant, RecvCompletion,
-    RecvOpcode, SendData, WindowHandle,
+    RecvOpcode, Revoke, SendData, WindowHandle,
 };
 
 /// Socket buffer sizes of the reader and the writer: small packets are batched through them,
@@ -385,7 +385,7 @@ impl Connection for TcpConnection {
         let (tx, rx) = oneshot::channel();
         match self
             .shared
-            .post(header, Payload::Data(data), Pending::Ack(tx))
+            .post(header, Payload::Data(data.readable()), Pending::Ack(tx))
         {
             Ok(()) => wait(&self.shared, rx),
             Err(e) => failed_now(e),
@@ -398,7 +398,8 @@ impl Connection for TcpConnection {
         header.imm = imm;
         header.unsignaled = true;
         header.len = data.len() as u64;
-        self.shared.post_unsignaled(header, Payload::Data(data))
+        self.shared
+            .post_unsignaled(header, Payload::Data(data.readable()))
     }
 
     fn write(
@@ -425,7 +426,7 @@ impl Connection for TcpConnection {
         let (tx, rx) = oneshot::channel();
         match self
             .shared
-            .post(header, Payload::Data(src), Pending::Ack(tx))
+            .post(header, Payload::Data(src.readable()), Pending::Ack(tx))
         {
             Ok(()) => wait(&self.shared, rx),
             Err(e) => failed_now(e),
@@ -573,7 +574,7 @@ impl Drop for TcpWindow {
 }
 
 impl WindowHandle for TcpWindow {
-    fn revoke(self: Box<Self>) -> BoxFuture<'static, Option<RegisteredBuf>> {
+    fn revoke(self: Box<Self>, _: Revoke) -> BoxFuture<'static, Option<RegisteredBuf>> {
         let slot = self.slot.clone();
         // Dropping the handle removes the key: no new access can find the window.
         drop(self);
