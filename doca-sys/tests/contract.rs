@@ -34,7 +34,10 @@ fn contract_table_covers_every_function() {
     );
 
     let mut rows = std::collections::HashMap::new();
-    for line in read("CONTRACT.md").lines() {
+    // The contract table comes before the first second-level section (the sections after it,
+    // "Cost on hardware" among them, have tables of their own).
+    let contract = read("CONTRACT.md");
+    for line in contract.lines().take_while(|l| !l.starts_with("## ")) {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
         // | function | documented | provider | tests |
         if cells.len() < 6 || !cells[1].starts_with('`') {
@@ -452,6 +455,137 @@ fn pe_progress_runs_callbacks_and_refuses_reentry() {
         assert_eq!(side.state(), DOCA_CTX_STATE_RUNNING);
         assert_eq!(doca_pe_progress(side.pe), 0, "nothing left");
     }
+}
+
+/// One call delivers one callback (doca_pe.h: a call serves the next context with a completed
+/// task, running that task's callback), never a batch.
+#[test]
+fn pe_progress_runs_one_callback_per_call() {
+    let a = Side::new(Config::default());
+    let b = Side::new(Config::default());
+    let (aconn, _) = oob_pair(&a, &b);
+    // Two writes of no data complete at once: two completions are pending.
+    let w1 = a.write(aconn, null_mut(), null_mut());
+    let w2 = a.write(aconn, null_mut(), null_mut());
+    // SAFETY: a live engine, not called from a callback.
+    unsafe {
+        assert_eq!(doca_pe_progress(a.pe), 1);
+        assert_eq!(a.take(), vec![Ev::Ok(w1 as usize)], "one callback");
+        assert_eq!(doca_pe_progress(a.pe), 1);
+        assert_eq!(a.take(), vec![Ev::Ok(w2 as usize)]);
+        assert_eq!(doca_pe_progress(a.pe), 0, "nothing left");
+    }
+}
+
+/// (previous state, next state, state seen inside the callback, what allocating a receive
+/// there answered) per state callback, by context.
+type StateSeen = (
+    usize,
+    doca_ctx_states,
+    doca_ctx_states,
+    doca_ctx_states,
+    doca_error_t,
+);
+static STATE_SEEN: std::sync::Mutex<Vec<StateSeen>> = std::sync::Mutex::new(Vec::new());
+
+unsafe extern "C" fn observing_state_cb(
+    ud: doca_data,
+    ctx: *mut doca_ctx,
+    prev: doca_ctx_states,
+    next: doca_ctx_states,
+) {
+    let mut state = 99;
+    let mut t = null_mut();
+    // SAFETY: the user data is the test's RDMA context, `ctx` its context; a receive allocated
+    // here is freed at once.
+    let allocated = unsafe {
+        ok(doca_ctx_get_state(ctx, &mut state));
+        let rdma = ud.ptr.cast::<doca_rdma>();
+        let status = doca_rdma_task_receive_allocate_init(rdma, null_mut(), ND, &mut t);
+        if status == DOCA_SUCCESS {
+            doca_task_free(doca_rdma_task_receive_as_task(t));
+        }
+        status
+    };
+    STATE_SEEN
+        .lock()
+        .unwrap()
+        .push((ctx as usize, prev, next, state, allocated));
+}
+
+/// A state callback runs while the context is in the state it announces (doca_ctx.h: the
+/// callback type says the context is already in its new state), so a context is STARTING
+/// during its IDLE -> STARTING callback and cannot allocate tasks there (doca_ctx.h: STARTING).
+#[test]
+fn ctx_state_callbacks_run_in_the_announced_state() {
+    let side = idle_side();
+    let mut t = null_mut();
+    // SAFETY: live context; the callback's user data is this context.
+    unsafe {
+        ok(doca_ctx_set_state_changed_cb(
+            side.ctx,
+            Some(observing_state_cb),
+        ));
+        ok(doca_ctx_set_user_data(
+            side.ctx,
+            doca_data {
+                ptr: side.rdma.cast(),
+            },
+        ));
+        assert_eq!(doca_ctx_start(side.ctx), DOCA_ERROR_IN_PROGRESS);
+        side.progress();
+        assert_eq!(side.state(), DOCA_CTX_STATE_RUNNING);
+        // A task allocated before stopping makes the stop asynchronous; freed before the next
+        // progress, the context could go idle at once, but not before its STOPPING callback.
+        ok(doca_rdma_task_receive_allocate_init(
+            side.rdma,
+            null_mut(),
+            ND,
+            &mut t,
+        ));
+        assert_eq!(doca_ctx_stop(side.ctx), DOCA_ERROR_IN_PROGRESS);
+        doca_task_free(doca_rdma_task_receive_as_task(t));
+        side.progress();
+        assert_eq!(side.state(), DOCA_CTX_STATE_IDLE);
+    }
+    let me = side.ctx as usize;
+    let seen: Vec<_> = STATE_SEEN
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.0 == me)
+        .map(|s| (s.1, s.2, s.3, s.4))
+        .collect();
+    use DOCA_ERROR_BAD_STATE as BAD;
+    assert_eq!(
+        seen,
+        [
+            (
+                DOCA_CTX_STATE_IDLE,
+                DOCA_CTX_STATE_STARTING,
+                DOCA_CTX_STATE_STARTING,
+                BAD
+            ),
+            (
+                DOCA_CTX_STATE_STARTING,
+                DOCA_CTX_STATE_RUNNING,
+                DOCA_CTX_STATE_RUNNING,
+                DOCA_SUCCESS
+            ),
+            (
+                DOCA_CTX_STATE_RUNNING,
+                DOCA_CTX_STATE_STOPPING,
+                DOCA_CTX_STATE_STOPPING,
+                BAD
+            ),
+            (
+                DOCA_CTX_STATE_STOPPING,
+                DOCA_CTX_STATE_IDLE,
+                DOCA_CTX_STATE_IDLE,
+                BAD
+            ),
+        ]
+    );
 }
 
 #[test]
@@ -1265,6 +1399,19 @@ fn rdma_connection_accept_pending_requests_only() {
             DOCA_ERROR_CONNECTION_ABORTED
         );
     }
+
+    // Accepting is for a running context only (doca_rdma.h: connection_accept).
+    let other = Side::new(Config::default());
+    other.connect(18070);
+    let req = take_request(&server);
+    // SAFETY: live contexts; `req` is a request of the server, whose context stops.
+    unsafe {
+        assert_eq!(doca_ctx_stop(server.ctx), DOCA_SUCCESS);
+        assert_eq!(
+            doca_rdma_connection_accept(req, null_mut(), 0),
+            DOCA_ERROR_BAD_STATE
+        );
+    }
 }
 
 #[test]
@@ -1290,6 +1437,15 @@ fn rdma_connection_reject_fails_the_client() {
         wait_events(&[&client], &client, 1).as_slice(),
         [Ev::Failure(_)]
     ));
+
+    // Rejecting is for a running context only (doca_rdma.h: connection_reject).
+    client.connect(18080);
+    let req = take_request(&server);
+    // SAFETY: `req` is a request of the server, whose context stops.
+    unsafe {
+        assert_eq!(doca_ctx_stop(server.ctx), DOCA_SUCCESS);
+        assert_eq!(doca_rdma_connection_reject(req), DOCA_ERROR_BAD_STATE);
+    }
 }
 
 #[test]
@@ -1328,6 +1484,19 @@ fn rdma_connection_disconnect_flushes_and_notifies() {
             "already disconnected"
         );
         assert_eq!(doca_task_submit(sends[0]), DOCA_ERROR_NOT_CONNECTED);
+    }
+
+    // Disconnecting is for a running context only (doca_rdma.h: connection_disconnect): an
+    // exported connection of a starting context is refused.
+    let starting = idle_side();
+    // SAFETY: live context.
+    unsafe {
+        assert_eq!(doca_ctx_start(starting.ctx), DOCA_ERROR_IN_PROGRESS);
+        let (st, conn, _) = export_conn(&starting);
+        ok(st);
+        assert_eq!(doca_rdma_connection_disconnect(conn), DOCA_ERROR_BAD_STATE);
+        starting.progress();
+        ok(doca_rdma_connection_disconnect(conn));
     }
 }
 
@@ -1681,6 +1850,123 @@ fn receive_before_any_connection_is_refused() {
         ok(oob_connect(&a, aconn, &bblob));
         ok(submit(task));
     }
+}
+
+/// Tries to allocate every task type that takes a connection on `conn` of `side` (with
+/// `remote` and `result` as the atomics' buffers); frees what was allocated and returns the
+/// seven statuses.
+fn allocate_on(
+    side: &Side,
+    conn: *mut doca_rdma_connection,
+    remote: *mut doca_buf,
+    result: *mut doca_buf,
+) -> [doca_error_t; 7] {
+    let r = side.rdma;
+    let mut out = [DOCA_SUCCESS; 7];
+    // SAFETY: a live context; the buffers are live (NULL where DOCA allows "no data"); every
+    // task allocated here is freed at once.
+    unsafe {
+        macro_rules! try_alloc {
+            ($i:expr, $as_task:ident, $alloc:expr) => {{
+                let mut t = null_mut();
+                out[$i] = $alloc(&mut t);
+                if out[$i] == DOCA_SUCCESS {
+                    doca_task_free($as_task(t));
+                }
+            }};
+        }
+        try_alloc!(0, doca_rdma_task_send_as_task, |t| {
+            doca_rdma_task_send_allocate_init(r, conn, null(), ND, t)
+        });
+        try_alloc!(1, doca_rdma_task_send_imm_as_task, |t| {
+            doca_rdma_task_send_imm_allocate_init(r, conn, null(), 7, ND, t)
+        });
+        try_alloc!(2, doca_rdma_task_read_as_task, |t| {
+            doca_rdma_task_read_allocate_init(r, conn, null(), null_mut(), ND, t)
+        });
+        try_alloc!(3, doca_rdma_task_write_as_task, |t| {
+            doca_rdma_task_write_allocate_init(r, conn, null(), null_mut(), ND, t)
+        });
+        try_alloc!(4, doca_rdma_task_write_imm_as_task, |t| {
+            doca_rdma_task_write_imm_allocate_init(r, conn, null(), null_mut(), 7, ND, t)
+        });
+        try_alloc!(5, doca_rdma_task_atomic_cmp_swp_as_task, |t| {
+            doca_rdma_task_atomic_cmp_swp_allocate_init(r, conn, remote, result, 0, 1, ND, t)
+        });
+        try_alloc!(6, doca_rdma_task_atomic_fetch_add_as_task, |t| {
+            doca_rdma_task_atomic_fetch_add_allocate_init(r, conn, remote, result, 1, ND, t)
+        });
+    }
+    out
+}
+
+/// Tasks are allocated (and submitted) only on established connections (doca_rdma.h: the
+/// entries of connection_accept, connect_to_addr and start_listen_to_port) and, out of band,
+/// only after `doca_rdma_connect` (doca_rdma.h: doca_rdma_connect). A server's connection is
+/// established for it when its established callback is delivered, not when it accepts.
+#[test]
+fn allocate_init_needs_an_established_connection() {
+    const NC: doca_error_t = DOCA_ERROR_NOT_CONNECTED;
+    let server = deferring_server(18150);
+    let (c1, c2) = (Side::new(Config::default()), Side::new(Config::default()));
+    let remote = server.import_mmap(&c1.export_mmap());
+    let (rbuf, result) = (
+        server.remote_buf(remote, c1.addr(0), 64, 8),
+        server.buf(0, 64, 0),
+    );
+    c1.connect(18150);
+    let s1 = take_request(&server);
+    // SAFETY: live contexts; `s1` and `s2` are requests of the server.
+    unsafe {
+        ok(doca_rdma_connection_accept(s1, null_mut(), 0));
+        assert_eq!(
+            allocate_on(&server, s1, rbuf, result),
+            [NC; 7],
+            "accepted, its established callback not delivered yet"
+        );
+        server.progress();
+        assert_eq!(allocate_on(&server, s1, rbuf, result), [DOCA_SUCCESS; 7]);
+
+        // A task moved to a connection not established yet is refused at submit.
+        c2.connect(18150);
+        let s2 = take_request(&server);
+        ok(doca_rdma_connection_accept(s2, null_mut(), 0));
+        let mut t = null_mut();
+        ok(doca_rdma_task_write_allocate_init(
+            server.rdma,
+            s1,
+            null(),
+            null_mut(),
+            ND,
+            &mut t,
+        ));
+        doca_rdma_task_write_set_rdma_connection(t, s2);
+        let task = doca_rdma_task_write_as_task(t);
+        assert_eq!(submit(task), NC);
+        server.progress();
+        ok(submit(task));
+        server.progress();
+        doca_task_free(task);
+
+        // Disconnected: no longer.
+        ok(doca_rdma_connection_disconnect(s1));
+        assert_eq!(allocate_on(&server, s1, rbuf, result), [NC; 7]);
+    }
+
+    // Out of band: exported is not connected; `doca_rdma_connect` on this side is.
+    let a = Side::new(Config::default());
+    let b = Side::new(Config::default());
+    let remote = a.import_mmap(&b.export_mmap());
+    let (rbuf, result) = (a.remote_buf(remote, b.addr(0), 64, 8), a.buf(0, 64, 0));
+    let (_, aconn, _) = export_conn(&a);
+    let (_, _, bblob) = export_conn(&b);
+    assert_eq!(
+        allocate_on(&a, aconn, rbuf, result),
+        [NC; 7],
+        "exported only"
+    );
+    ok(oob_connect(&a, aconn, &bblob));
+    assert_eq!(allocate_on(&a, aconn, rbuf, result), [DOCA_SUCCESS; 7]);
 }
 
 /// NULL source: an empty message (result length 0). A non-NULL source with an empty data
@@ -2899,6 +3185,16 @@ fn mmap_create_from_export_checks_the_blob() {
             doca_mmap_create_from_export(null(), bad.as_ptr().cast(), bad.len(), side.dev, &mut m),
             DOCA_ERROR_INVALID_VALUE
         );
+        // The descriptor names the device it was exported for (its last 4 bytes): one the
+        // device list does not have is not a descriptor of `doca_mmap_export_rdma`.
+        let mut bad = blob.clone();
+        let n = bad.len();
+        bad[n - 4..].copy_from_slice(&7u32.to_le_bytes());
+        assert_eq!(
+            doca_mmap_create_from_export(null(), bad.as_ptr().cast(), bad.len(), side.dev, &mut m),
+            DOCA_ERROR_INVALID_VALUE,
+            "names no device"
+        );
         assert_eq!(
             doca_mmap_create_from_export(
                 null(),
@@ -2922,6 +3218,71 @@ fn mmap_create_from_export_checks_the_blob() {
         ));
         ok(doca_mmap_destroy(m));
         ok(doca_dev_close(no_rdma));
+    }
+}
+
+/// An export is "for the device provided as dev" (doca_mmap.h: doca_mmap_export_rdma): one
+/// descriptor per device, and, as a verbs key in its own protection domain, its key works only
+/// for accesses that reach a context on that device. An mmap with two devices exported for the
+/// wrong one: the remote access fails the task.
+#[test]
+fn remote_access_needs_the_exporting_device() {
+    let a = Side::new(Config::default());
+    let b = Side::new(Config::default());
+    let (_, bconn) = oob_pair(&a, &b);
+    let mut mem = vec![0u64; 8];
+    let mut dev1 = null_mut();
+    let mut m = null_mut();
+    let (mut p, mut n) = (null(), 0);
+    // SAFETY: `mem` outlives the mmap (destroyed below); out-pointers to locals; every blob
+    // is copied before the next call.
+    unsafe {
+        ok(doca_dev_open(devinfo(1), &mut dev1));
+        ok(doca_mmap_create(&mut m));
+        ok(doca_mmap_set_memrange(m, mem.as_mut_ptr().cast(), 64));
+        ok(doca_mmap_set_permissions(m, ALL_PERMS));
+        ok(doca_mmap_add_dev(m, a.dev));
+        ok(doca_mmap_add_dev(m, dev1));
+        ok(doca_mmap_start(m));
+        let mut export = |dev| {
+            ok(doca_mmap_export_rdma(m, dev, &mut p, &mut n));
+            std::slice::from_raw_parts(p.cast::<u8>(), n).to_vec()
+        };
+        let for_other = export(dev1);
+        let for_a = export(a.dev);
+        assert_ne!(for_a, for_other, "one descriptor per device");
+        assert_eq!(
+            export(a.dev),
+            for_a,
+            "the same one again for the same device"
+        );
+
+        // `a`'s context runs on `a.dev`: a write through the right export lands.
+        let right = b.import_mmap(&for_a);
+        let wrong = b.import_mmap(&for_other);
+        let mut b = b;
+        b.write_bytes(0, b"12345678");
+        let src = b.buf(0, 8, 8);
+        let to_right = b.remote_buf(right, mem.as_mut_ptr().cast(), 8, 0);
+        let w = b.write(bconn, src, to_right);
+        assert_eq!(wait_events(&[&b], &b, 1), [Ev::Ok(w as usize)]);
+        assert_eq!(mem[0].to_ne_bytes(), *b"12345678");
+        // Through the export for the other device: the key is not valid where it arrives.
+        let to_wrong = b.remote_buf(wrong, mem.as_mut_ptr().add(1).cast(), 8, 0);
+        let w = b.write(bconn, src, to_wrong);
+        assert_eq!(
+            wait_events(&[&b], &b, 1),
+            [Ev::Err(w as usize, DOCA_ERROR_IO_FAILED)]
+        );
+        assert_eq!(mem[1], 0);
+
+        for buf in [src, to_right, to_wrong] {
+            ok(doca_buf_dec_refcount(buf, null_mut()));
+        }
+        ok(doca_mmap_destroy(right));
+        ok(doca_mmap_destroy(wrong));
+        ok(doca_mmap_destroy(m));
+        ok(doca_dev_close(dev1));
     }
 }
 
@@ -3250,8 +3611,8 @@ fn pe_serves_every_context_connected_to_it() {
             let started = doca_ctx_start(doca_rdma_as_ctx(*rdma));
             assert!(started == DOCA_SUCCESS || started == DOCA_ERROR_IN_PROGRESS);
         }
-        // One progress of the shared engine moves both contexts.
-        assert_eq!(doca_pe_progress(pe), 1);
+        // Progressing the shared engine (until it reports nothing) moves both contexts.
+        while doca_pe_progress(pe) != 0 {}
         for rdma in rdmas {
             let mut state = 0;
             ok(doca_ctx_get_state(doca_rdma_as_ctx(rdma), &mut state));

@@ -3,7 +3,8 @@
 use super::*;
 
 const MMAP_BLOB_MAGIC: &[u8; 8] = b"DSWMMAP1";
-const MMAP_BLOB_LEN: usize = 8 + 8 + 8 + 8 + 4;
+/// Magic, exporting mmap id, address, length, permissions, device index.
+const MMAP_BLOB_LEN: usize = 8 + 8 + 8 + 8 + 4 + 4;
 const RDMA_ACCESS: u32 =
     DOCA_ACCESS_FLAG_RDMA_READ | DOCA_ACCESS_FLAG_RDMA_WRITE | DOCA_ACCESS_FLAG_RDMA_ATOMIC;
 /// Every access flag DOCA defines.
@@ -35,8 +36,9 @@ fn new_mmap(w: &mut World) -> H {
             permissions: DOCA_ACCESS_FLAG_LOCAL_READ_WRITE,
             devs: Vec::new(),
             remote: None,
+            exported_for: None,
             id: 0,
-            blob: Vec::new(),
+            exports: Vec::new(),
             bufs: 0,
         },
     );
@@ -212,17 +214,33 @@ pub(crate) unsafe extern "C" fn doca_mmap_export_rdma(
     if !unsafe { super::device::rdma_supported(dev as H) } {
         return DOCA_ERROR_NOT_SUPPORTED;
     }
-    m.blob.clear();
-    m.blob.extend_from_slice(MMAP_BLOB_MAGIC);
-    m.blob.extend_from_slice(&m.id.to_le_bytes());
-    m.blob.extend_from_slice(&(m.addr as u64).to_le_bytes());
-    m.blob.extend_from_slice(&(m.len as u64).to_le_bytes());
-    m.blob.extend_from_slice(&m.permissions.to_le_bytes());
+    // SAFETY: as above.
+    let Some(index) = (unsafe { super::device::device_index(dev as H) }) else {
+        return DOCA_ERROR_INVALID_VALUE;
+    };
+    // The descriptor is "for the device provided as dev" (doca_mmap.h): one per device,
+    // naming it. Exporting again for the same device gives the same descriptor.
+    let at = match m.exports.iter().position(|e| e.dev == index) {
+        Some(at) => at,
+        None => {
+            let mut blob = Vec::with_capacity(MMAP_BLOB_LEN);
+            blob.extend_from_slice(MMAP_BLOB_MAGIC);
+            blob.extend_from_slice(&m.id.to_le_bytes());
+            blob.extend_from_slice(&(m.addr as u64).to_le_bytes());
+            blob.extend_from_slice(&(m.len as u64).to_le_bytes());
+            blob.extend_from_slice(&m.permissions.to_le_bytes());
+            blob.extend_from_slice(&(index as u32).to_le_bytes());
+            m.exports.push(Export { dev: index, blob });
+            m.exports.len() - 1
+        }
+    };
+    let blob = &m.exports[at].blob;
     super::counters::exported(dev as H);
-    // SAFETY: out-pointers checked non-null; the blob lives as long as the mmap.
+    // SAFETY: out-pointers checked non-null; the blob's bytes stay in place as long as the
+    // mmap lives (a descriptor is never changed or dropped before the mmap).
     unsafe {
-        *export_desc = m.blob.as_ptr().cast();
-        *export_desc_len = m.blob.len();
+        *export_desc = blob.as_ptr().cast();
+        *export_desc_len = blob.len();
     }
     DOCA_SUCCESS
 }
@@ -251,6 +269,11 @@ pub(crate) unsafe extern "C" fn doca_mmap_create_from_export(
     let u64_at = |i: usize| u64::from_le_bytes(blob[i..i + 8].try_into().expect("8 bytes"));
     let (id, addr, len) = (u64_at(8), u64_at(16) as usize, u64_at(24) as usize);
     let permissions = u32::from_le_bytes(blob[32..36].try_into().expect("4 bytes"));
+    let exported_for = u32::from_le_bytes(blob[36..40].try_into().expect("4 bytes")) as usize;
+    if exported_for >= super::device::NUM_DEVS {
+        // Names no device: not a descriptor `doca_mmap_export_rdma` made.
+        return DOCA_ERROR_INVALID_VALUE;
+    }
     let mut w = world();
     let h = new_mmap(&mut w);
     let m = w.mmaps.get_mut(&h).expect("just created");
@@ -260,6 +283,7 @@ pub(crate) unsafe extern "C" fn doca_mmap_create_from_export(
     m.permissions = permissions;
     m.devs.push(dev as usize);
     m.remote = Some(id);
+    m.exported_for = Some(exported_for);
     super::counters::imported(dev as H);
     // SAFETY: checked non-null; writable per the contract.
     unsafe { *mmap = h as *mut doca_mmap };

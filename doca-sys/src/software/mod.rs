@@ -27,14 +27,17 @@
 //! # Contexts
 //! - `doca_ctx_start` needs a progress engine (`NOT_CONNECTED`) and an idle context
 //!   (`BAD_STATE`); it returns `DOCA_ERROR_IN_PROGRESS`: the context is `STARTING` and becomes
-//!   `RUNNING` during the next `doca_pe_progress`. State callbacks run from progress.
+//!   `RUNNING` in a later `doca_pe_progress`. State callbacks run from progress, each while the
+//!   context is in the state it announces: a state change waits until the callback of the
+//!   previous one was delivered (so the `STARTING` callback cannot allocate tasks).
 //! - Configuration calls (`doca_rdma_set_*`, `*_set_conf`, `doca_ctx_set_state_changed_cb`,
 //!   `doca_rdma_set_connection_state_callbacks`) need an idle context: `BAD_STATE`
 //!   otherwise. `doca_rdma_set_recv_queue_size` is always `NOT_SUPPORTED` (CPU data path);
 //!   `doca_rdma_set_send_queue_size` above the device maximum is `NOT_SUPPORTED`. Permissions
 //!   of a context are RDMA flags only (`INVALID_VALUE` otherwise).
-//! - Task allocation, submission, listening and connecting need `RUNNING` (`BAD_STATE`);
-//!   `doca_rdma_export` / `doca_rdma_connect` need a started context (`STARTING` or `RUNNING`).
+//! - Task allocation, submission, listening, connecting, accepting, rejecting and
+//!   disconnecting need `RUNNING` (`BAD_STATE`); `doca_rdma_export` / `doca_rdma_connect` need a
+//!   started context (`STARTING`, as their documentation says, or `RUNNING`, as the samples do).
 //! - `doca_ctx_stop` disconnects every connection (peers get their disconnection callback),
 //!   stops listening, flushes posted receives and outstanding tasks (error completions), and
 //!   returns `IN_PROGRESS` (state `STOPPING`) while tasks are in flight **or still allocated**.
@@ -58,14 +61,18 @@
 //!   corrupted blob). No connection callbacks are called in this mode. A side may submit once
 //!   it called `doca_rdma_connect`, but a task that reaches a peer which has not called it yet
 //!   fails (its queue pair is not ready): nothing is queued until the peer connects.
+//! - A connection takes tasks (allocation and submission; `NOT_CONNECTED` otherwise) once it
+//!   is established as its side knows it: its established callback was delivered (RDMA CM; a
+//!   server's connection is not established at accept) or `doca_rdma_connect` was called on it
+//!   (out of band); and until it is disconnected.
 //!
 //! # Tasks
 //! - `*_set_conf` sets the pool size (and both callbacks, non-NULL): allocating more than
 //!   `num_tasks` tasks of that type gives `NO_MEMORY`. Completions are delivered only from
 //!   `doca_pe_progress` of the submitting context's progress engine; a task is reusable after
 //!   its callback, with the `set_*` accessors (also `*_set_rdma_connection`).
-//! - A receive can be submitted once a connection of its context was established (CM) or
-//!   connected (`doca_rdma_connect`): `NOT_CONNECTED` before.
+//! - A receive can be submitted once a connection of its context was established in the sense
+//!   above: `NOT_CONNECTED` before.
 //! - A send (also send-with-immediate and write-with-immediate) is matched with the oldest
 //!   receive posted on the peer context (receives match any connection). If none is posted,
 //!   the send waits up to `DOCA_SYS_SW_RNR_TIMEOUT_MS` milliseconds (default 20, checked in
@@ -83,8 +90,9 @@
 //!   the local buffer's data section; atomics act on the 8 aligned bytes at the remote buffer's
 //!   data address and append the previous value (native endian) to the result buffer.
 //!   They need no peer task. The remote buffer must come from an mmap created from an export
-//!   with the context's device, local buffers from an mmap with the context's device (local
-//!   write access where the task writes them). Remote access is checked against the exporting
+//!   with the context's device, and the export must be for the device of the peer context the
+//!   connection reaches (a key is valid only on its device); local buffers from an mmap with
+//!   the context's device (local write access where the task writes them). Remote access is checked against the exporting
 //!   mmap (it must still exist, cover the range and grant `RDMA_WRITE` / `RDMA_READ` /
 //!   `RDMA_ATOMIC`) and the peer context's `doca_rdma_set_permissions`.
 //! - A failed task completes with `DOCA_ERROR_IO_FAILED` and puts its connection in error:
@@ -98,14 +106,16 @@
 //! stop one with buffers out, to stop an exported or imported one, to set its range twice;
 //! `doca_mmap_set_permissions` refuses undefined flags and remote write or atomic access
 //! without local write access. `doca_mmap_export_rdma` needs a started mmap with an RDMA
-//! permission (`NOT_PERMITTED`) and the device added (`NOT_FOUND`). A buffer inventory gives
+//! permission (`NOT_PERMITTED`) and the device added (`NOT_FOUND`); its descriptor is for that
+//! device and names it (one per device). A buffer inventory gives
 //! `NO_MEMORY` when all its buffers are out; it can be stopped with buffers out (no more can
 //! be taken). `doca_buf_dec_refcount` reports the count before the call; released descriptors
 //! are reused.
 //!
 //! # Progress engine
-//! Any number of contexts may be connected to one engine; each `doca_pe_progress` serves all
-//! of them. `doca_pe_get_notification_handle` returns an eventfd. After `doca_pe_request_notification`
+//! Any number of contexts may be connected to one engine; its `doca_pe_progress` serves all of
+//! them, one callback per call (in queue order): progress until it returns 0.
+//! `doca_pe_get_notification_handle` returns an eventfd. After `doca_pe_request_notification`
 //! it becomes readable as soon as a **task completion** is pending (at once if one already
 //! is, including a receiver-not-ready deadline that expires later); `doca_pe_clear_notification`
 //! drains it. Connection events and state changes never signal it: `doca_pe_progress`
@@ -283,6 +293,9 @@ struct Rdma {
     next_conn_id: u32,
     /// A connection became usable since the last start (receives may be posted).
     connected_once: bool,
+    /// State-change callbacks queued and not delivered yet: the next change waits for them,
+    /// so a callback always runs while the context is in the state it announces.
+    state_events: u32,
     /// Some send of a connection may wait for a receive (set when one is left waiting,
     /// cleared by a progress that finds none): progress looks for expired ones only then.
     sends_wait: bool,
@@ -331,6 +344,9 @@ struct Conn {
     peer: Option<H>,
     user_data: UserData,
     oob: bool,
+    /// Established as this side knows it: its established callback was delivered (RDMA CM)
+    /// or `doca_rdma_connect` was called on it (out of band). Only then may tasks use it.
+    usable: bool,
     blob: Vec<u8>,
     addr: Option<H>,
     /// Send-like tasks waiting for a receive on the peer, oldest first.
@@ -382,17 +398,21 @@ struct Mmap {
     devs: Vec<usize>,
     /// Global id of the exporting mmap, for mmaps created from an export.
     remote: Option<u64>,
+    /// For an mmap created from an export: the device (its index in the device list) the
+    /// export was made for. Its key is valid only there, as a verbs key in its own protection
+    /// domain.
+    exported_for: Option<usize>,
     /// Global id (set at start).
     id: u64,
-    /// Export descriptor (non-empty once exported).
-    blob: Vec<u8>,
+    /// Export descriptors, one per device it was exported for (non-empty once exported).
+    exports: Vec<Export>,
     /// Buffers (with a non-zero reference count) pointing into it.
     bufs: usize,
 }
 
 impl Mmap {
     fn exported(&self) -> bool {
-        !self.blob.is_empty()
+        !self.exports.is_empty()
     }
 
     /// Counts what destroying this mmap undoes: a registration (started local mmap) or an
@@ -419,6 +439,14 @@ impl Mmap {
             unsafe { device::same_device(d, dev) }
         })
     }
+}
+
+/// One `doca_mmap_export_rdma` descriptor: for which device, and its bytes (which stay put
+/// while the mmap lives).
+struct Export {
+    /// The device's index in the device list.
+    dev: usize,
+    blob: Vec<u8>,
 }
 
 struct Inventory {
@@ -546,6 +574,27 @@ impl World {
     /// A live buffer (reference count above 0).
     fn live_buf(&self, buf: H) -> Option<&Buf> {
         self.bufs.get(&buf).filter(|b| b.refcount > 0)
+    }
+
+    /// Queues a context's state-change callback (`prev` to `next`).
+    fn enqueue_state(&mut self, ctx: H, prev: u32, next: u32) {
+        if let Some(r) = self.rdmas.get_mut(&ctx) {
+            r.state_events += 1;
+        }
+        self.enqueue_ctx(ctx, Event::State { ctx, prev, next });
+    }
+
+    /// Whether tasks may use `conn` now: established as its side knows it (see `Conn::usable`)
+    /// and not disconnected. A connection in error, or whose peer left, still takes tasks,
+    /// which complete with the flush status (verbs: work posted to a queue pair in error).
+    fn conn_ready(&self, conn: H) -> bool {
+        self.conns.get(&conn).is_some_and(|c| {
+            c.usable
+                && matches!(
+                    c.state,
+                    ConnState::Established | ConnState::Error | ConnState::PeerGone
+                )
+        })
     }
 
     fn enqueue_ctx(&mut self, rdma: H, event: Event) {

@@ -117,22 +117,23 @@ pub(crate) unsafe extern "C" fn doca_pe_progress(pe: *mut doca_pe) -> u8 {
         ));
         return 0;
     }
-    let calls = world().prepare_progress(pe as H);
-    let any = !calls.is_empty();
+    // One callback per call: doca_pe.h describes a call as serving the next context with a
+    // completed task, running that task's callback (stricter reading: never a batch).
+    let Some(call) = world().prepare_progress(pe as H) else {
+        return 0;
+    };
     IN_PROGRESS.with(|p| p.set(true));
-    for call in calls {
-        // SAFETY: callbacks registered by the application; called without the lock.
-        unsafe { call.invoke() };
-    }
+    // SAFETY: a callback registered by the application; called without the lock.
+    unsafe { call.invoke() };
     IN_PROGRESS.with(|p| p.set(false));
-    u8::from(any)
+    1
 }
 
 impl World {
-    /// Advances time-driven state of a progress engine and takes its queued callbacks.
-    fn prepare_progress(&mut self, pe: H) -> Vec<Call> {
+    /// Advances time-driven state of a progress engine and takes its next queued callback.
+    fn prepare_progress(&mut self, pe: H) -> Option<Call> {
         if !self.pes.contains_key(&pe) {
-            return Vec::new();
+            return None;
         }
         // The clock is read once, and only if some send waits for a receive.
         let mut now = None;
@@ -147,27 +148,27 @@ impl World {
             self.advance_ctx(ctx, &mut now);
             i += 1;
         }
-        let events: Vec<Event> = match self.pes.get_mut(&pe) {
-            Some(p) => p.queue.drain(..).collect(),
-            None => return Vec::new(),
-        };
-        events.into_iter().filter_map(|e| self.resolve(e)).collect()
+        // Events that no longer call anything (a request withdrawn meanwhile) are skipped.
+        loop {
+            let event = self.pes.get_mut(&pe)?.queue.pop_front()?;
+            if let Some(call) = self.resolve(event) {
+                return Some(call);
+            }
+        }
     }
 
     fn advance_ctx(&mut self, ctx: H, now: &mut Option<Instant>) {
         let Some(r) = self.rdmas.get_mut(&ctx) else {
             return;
         };
+        // A state change waits until the callback of the previous one was delivered: the
+        // callback runs while the context is in the state it announces (doca_ctx.h).
+        let settled = r.state_events == 0;
         if r.state == DOCA_CTX_STATE_STARTING {
-            self.set_state(ctx, DOCA_CTX_STATE_RUNNING);
-            self.enqueue_ctx(
-                ctx,
-                Event::State {
-                    ctx,
-                    prev: DOCA_CTX_STATE_STARTING,
-                    next: DOCA_CTX_STATE_RUNNING,
-                },
-            );
+            if settled {
+                self.set_state(ctx, DOCA_CTX_STATE_RUNNING);
+                self.enqueue_state(ctx, DOCA_CTX_STATE_STARTING, DOCA_CTX_STATE_RUNNING);
+            }
             return;
         }
         // Receiver not ready: fail the sends whose deadline passed.
@@ -200,16 +201,9 @@ impl World {
             self.set_sends_wait(ctx, false);
         }
         let r = self.rdmas.get_mut(&ctx).expect("checked above");
-        if r.state == DOCA_CTX_STATE_STOPPING && r.inflight == 0 && r.allocated() == 0 {
+        if settled && r.state == DOCA_CTX_STATE_STOPPING && r.inflight == 0 && r.allocated() == 0 {
             self.set_state(ctx, DOCA_CTX_STATE_IDLE);
-            self.enqueue_ctx(
-                ctx,
-                Event::State {
-                    ctx,
-                    prev: DOCA_CTX_STATE_STOPPING,
-                    next: DOCA_CTX_STATE_IDLE,
-                },
-            );
+            self.enqueue_state(ctx, DOCA_CTX_STATE_STOPPING, DOCA_CTX_STATE_IDLE);
         }
     }
 
@@ -217,7 +211,8 @@ impl World {
     fn resolve(&mut self, event: Event) -> Option<Call> {
         match event {
             Event::State { ctx, prev, next } => {
-                let r = self.rdmas.get(&ctx)?;
+                let r = self.rdmas.get_mut(&ctx)?;
+                r.state_events = r.state_events.saturating_sub(1);
                 Some(Call::State(r.state_cb, r.user_data, ctx, prev, next))
             }
             Event::Request(conn) => {
@@ -233,6 +228,14 @@ impl World {
                 Some(Call::Request(r.request_cb, conn, r.user_data))
             }
             Event::Established(conn) | Event::Failure(conn) | Event::Disconnect(conn) => {
+                if let Event::Established(_) = event {
+                    // The application learns of the connection now: from here on tasks may
+                    // use it (and the context may post receives).
+                    let c = self.conns.get_mut(&conn)?;
+                    c.usable = true;
+                    let rdma = c.rdma;
+                    self.rdmas.get_mut(&rdma)?.connected_once = true;
+                }
                 let c = self.conns.get(&conn)?;
                 let r = self.rdmas.get(&c.rdma)?;
                 let cb = match event {
@@ -366,14 +369,7 @@ pub(crate) unsafe extern "C" fn doca_ctx_start(ctx: *mut doca_ctx) -> doca_error
     // An RDMA context starts asynchronously: STARTING now, RUNNING from progress.
     r.connected_once = false;
     w.set_state(ctx, DOCA_CTX_STATE_STARTING);
-    w.enqueue_ctx(
-        ctx,
-        Event::State {
-            ctx,
-            prev: DOCA_CTX_STATE_IDLE,
-            next: DOCA_CTX_STATE_STARTING,
-        },
-    );
+    w.enqueue_state(ctx, DOCA_CTX_STATE_IDLE, DOCA_CTX_STATE_STARTING);
     DOCA_ERROR_IN_PROGRESS
 }
 
@@ -414,7 +410,7 @@ pub(crate) unsafe extern "C" fn doca_ctx_stop(ctx: *mut doca_ctx) -> doca_error_
         DOCA_CTX_STATE_STOPPING
     };
     w.set_state(ctx, next);
-    w.enqueue_ctx(ctx, Event::State { ctx, prev, next });
+    w.enqueue_state(ctx, prev, next);
     if done {
         DOCA_SUCCESS
     } else {

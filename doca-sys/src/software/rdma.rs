@@ -35,6 +35,7 @@ pub(crate) unsafe extern "C" fn doca_rdma_create(
             listening: Vec::new(),
             next_conn_id: 0,
             connected_once: false,
+            state_events: 0,
             sends_wait: false,
         },
     );
@@ -332,6 +333,7 @@ impl World {
                 peer: None,
                 user_data,
                 oob,
+                usable: false,
                 blob: Vec::new(),
                 addr: None,
                 pending: VecDeque::new(),
@@ -398,9 +400,10 @@ pub(crate) unsafe extern "C" fn doca_rdma_connection_accept(
         return DOCA_ERROR_INVALID_VALUE;
     }
     let mut w = world();
-    let Some(c) = w.conns.get(&conn) else {
-        return DOCA_ERROR_INVALID_VALUE;
-    };
+    if let Err(e) = conn_ctx_running(&w, conn) {
+        return e;
+    }
+    let c = w.conns.get(&conn).expect("checked");
     if c.state != ConnState::Requested {
         // Not a pending connection request.
         return DOCA_ERROR_INVALID_VALUE;
@@ -416,14 +419,10 @@ pub(crate) unsafe extern "C" fn doca_rdma_connection_accept(
         w.set_conn_state(conn, ConnState::Disconnected);
         return DOCA_ERROR_CONNECTION_ABORTED;
     };
+    // Both queue pairs are ready; each side may use its connection once its established
+    // callback was delivered (`Conn::usable`).
     w.set_conn_state(conn, ConnState::Established);
     w.set_conn_state(client, ConnState::Established);
-    for side in [conn, client] {
-        let rdma = w.conns.get(&side).map(|c| c.rdma);
-        if let Some(r) = rdma.and_then(|r| w.rdmas.get_mut(&r)) {
-            r.connected_once = true;
-        }
-    }
     let addr = w.conns.get(&client).and_then(|c| c.addr);
     w.release_addr(addr);
     w.enqueue_conn(conn, Event::Established(conn));
@@ -437,9 +436,12 @@ pub(crate) unsafe extern "C" fn doca_rdma_connection_reject(
 ) -> doca_error_t {
     let conn = rdma_connection as H;
     let mut w = world();
+    if let Err(e) = conn_ctx_running(&w, conn) {
+        return e;
+    }
     match w.conns.get(&conn) {
         Some(c) if c.state == ConnState::Requested => {}
-        // Unknown, or not a pending connection request.
+        // Not a pending connection request.
         _ => return DOCA_ERROR_INVALID_VALUE,
     }
     w.reject(conn);
@@ -450,7 +452,21 @@ pub(crate) unsafe extern "C" fn doca_rdma_connection_reject(
 pub(crate) unsafe extern "C" fn doca_rdma_connection_disconnect(
     rdma_connection: *mut doca_rdma_connection,
 ) -> doca_error_t {
-    world().disconnect(rdma_connection as H)
+    let mut w = world();
+    if let Err(e) = conn_ctx_running(&w, rdma_connection as H) {
+        return e;
+    }
+    w.disconnect(rdma_connection as H)
+}
+
+/// Checks that `conn` is a connection whose context is running: doca_rdma.h documents accept,
+/// reject and disconnect for a running context only. `BAD_STATE` otherwise (stricter choice of
+/// code: their entries list none for it).
+fn conn_ctx_running(w: &World, conn: H) -> Result<(), doca_error_t> {
+    let Some(c) = w.conns.get(&conn) else {
+        return Err(DOCA_ERROR_INVALID_VALUE);
+    };
+    running(w, c.rdma).map(|_| ())
 }
 
 #[no_mangle]
@@ -581,6 +597,8 @@ pub(crate) unsafe extern "C" fn doca_rdma_connect(
     let c = w.conns.get_mut(&conn).expect("checked");
     c.peer = Some(remote);
     c.state = ConnState::Established;
+    // Out of band there is no established callback: this side may use the connection now.
+    c.usable = true;
     w.rdmas.get_mut(&h).expect("started").connected_once = true;
     // Nothing waits for this side: a task the peer submitted before this call has already
     // failed (its packets would have reached a queue pair that was not ready).

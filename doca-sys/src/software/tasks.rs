@@ -99,14 +99,20 @@ unsafe fn allocate(
     if !conn_ok || check_bufs(&w, kind, init.src, init.dst, init.result).is_err() {
         return DOCA_ERROR_INVALID_VALUE;
     }
-    let Some(r) = w.rdmas.get_mut(&rdma) else {
-        return DOCA_ERROR_INVALID_VALUE;
-    };
-    if r.state != DOCA_CTX_STATE_RUNNING {
+    match w.rdmas.get(&rdma) {
+        None => return DOCA_ERROR_INVALID_VALUE,
         // Only a running context can allocate tasks (doca_ctx_states); the code is the
         // provider's choice.
-        return DOCA_ERROR_BAD_STATE;
+        Some(r) if r.state != DOCA_CTX_STATE_RUNNING => return DOCA_ERROR_BAD_STATE,
+        Some(_) => {}
     }
+    if init.conn.is_some_and(|c| !w.conn_ready(c)) {
+        // Tasks that name a connection need it established (doca_rdma.h: the entries of
+        // accept, connect_to_addr, start_listen_to_port and connect). The code is the
+        // provider's choice: the one `doca_task_submit` answers for such a connection.
+        return DOCA_ERROR_NOT_CONNECTED;
+    }
+    let r = w.rdmas.get_mut(&rdma).expect("checked above");
     let conf = &mut r.confs[kind.index()];
     if conf.allocated >= conf.num {
         return DOCA_ERROR_NO_MEMORY;
@@ -867,12 +873,9 @@ impl World {
             return DOCA_ERROR_INVALID_VALUE;
         }
         let conn_state = self.conn_state(conn);
-        if conn.is_some()
-            && !matches!(
-                conn_state,
-                Some(ConnState::Established | ConnState::Error | ConnState::PeerGone)
-            )
-        {
+        if conn.is_some_and(|c| !self.conn_ready(c)) {
+            // Not established as this side knows it (its established callback not delivered,
+            // or `doca_rdma_connect` not called), or disconnected.
             return DOCA_ERROR_NOT_CONNECTED;
         }
         if conn.is_none() && !connected_once {
@@ -1095,15 +1098,25 @@ impl World {
             .remote
             .and_then(|id| self.mmap_ids.get(&id))
             .and_then(|h| self.mmaps.get(h));
-        let peer_perms = c
+        let peer = c
             .peer
             .and_then(|p| self.conns.get(&p))
             .filter(|p| p.state == ConnState::Established)
-            .and_then(|p| self.rdmas.get(&p.rdma))
-            .map(|r| r.permissions);
+            .and_then(|p| self.rdmas.get(&p.rdma));
+        let peer_perms = peer.map(|r| r.permissions);
+        // The key of an export is valid only on the device it was exported for (verbs: an
+        // rkey belongs to its protection domain): the access must reach a peer context on
+        // that device.
+        let key_ok = peer.is_some_and(|r| {
+            // SAFETY: a context's device stays open while the context exists
+            // (`doca_dev_close` refuses).
+            let peer_dev = unsafe { super::device::device_index(r.dev) };
+            peer_dev.is_some() && peer_dev == imported.exported_for
+        });
         match (exporter, peer_perms) {
             (Some(m), Some(perms)) => {
                 dev_ok
+                    && key_ok
                     && m.started
                     && m.permissions & need != 0
                     && perms & need != 0

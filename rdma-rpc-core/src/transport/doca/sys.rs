@@ -6,8 +6,10 @@
 //! is right by construction. Destruction failures are logged and the handle leaked: `Drop`
 //! never panics.
 
+use std::cell::Cell;
 use std::ffi::{c_void, CStr};
 use std::fmt;
+use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
@@ -518,69 +520,121 @@ impl Drop for Buf {
     }
 }
 
-/// A progress engine.
+/// A progress engine (`doca_pe`), destroyed when its last `Arc` goes: the contexts connected
+/// to it hold one (so it outlives them), and so does its [`PeDriver`].
+///
+/// A shared `Pe` gives access to nothing that drives the engine: every DOCA call on it goes
+/// through its one [`PeDriver`]. An engine may be used from any thread, but from one at a time,
+/// and never from its own callbacks.
 pub(super) struct Pe {
     raw: NonNull<sys::doca_pe>,
 }
 
-// SAFETY: a progress engine is driven by one owner at a time (its progress loop); DOCA allows
-// moving it between threads as long as calls do not overlap.
+// SAFETY: a `doca_pe` has no thread affinity: it may be created on one thread, driven from
+// another (one at a time, which `PeDriver` ensures) and destroyed on a third (in `Drop`, with
+// exclusive access).
 unsafe impl Send for Pe {}
-// SAFETY: shared references only read the notification handle, which DOCA allows concurrently.
+// SAFETY: `Pe` has no method: outside this module a shared `Pe` is only an identity (the
+// contexts and the polling thread's handle keep it alive). Inside, its pointer is passed to
+// DOCA by its one `PeDriver` only, which never runs two calls at once (it is not `Sync`, and
+// its driving calls take `&mut self`), and by `Drop`, which has exclusive access. Sharing a
+// `Pe` therefore shares nothing DOCA could see.
 unsafe impl Sync for Pe {}
 
-impl Pe {
-    pub(super) fn new() -> Result<Pe> {
+impl Drop for Pe {
+    fn drop(&mut self) {
+        // SAFETY: created in `PeDriver::new`, destroyed once; every context connected to it
+        // held an `Arc` of it and was destroyed before this last one went.
+        let code = unsafe { sys::doca_pe_destroy(self.raw.as_ptr()) };
+        if let Err(e) = check("doca_pe_destroy", code) {
+            tracing::warn!(error = %e, "leaking a DOCA progress engine");
+        }
+    }
+}
+
+/// The right to drive a progress engine: connect contexts to it, progress it, arm and clear
+/// its notification. Exactly one exists per engine (`PeDriver::new` makes both), every call
+/// that drives takes `&mut self`, and it is not `Sync`, so no two calls on the engine ever
+/// overlap: DOCA's single-driver rule in types. Whoever holds it is the engine's progress owner
+/// (an event-mode owner for its own engine, a polling thread for the engine its transport's
+/// contexts share); it moves between threads with its owner (`Send`).
+pub(super) struct PeDriver {
+    pe: Arc<Pe>,
+    /// Not `Sync`: even the calls that take `&self` run on one thread at a time.
+    _one_thread: PhantomData<Cell<()>>,
+}
+
+impl PeDriver {
+    /// Creates a progress engine and its driver.
+    pub(super) fn new() -> Result<PeDriver> {
         let mut raw = ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer.
         check("doca_pe_create", unsafe { sys::doca_pe_create(&mut raw) })?;
         let raw = NonNull::new(raw).ok_or_else(|| doca_error("doca_pe_create", 1))?;
-        Ok(Pe { raw })
+        Ok(PeDriver {
+            pe: Arc::new(Pe { raw }),
+            _one_thread: PhantomData,
+        })
     }
 
-    pub(super) fn raw(&self) -> *mut sys::doca_pe {
-        self.raw.as_ptr()
+    /// The engine, for the contexts that will be connected to it (they keep it alive).
+    pub(super) fn engine(&self) -> &Arc<Pe> {
+        &self.pe
     }
 
-    /// Runs callbacks; true if anything happened. Must not be called from a callback.
-    pub(super) fn progress(&self) -> bool {
-        // SAFETY: a live engine; the owner never calls this re-entrantly (callbacks only
-        // record events).
+    fn raw(&self) -> *mut sys::doca_pe {
+        self.pe.raw.as_ptr()
+    }
+
+    /// Connects `rdma`, which must have been created for this engine (it holds it), to it.
+    pub(super) fn connect(&mut self, rdma: &Rdma) -> Result<()> {
+        if !Arc::ptr_eq(&rdma.pe, &self.pe) {
+            return Err(Error::InvalidArgument(
+                "a DOCA context can only be connected to the progress engine it was created for"
+                    .into(),
+            ));
+        }
+        // SAFETY: a live engine and a live context; `&mut self` means nothing drives the
+        // engine meanwhile. DOCA refuses a context that is not idle or already connected.
+        check("doca_pe_connect_ctx", unsafe {
+            sys::doca_pe_connect_ctx(self.raw(), rdma.ctx())
+        })
+    }
+
+    /// One `doca_pe_progress`: runs the callbacks the engine has ready (the software provider:
+    /// one per call); true if anything happened.
+    pub(super) fn progress(&mut self) -> bool {
+        // SAFETY: a live engine. `&mut self` means no other call drives it meanwhile. The
+        // callbacks it runs (`engine::callbacks`) only record events and never progress; they
+        // cannot reach this driver, borrowed here, so it is never called re-entrantly.
         unsafe { sys::doca_pe_progress(self.raw()) != 0 }
     }
 
+    /// The engine's notification handle (it never changes).
     pub(super) fn notification_fd(&self) -> Result<i32> {
         let mut fd = 0;
-        // SAFETY: live engine; valid out-pointer.
+        // SAFETY: a live engine; valid out-pointer. No other call on the engine runs meanwhile:
+        // driving calls need `&mut self`, and the driver is not `Sync`.
         check("doca_pe_get_notification_handle", unsafe {
             sys::doca_pe_get_notification_handle(self.raw(), &mut fd)
         })?;
         Ok(fd)
     }
 
-    pub(super) fn arm(&self) -> Result<()> {
-        // SAFETY: live engine.
+    /// Arms the notification (the next completion makes the handle readable).
+    pub(super) fn arm(&mut self) -> Result<()> {
+        // SAFETY: a live engine, driven by this call alone (`&mut self`).
         check("doca_pe_request_notification", unsafe {
             sys::doca_pe_request_notification(self.raw())
         })
     }
 
-    pub(super) fn clear(&self, fd: i32) -> Result<()> {
-        // SAFETY: live engine; `fd` is its own notification handle.
+    /// Clears the notification handle `fd` (from [`PeDriver::notification_fd`]).
+    pub(super) fn clear(&mut self, fd: i32) -> Result<()> {
+        // SAFETY: a live engine, driven by this call alone (`&mut self`); `fd` is its handle.
         check("doca_pe_clear_notification", unsafe {
             sys::doca_pe_clear_notification(self.raw(), fd)
         })
-    }
-}
-
-impl Drop for Pe {
-    fn drop(&mut self) {
-        // SAFETY: created in `new`, destroyed once, after its context (which holds an `Arc`
-        // of it) was destroyed.
-        let code = unsafe { sys::doca_pe_destroy(self.raw()) };
-        if let Err(e) = check("doca_pe_destroy", code) {
-            tracing::warn!(error = %e, "leaking a DOCA progress engine");
-        }
     }
 }
 
@@ -590,8 +644,9 @@ pub(super) struct Rdma {
     /// Whether the context reached IDLE after a stop (or was never started); only then may
     /// it be destroyed.
     pub(super) destroyable: bool,
-    // Parents, declared after `raw`: they outlive the context.
-    _pe: Arc<Pe>,
+    // Parents, declared after `raw`: they outlive the context. `pe` is the engine the context
+    // is (or will be) connected to.
+    pe: Arc<Pe>,
     dev: Arc<Device>,
 }
 
@@ -609,7 +664,7 @@ impl Rdma {
         Ok(Rdma {
             raw,
             destroyable: true,
-            _pe: pe.clone(),
+            pe: pe.clone(),
             dev: dev.clone(),
         })
     }

@@ -4,10 +4,11 @@
 //! connections, imported mmaps) is touched only by its owner's thread: in event and spin modes
 //! a tokio task waiting on the notification fd of the context's own progress engine; in busy-poll
 //! mode the polling thread of its transport, whose engine every context of the transport is
-//! connected to (`poller`). Other tasks send the owner [`Cmd`]s through a channel and get
-//! results through oneshots. C callbacks
-//! only record events; the owner handles them after `doca_pe_progress` returns, so no DOCA
-//! call ever runs re-entrantly.
+//! connected to (`poller`). An engine is driven only through its one [`PeDriver`], held by the
+//! owner of an engine of its own or by the polling thread, which lends it to the owners it
+//! visits. Other tasks send the owner [`Cmd`]s through a channel and get results through
+//! oneshots. C callbacks only record events; the owner handles them after `doca_pe_progress`
+//! returns, so no DOCA call ever runs re-entrantly.
 //!
 //! The owner's concerns, one file each:
 //! - `callbacks`: the C callbacks and the events they record;
@@ -56,7 +57,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::{mpsc, oneshot};
 
-use super::sys::{Device, Inventory, Mmap, Pe, Rdma};
+use super::sys::{Device, Inventory, Mmap, PeDriver, Rdma};
 use super::{DocaConfig, ProgressMode};
 use crate::error::{Error, Result};
 use crate::memory::{RegisteredBuf, StagingPools};
@@ -213,7 +214,9 @@ pub(super) struct Owner {
     staging: Staging,
     inv: Inventory,
     rdma: Rdma,
-    pe: Arc<Pe>,
+    /// The driver of the context's own progress engine (event and spin modes); `None` on a
+    /// polling thread's engine, which the thread drives (the context holds the engine).
+    own_pe: Option<PeDriver>,
     /// Boxed: its address is the context's user data.
     sink: Box<Sink>,
     /// The sink's previous batch of events, emptied: its capacity takes the next batch.
@@ -225,8 +228,9 @@ pub(super) struct Owner {
 
 // SAFETY: the owner is used by one thread at a time (its tokio task, its polling thread, or
 // the thread that stops it); every DOCA object it holds may move between threads (see the
-// wrappers), and the `Sink`'s cells are only touched by callbacks that run inside the owner's
-// own `doca_pe_progress`.
+// wrappers), and the `Sink`'s cells are only touched by callbacks that run inside a
+// `doca_pe_progress` of the owner's engine, called by the owner (or by the polling thread
+// that visits it) on the same thread.
 unsafe impl Send for Owner {}
 
 /// Starts a context and its owner; returns the handle other tasks use. In busy-poll mode the
@@ -319,14 +323,14 @@ impl Drop for StopOnDrop {
 }
 
 impl Owner {
-    /// Takes every command already queued; whether there was any, `None` once every sender
-    /// is gone.
+    /// Takes every command already queued (an owner with an engine of its own); whether there
+    /// was any, `None` once every sender is gone.
     fn take_commands(&mut self, cmds: &mut mpsc::UnboundedReceiver<Cmd>) -> Option<bool> {
         let mut any = false;
         loop {
             match cmds.try_recv() {
                 Ok(cmd) => {
-                    self.handle(cmd);
+                    self.handle(cmd, None);
                     any = true;
                 }
                 Err(mpsc::error::TryRecvError::Empty) => return Some(any),
@@ -341,9 +345,12 @@ impl Owner {
     async fn run_event(self, mut cmds: mpsc::UnboundedReceiver<Cmd>, spin: Duration) {
         let mut guard = StopOnDrop(Some(self));
         let owner = guard.0.as_mut().expect("just set");
-        let fd = match owner.pe.notification_fd() {
-            Ok(fd) => fd,
-            Err(e) => {
+        let fd = match owner.own_pe.as_ref().map(PeDriver::notification_fd) {
+            Some(Ok(fd)) => fd,
+            failed => {
+                let e = failed.and_then(Result::err).unwrap_or_else(|| {
+                    Error::InvalidArgument("no progress engine of its own".into())
+                });
                 tracing::error!(error = %e, "DOCA event mode unavailable; polling instead");
                 let owner = guard.0.take().expect("just set");
                 let doorbell = match owner.shared.upgrade() {
@@ -357,8 +364,8 @@ impl Owner {
                 return;
             }
         };
-        // SAFETY: the fd is the progress engine's notification handle; the engine (held by
-        // the owner) outlives `afd`, which is dropped before the context stops.
+        // SAFETY: the fd is the progress engine's notification handle; the engine (its driver
+        // held by the owner) outlives `afd`, which is dropped before the context stops.
         let afd = match unsafe { AsyncFd::register_with_interest(NotifyFd(fd), Interest::READABLE) }
         {
             Ok(afd) => afd,
@@ -395,7 +402,7 @@ impl Owner {
                     continue;
                 }
             }
-            if let Err(e) = owner.pe.arm() {
+            if let Some(Err(e)) = owner.own_pe.as_mut().map(PeDriver::arm) {
                 tracing::warn!(error = %e, "arming DOCA notifications");
             }
             let now = Instant::now();
@@ -416,13 +423,15 @@ impl Owner {
             tokio::select! {
                 ready = afd.readable() => {
                     if let Ok(mut guard) = ready {
-                        let _ = owner.pe.clear(fd);
+                        if let Some(pe) = owner.own_pe.as_mut() {
+                            let _ = pe.clear(fd);
+                        }
                         guard.clear_ready();
                     }
                 }
                 cmd = cmds.recv() => match cmd {
                     Some(cmd) => {
-                        owner.handle(cmd);
+                        owner.handle(cmd, None);
                         // And the ones queued behind it; senders gone is seen by the next
                         // `recv`, after one more round of progress.
                         let _ = owner.take_commands(&mut cmds);
@@ -440,20 +449,35 @@ impl Owner {
         owner.shutdown_async().await;
     }
 
-    /// Progresses until nothing happens; returns whether anything did. The event loop arms
-    /// the engine's notification only after this (DOCA's loop: progress until it returns 0,
-    /// then arm). On an engine shared with other contexts, their events wait in their own
-    /// sinks for their owners.
+    /// Progresses the owner's own engine until nothing happens; returns whether anything
+    /// did. The event loop arms the engine's notification only after this (DOCA's loop:
+    /// progress until it returns 0, then arm).
     fn progress_all(&mut self) -> bool {
-        self.progress_up_to(usize::MAX)
+        self.progress_up_to(None, usize::MAX)
     }
 
-    /// As [`Owner::progress_all`], but at most `rounds` calls of `doca_pe_progress`: for a
-    /// command handled on an engine that a busy neighbour may keep progressing.
-    fn progress_up_to(&mut self, rounds: usize) -> bool {
+    /// Progresses the context's engine at most `rounds` times, handling the events after each
+    /// call; whether anything happened. The engine is the owner's own, or else `shared`, the
+    /// polling thread's (lent by the thread, which drives it); with neither, only the events
+    /// already recorded are handled. On an engine shared with other contexts, their events
+    /// wait in their own sinks for their owners, and a busy neighbour is why `rounds` bounds
+    /// the loop.
+    pub(super) fn progress_up_to(&mut self, shared: Option<&mut PeDriver>, rounds: usize) -> bool {
+        if let Some(mut own) = self.own_pe.take() {
+            let any = self.drive(&mut own, rounds);
+            self.own_pe = Some(own);
+            return any;
+        }
+        match shared {
+            Some(pe) => self.drive(pe, rounds),
+            None => self.handle_events(),
+        }
+    }
+
+    fn drive(&mut self, pe: &mut PeDriver, rounds: usize) -> bool {
         let mut any = false;
         for _ in 0..rounds {
-            let progressed = self.pe.progress();
+            let progressed = pe.progress();
             if !self.handle_events() && !progressed {
                 return any;
             }
@@ -501,7 +525,9 @@ impl Owner {
         }
     }
 
-    fn handle(&mut self, cmd: Cmd) {
+    /// Handles a command. `shared` is the polling thread's engine driver when the owner is
+    /// visited by the thread (busy-poll mode), `None` for an owner with an engine of its own.
+    fn handle(&mut self, cmd: Cmd, shared: Option<&mut PeDriver>) {
         match cmd {
             Cmd::Listen {
                 port,
@@ -532,7 +558,7 @@ impl Owner {
             Cmd::Close { id, err } => {
                 // Completions already in DOCA's queues come first: what the peer sent before
                 // the connection ended is delivered, not dropped.
-                self.progress_up_to(PROGRESS_ROUNDS);
+                self.progress_up_to(shared, PROGRESS_ROUNDS);
                 self.fail_conn(id, err);
             }
         }

@@ -9,14 +9,18 @@
 //! context of a busy-polling transport is connected to the engine of the transport's thread,
 //! so one `doca_pe_progress` per round serves them all.
 //!
-//! The thread alone touches its engine: it connects and starts the contexts prepared for it
-//! (the slow part of setup, allocating and registering memory, is done before, off the
-//! engine), progresses, and stops contexts whose handles are all gone. Each round it
-//! progresses the engine until nothing happens (at most [`PROGRESS_ROUNDS`] times), then visits
-//! every context: the events its callbacks recorded, its deadlines, and, if its doorbell
-//! rang, at most [`CMD_BATCH`] of its commands (a flood on one connection cannot starve the
-//! others). Every [`SWEEP_EVERY`]th round it also looks at the queues without a doorbell,
-//! which is how it sees that every handle of a context is gone.
+//! The thread alone touches its engine: it holds the engine's one [`PeDriver`] (the handle
+//! keeps only the engine itself, for the contexts prepared for it), connects and starts the
+//! contexts prepared for it (the slow part of setup, allocating and registering memory, is
+//! done before, off the engine), progresses, and stops contexts whose handles are all gone.
+//! Each round it progresses the engine until nothing happens (at most [`PROGRESS_ROUNDS`]
+//! times), then visits every context: the events its callbacks recorded, its deadlines, and,
+//! if its doorbell rang, at most [`CMD_BATCH`] of its commands (a flood on one connection
+//! cannot starve the others), lending the owner the driver for the commands that progress.
+//! Every [`SWEEP_EVERY`]th round it also looks at the queues without a doorbell, which is how
+//! it sees that every handle of a context is gone. A context handed over with an engine of its
+//! own (event mode without a notification handle) keeps that engine's driver and progresses
+//! it when visited.
 //!
 //! Idle rounds first yield the core, and after a long quiet spell nap between rounds; with no
 //! context at all the thread sleeps until one is added, and it ends once its transport and
@@ -29,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::super::sys::{doca_error, Pe};
+use super::super::sys::{doca_error, Pe, PeDriver};
 use super::setup::STATE_CHANGE_LIMIT;
 use super::{Cmd, Owner, PROGRESS_ROUNDS};
 use crate::error::{Error, Result};
@@ -55,11 +59,13 @@ struct Polled {
 enum Job {
     /// A prepared context on the thread's engine: connect, start, and say when it runs.
     Start(Polled, oneshot::Sender<Result<()>>),
-    /// A running context on an engine of its own (event mode without a notification handle).
+    /// A running context with an engine of its own, whose driver it holds (event mode without
+    /// a notification handle).
     Run(Polled),
 }
 
-/// The handle of a polling thread: its engine, and the way to hand it contexts.
+/// The handle of a polling thread: its engine (which contexts are prepared for; the thread
+/// alone drives it), and the way to hand it contexts.
 pub(in crate::transport::doca) struct Poller {
     jobs: std_mpsc::Sender<Job>,
     pe: Arc<Pe>,
@@ -68,17 +74,17 @@ pub(in crate::transport::doca) struct Poller {
 impl Poller {
     /// Creates a progress engine and starts its polling thread, with no context yet.
     pub(in crate::transport::doca) fn spawn() -> Result<Poller> {
-        let pe = Arc::new(Pe::new()?);
+        let driver = PeDriver::new()?;
+        let pe = driver.engine().clone();
         let (jobs, rx) = std_mpsc::channel();
-        let engine = pe.clone();
         std::thread::Builder::new()
             .name("doca-progress".into())
-            .spawn(move || Thread::new(engine).run(rx))
+            .spawn(move || Thread::new(driver).run(rx))
             .map_err(|e| Error::io("spawning the DOCA progress thread", e))?;
         Ok(Poller { jobs, pe })
     }
 
-    /// The engine that contexts for this thread are prepared for.
+    /// The engine that contexts for this thread are prepared for (not a way to drive it).
     pub(super) fn pe(&self) -> &Arc<Pe> {
         &self.pe
     }
@@ -102,7 +108,8 @@ impl Poller {
         started.await.unwrap_or_else(|_| Err(gone()))
     }
 
-    /// Hands a running context with an engine of its own to the thread.
+    /// Hands a running context with an engine of its own (and that engine's driver) to the
+    /// thread.
     pub(super) fn add(
         &self,
         owner: Owner,
@@ -130,8 +137,8 @@ fn gone() -> Error {
 
 /// What the polling thread holds.
 struct Thread {
-    /// Its own engine first, then the engines of contexts handed over running.
-    pes: Vec<Arc<Pe>>,
+    /// The driver of the thread's engine, the one every context of the transport shares.
+    pe: PeDriver,
     /// Started, not running yet: the deadline and who waits.
     starting: Vec<(Polled, Instant, oneshot::Sender<Result<()>>)>,
     running: Vec<Polled>,
@@ -140,9 +147,9 @@ struct Thread {
 }
 
 impl Thread {
-    fn new(pe: Arc<Pe>) -> Thread {
+    fn new(pe: PeDriver) -> Thread {
         Thread {
-            pes: vec![pe],
+            pe,
             starting: Vec::new(),
             running: Vec::new(),
             stopping: Vec::new(),
@@ -155,7 +162,7 @@ impl Thread {
 
     fn take(&mut self, job: Job) {
         match job {
-            Job::Start(mut polled, reply) => match polled.owner.start_context() {
+            Job::Start(mut polled, reply) => match polled.owner.start_context(&mut self.pe) {
                 Ok(()) => {
                     let deadline = Instant::now() + STATE_CHANGE_LIMIT;
                     self.starting.push((polled, deadline, reply));
@@ -166,12 +173,8 @@ impl Thread {
                     drop(polled);
                 }
             },
-            Job::Run(polled) => {
-                if !self.pes.iter().any(|pe| Arc::ptr_eq(pe, &polled.owner.pe)) {
-                    self.pes.push(polled.owner.pe.clone());
-                }
-                self.running.push(polled);
-            }
+            // Its owner drives its engine when visited.
+            Job::Run(polled) => self.running.push(polled),
         }
     }
 
@@ -209,13 +212,11 @@ impl Thread {
     /// One round; whether anything happened.
     fn round(&mut self, sweep: bool) -> bool {
         let mut busy = false;
-        for pe in &self.pes {
-            for _ in 0..PROGRESS_ROUNDS {
-                if !pe.progress() {
-                    break;
-                }
-                busy = true;
+        for _ in 0..PROGRESS_ROUNDS {
+            if !self.pe.progress() {
+                break;
             }
+            busy = true;
         }
         if !self.starting.is_empty() {
             let now = Instant::now();
@@ -239,9 +240,10 @@ impl Thread {
                 }
             }
         }
+        let pe = &mut self.pe;
         let closed: Vec<_> = self
             .running
-            .extract_if(.., |ctx| match visit(ctx, sweep) {
+            .extract_if(.., |ctx| match visit(ctx, sweep, pe) {
                 Some(worked) => {
                     busy |= worked;
                     false
@@ -258,7 +260,8 @@ impl Thread {
             let done: Vec<_> = self
                 .stopping
                 .extract_if(.., |(owner, deadline)| {
-                    busy |= owner.handle_events();
+                    // Events of the shared engine, or progress of an engine of its own.
+                    busy |= owner.progress_up_to(None, PROGRESS_ROUNDS);
                     owner.stopped_idle() || now > *deadline
                 })
                 .collect();
@@ -272,10 +275,12 @@ impl Thread {
     }
 }
 
-/// One visit to a running context: whether anything happened, `None` once every handle of it
+/// One visit to a running context, with the driver of the thread's engine (lent to the owner
+/// for the commands that progress): whether anything happened, `None` once every handle of it
 /// is gone.
-fn visit(ctx: &mut Polled, sweep: bool) -> Option<bool> {
-    let mut busy = ctx.owner.handle_events();
+fn visit(ctx: &mut Polled, sweep: bool, pe: &mut PeDriver) -> Option<bool> {
+    // The events the shared engine's progress recorded, or progress of an engine of its own.
+    let mut busy = ctx.owner.progress_up_to(None, PROGRESS_ROUNDS);
     ctx.owner.expire_deadlines();
     // A load first: most contexts have no command most rounds, and a plain load leaves the
     // cache line shared with the threads that ring.
@@ -284,7 +289,7 @@ fn visit(ctx: &mut Polled, sweep: bool) -> Option<bool> {
         for taken in 1.. {
             match ctx.cmds.try_recv() {
                 Ok(cmd) => {
-                    ctx.owner.handle(cmd);
+                    ctx.owner.handle(cmd, Some(&mut *pe));
                     busy = true;
                 }
                 Err(mpsc::error::TryRecvError::Empty) => break,

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use doca_sys as sys;
 
-use super::super::sys::{check, doca_error, error_name, Device, Inventory, Mmap, Pe, Rdma};
+use super::super::sys::{
+    check, doca_error, error_name, Device, Inventory, Mmap, Pe, PeDriver, Rdma,
+};
 use super::super::DocaConfig;
 use super::callbacks::*;
 use super::receive::{Deadlines, Staging};
@@ -119,12 +121,14 @@ impl Owner {
         config: &Arc<DocaConfig>,
         max_connections: u16,
     ) -> Result<Owner> {
-        let pe = Arc::new(Pe::new()?);
-        let mut owner = Owner::prepare(shared, dev, config, max_connections, pe)?;
-        owner.start_context()?;
+        let mut pe = PeDriver::new()?;
+        let mut owner = Owner::prepare(shared, dev, config, max_connections, pe.engine().clone())?;
+        owner.start_context(&mut pe)?;
+        // From here on the owner drives its engine.
+        owner.own_pe = Some(pe);
         let deadline = Instant::now() + STATE_CHANGE_LIMIT;
         while !owner.running() {
-            if !owner.pe.progress() {
+            if !owner.own_pe.as_mut().is_some_and(PeDriver::progress) {
                 if Instant::now() > deadline {
                     owner.shutdown_blocking();
                     return Err(doca_error("doca_ctx_start", sys::DOCA_ERROR_TIME_OUT));
@@ -138,9 +142,9 @@ impl Owner {
     }
 
     /// Creates a context for `pe` with its settings, inventory and staging receives, without
-    /// touching `pe` (which another thread may be progressing meanwhile): the slow part of
-    /// setup (allocating and registering memory), done off the engine's thread.
-    /// [`Owner::start_context`] connects, configures and starts it.
+    /// touching `pe` (which another thread may be progressing meanwhile; a shared `Pe` cannot
+    /// drive it): the slow part of setup (allocating and registering memory), done off the
+    /// engine's thread. [`Owner::start_context`] connects, configures and starts it.
     pub(super) fn prepare(
         shared: Weak<EngineShared>,
         dev: &Arc<Device>,
@@ -208,7 +212,7 @@ impl Owner {
             staging,
             inv,
             rdma,
-            pe,
+            own_pe: None,
             sink,
             events: Vec::new(),
             max_message: u64::from(dev.info().max_message_size),
@@ -217,19 +221,17 @@ impl Owner {
         })
     }
 
-    /// Connects a prepared context to its progress engine and starts it; it runs once a
-    /// progress of the engine reports it (see [`Owner::running`]). On the engine's thread.
-    pub(super) fn start_context(&mut self) -> Result<()> {
+    /// Connects a prepared context to its progress engine through the engine's driver, `pe`
+    /// (held by the caller: the engine's progress owner), and starts it; it runs once a
+    /// progress of the engine reports it (see [`Owner::running`]).
+    pub(super) fn start_context(&mut self, pe: &mut PeDriver) -> Result<()> {
         let r = self.rdma.raw();
-        // SAFETY: an idle context, not connected yet; the engine is live (the context holds
-        // it); the sink outlives the context (both owned by the owner, the context destroyed
-        // first). The order is the samples': connect to the engine, configure the tasks, set
-        // the user data and callbacks, start.
+        // The order is the samples': connect to the engine, configure the tasks, set the user
+        // data and callbacks, start.
+        pe.connect(&self.rdma)?;
+        // SAFETY: an idle context, connected to its engine; the sink outlives the context (both
+        // owned by the owner, the context destroyed first).
         unsafe {
-            check(
-                "doca_pe_connect_ctx",
-                sys::doca_pe_connect_ctx(self.pe.raw(), self.rdma.ctx()),
-            )?;
             configure_tasks(r, &self.sizes)?;
             check(
                 "doca_ctx_set_user_data",
@@ -285,7 +287,8 @@ impl Owner {
         }
     }
 
-    /// Progresses a stopping context; true once it is idle with every task back.
+    /// Progresses a stopping context (its own engine; on a shared one, the polling thread
+    /// progresses and this only handles events); true once it is idle with every task back.
     fn stop_progress(&mut self) -> bool {
         self.progress_all();
         self.stopped_idle()
