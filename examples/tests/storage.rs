@@ -34,6 +34,7 @@ fn initiator(block_size: usize, blocks: u64) -> InitiatorConfig {
         cores: 2,
         transactions_per_core: 4,
         progress: false,
+        counters: None,
     }
 }
 
@@ -75,6 +76,42 @@ async fn blocks_round_trip_over_mem() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocks_round_trip_over_doca() {
     round_trip("doca://", &[4096, 64 << 10], 30).await;
+    let violations = doca_sys::take_contract_violations();
+    assert!(
+        violations.is_empty(),
+        "DOCA contract violations: {violations:#?}"
+    );
+}
+
+/// Register once: over DOCA, after the first I/Os of each phase, no I/O registers, exports
+/// or imports memory anywhere (initiator, service, targets). On `mlx5_1`, which no other test
+/// of this binary uses, so the counters see this run only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_io_registers_memory_over_doca_once_warm() {
+    use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport};
+    let mut doca_config = DocaConfig::from_env();
+    doca_config.device = Some("mlx5_1".into());
+    let doca = DocaTransport::new(doca_config).unwrap();
+    let bind = "doca://127.0.0.1:0";
+    let cluster = Cluster::start(Arc::new(doca.clone()), bind, &config(64 << 10, 200, 5))
+        .await
+        .unwrap();
+    let client = cluster.client().await.unwrap();
+    let read = doca.clone();
+    let mut setup = initiator(64 << 10, 200);
+    setup.counters = Some(Arc::new(move || read.counters()));
+    let report = initiator::run(client, &setup).await.unwrap();
+    for (name, cost) in [("write", report.write_cost), ("read", report.read_cost)] {
+        let cost = cost.expect("counted");
+        assert!(cost.ios >= 100, "{name}: {cost:?}");
+        assert_eq!(
+            (cost.registrations, cost.exports, cost.imports),
+            (0, 0, 0),
+            "{name}: per-I/O registrations, exports or imports\n{}",
+            report.table()
+        );
+    }
+    assert_eq!(report.recovery_reads, 40, "recovery reads ran too");
     let violations = doca_sys::take_contract_violations();
     assert!(
         violations.is_empty(),

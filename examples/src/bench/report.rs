@@ -23,10 +23,26 @@ pub struct OpRow {
     pub latency: Latency,
     /// Protocol round trips per call, measured.
     pub round_trips: f64,
+    /// Memory registrations per call once warm, both ends together (DOCA over the software
+    /// provider, which counts them; `None` elsewhere).
+    pub registrations_per_call: Option<f64>,
+    /// Imports of a peer's memory per call once warm, both ends together (as above).
+    pub imports_per_call: Option<f64>,
     /// Several calls in flight on one connection.
     pub one_connection: Throughput,
     /// Many connections, one call in flight each.
     pub many_connections: Throughput,
+}
+
+/// Registrations and imports per call of one kind of call, once warm.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct RegistrationCost {
+    /// Calls counted.
+    pub calls: u64,
+    /// Memory registrations per call.
+    pub registrations_per_call: f64,
+    /// Imports of a peer's memory per call.
+    pub imports_per_call: f64,
 }
 
 /// The gRPC baseline at one payload size.
@@ -81,6 +97,9 @@ pub struct Results {
     pub grpc: Vec<GrpcRow>,
     /// rdma-rpc per operation and payload size.
     pub rows: Vec<OpRow>,
+    /// Results landed in a caller's lease (`read_bytes_into`, 64 KiB to 16 MiB), once warm:
+    /// registrations and imports per call (DOCA over the software provider only).
+    pub read_into: Option<RegistrationCost>,
     /// Peak resident memory of the whole run, MiB.
     pub peak_rss_mib: f64,
     /// The issue's targets.
@@ -128,10 +147,12 @@ impl Results {
         );
         let _ = writeln!(
             out,
-            "{:<8} {:>7} {:>4} {:>9} {:>9} {:>8} {:>8} {:>9} {:>10} {:>8} {:>8} {:>9}",
+            "{:<8} {:>7} {:>4} {:>5} {:>5} {:>9} {:>9} {:>8} {:>8} {:>9} {:>10} {:>8} {:>8} {:>9}",
             "op",
             "size",
             "RTs",
+            "reg/c",
+            "imp/c",
             "p50 us",
             "p99 us",
             "xTCP RT",
@@ -142,7 +163,7 @@ impl Results {
             "xgRPC",
             "GB/s Nc"
         );
-        let _ = writeln!(out, "{}", "-".repeat(112));
+        let _ = writeln!(out, "{}", "-".repeat(124));
         for r in &self.rows {
             let grpc = self.grpc_for(r);
             let ratio = |a: f64, b: f64| {
@@ -152,12 +173,15 @@ impl Results {
                     "-".into()
                 }
             };
+            let per_call = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
             let _ = writeln!(
                 out,
-                "{:<8} {:>7} {:>4.1} {:>9.1} {:>9.1} {:>8} {:>8} {:>9.3} {:>10.0} {:>8} {:>8} {:>9.3}",
+                "{:<8} {:>7} {:>4.1} {:>5} {:>5} {:>9.1} {:>9.1} {:>8} {:>8} {:>9.3} {:>10.0} {:>8} {:>8} {:>9.3}",
                 r.op,
                 size(r.size),
                 r.round_trips,
+                per_call(r.registrations_per_call),
+                per_call(r.imports_per_call),
                 r.latency.p50_us,
                 r.latency.p99_us,
                 ratio(r.latency.p50_us, self.tcp_round_trip.p50_us),
@@ -167,6 +191,15 @@ impl Results {
                 ratio(r.one_connection.gb_per_s, self.tcp_bulk_gb_per_s),
                 grpc.map_or("-".into(), |(_, t)| ratio(r.one_connection.gb_per_s, t.gb_per_s)),
                 r.many_connections.gb_per_s,
+            );
+        }
+        if let Some(c) = &self.read_into {
+            let _ = writeln!(
+                out,
+                "\nreg/c, imp/c: memory registrations and imports per call once warm, both ends \
+                 (DOCA's costly steps, counted by the software provider); results landed in a \
+                 caller's lease (read_bytes_into, 64 KiB to 16 MiB): {:.2} and {:.2} over {} calls",
+                c.registrations_per_call, c.imports_per_call, c.calls
             );
         }
         let _ = writeln!(out, "\ngRPC (tonic) baseline:");

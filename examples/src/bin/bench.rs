@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use examples::bench::measure::{latency, peak_rss_mib, throughput, BenchError, Progress};
-use examples::bench::report::{GrpcRow, OpRow, Results, Target};
+use examples::bench::report::{GrpcRow, OpRow, RegistrationCost, Results, Target};
 use examples::bench::service::{BenchClient, BenchServer, Len, Sink};
 use examples::bench::tcp_baseline;
 use examples::bench::{copy_baseline, grpc};
@@ -141,15 +141,49 @@ fn parse_args() -> Result<Options, String> {
     Ok(o)
 }
 
-/// The DOCA transport with the progress mode asked for; `None`: the one the address names.
-fn chosen_transport(o: &Options) -> Result<Option<Arc<dyn Transport>>, BenchError> {
-    let Some(mode) = o.doca_progress else {
+/// For a DOCA address, the DOCA transport with the progress mode asked for (made here so that
+/// its counters can be read); `None`: the transport the address names.
+fn chosen_transport(o: &Options) -> Result<Option<DocaTransport>, BenchError> {
+    if !o.transport.starts_with("doca") {
+        return Ok(None);
+    }
+    let config = DocaConfig::from_env().with_progress(o.doca_progress.unwrap_or_default());
+    Ok(Some(DocaTransport::new(config)?))
+}
+
+/// Calls of each kind counted for registrations and imports (after the latency run warmed
+/// them up).
+fn cost_calls(quick: bool) -> usize {
+    if quick {
+        8
+    } else {
+        40
+    }
+}
+
+/// Registrations and imports per call of `calls` calls of `f`, if the transport counts them.
+async fn registration_cost<F, Fut>(
+    doca: Option<&DocaTransport>,
+    calls: usize,
+    mut f: F,
+) -> Result<Option<RegistrationCost>, BenchError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), BenchError>>,
+{
+    let Some(before) = doca.and_then(DocaTransport::counters) else {
         return Ok(None);
     };
-    let config = DocaConfig::from_env().with_progress(mode);
-    Ok(Some(
-        Arc::new(DocaTransport::new(config)?) as Arc<dyn Transport>
-    ))
+    for _ in 0..calls {
+        f().await?;
+    }
+    let after = doca.and_then(DocaTransport::counters).unwrap_or(before);
+    let d = after.since(&before);
+    Ok(Some(RegistrationCost {
+        calls: calls as u64,
+        registrations_per_call: d.registrations as f64 / calls as f64,
+        imports_per_call: d.imports as f64 / calls as f64,
+    }))
 }
 
 /// Calls each of the other connections makes before any measurement (as many as its
@@ -214,7 +248,8 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
 
     let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
     let transport = o.transport.clone();
-    let chosen = chosen_transport(o)?;
+    let doca = chosen_transport(o)?;
+    let chosen = doca.clone().map(|t| Arc::new(t) as Arc<dyn Transport>);
     let server_transport = chosen.clone();
     let serving = server.spawn(async move {
         let mut builder = Server::builder()
@@ -292,6 +327,10 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
             let before = client.inner().stats();
             let lat = latency(lat_calls, || call(&client, op, &data)).await?;
             let round_trips = client.inner().stats().round_trips_since(&before);
+            let cost = registration_cost(doca.as_ref(), cost_calls(o.quick), || {
+                call(&client, op, &data)
+            })
+            .await?;
             progress.step(&format!("rdma-rpc {op} {size} B: {} in flight", o.depth));
             let one = throughput(tput_calls, size, o.depth, |_| {
                 let (client, data) = (client.clone(), data.clone());
@@ -320,11 +359,41 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
                 size,
                 latency: lat,
                 round_trips,
+                registrations_per_call: cost.map(|c| c.registrations_per_call),
+                imports_per_call: cost.map(|c| c.imports_per_call),
                 one_connection: one,
                 many_connections: many,
             });
         }
     }
+    // Results landed in the caller's memory (registered once, as a region), warmed up once
+    // per size first.
+    let region = rdma_rpc_core::MemoryRegion::new(16 << 20)?;
+    let into = |size: usize| {
+        let (client, region) = (client.clone(), region.clone());
+        async move {
+            let lease = region.lease(0, size)?;
+            let (got, back) = client
+                .read_bytes_into(Len { len: size as u64 }, lease)
+                .await?;
+            if got.len != size as u64 || back.len() != size {
+                return Err(
+                    format!("read_bytes_into: {} bytes instead of {size}", back.len()).into(),
+                );
+            }
+            Ok::<_, BenchError>(())
+        }
+    };
+    let into_sizes = [64 << 10, 1 << 20, 16 << 20];
+    for size in into_sizes {
+        into(size).await?;
+    }
+    let mut turn = 0;
+    let read_into = registration_cost(doca.as_ref(), cost_calls(o.quick) * 3, || {
+        turn += 1;
+        into(into_sizes[turn % into_sizes.len()])
+    })
+    .await?;
     serving.abort();
     ping.close().await?;
     let tcp_round_trip = examples::bench::measure::Latency::of(tcp_samples);
@@ -412,6 +481,7 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
         copy,
         grpc: grpc_rows,
         rows,
+        read_into,
         peak_rss_mib: peak_rss_mib(),
         targets: Vec::new(),
     };

@@ -9,8 +9,10 @@ use std::process::ExitCode;
 
 use examples::generated::storage_service::{StorageCommand, StorageServiceClient};
 use examples::storage::flags::{self, Flags};
-use examples::storage::initiator::{self, InitiatorConfig};
+use examples::storage::initiator::{self, CostCounters, InitiatorConfig};
+use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport};
 use rdma_rpc_core::Client;
+use std::sync::Arc;
 
 const USAGE: &str = "usage: storage-initiator --storage-server ADDR [--block-size SIZE (64KiB)] \
 [--blocks N (2000)] [--cores N (2)] [--transactions-per-core N (8)] [--shutdown yes|no (no)]";
@@ -28,14 +30,29 @@ async fn run() -> Result<(), String> {
         USAGE,
     )?;
     let addr = flags.required("--storage-server")?;
+    // Over DOCA the transport is made here, so that the report can say what each I/O cost
+    // this process in memory registrations and imports.
+    let doca = if addr.starts_with("doca") {
+        Some(DocaTransport::new(DocaConfig::from_env()).map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
     let config = InitiatorConfig {
         block_size: flags.size("--block-size", 64 << 10)?,
         blocks: flags.number("--blocks", 2000)?,
         cores: flags.number("--cores", 2)? as u32,
         transactions_per_core: flags.number("--transactions-per-core", 8)? as u32,
         progress: true,
+        counters: doca
+            .clone()
+            .map(|t| Arc::new(move || t.counters()) as CostCounters),
     };
-    let client = Client::connect(&addr)
+    let mut builder = Client::builder();
+    if let Some(t) = doca {
+        builder = builder.transport(Arc::new(t));
+    }
+    let client = builder
+        .connect(&addr)
         .await
         .map_err(|e| format!("cannot reach the service at {addr}: {e}"))?;
     let report = initiator::run(client.clone(), &config)

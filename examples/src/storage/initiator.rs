@@ -7,14 +7,47 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
+use rdma_rpc_core::transport::doca::Counters;
 use rdma_rpc_core::{Access, Client, MemoryRegion, RegisteredBuf, Status};
 
 use crate::generated::storage_service::{
     BlockDone, BlockIo, InitStorage, StorageCommand, StorageControl, StorageServiceClient,
 };
 
+/// Reads the transport's cost counters (`DocaTransport::counters`: memory registrations,
+/// exports, imports), so that a run reports what each I/O cost in them.
+pub type CostCounters = Arc<dyn Fn() -> Option<Counters> + Send + Sync>;
+
+/// What one phase cost in registrations and imports, counted after its first I/Os (which warm
+/// the pools and caches up), by the transport's counters, over every part in this process.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IoCost {
+    /// I/Os counted (the phase's, after the first ones).
+    pub ios: u64,
+    /// I/Os before counting started.
+    pub warm_up: u64,
+    /// Memory registrations meanwhile.
+    pub registrations: u64,
+    /// Imports of a peer's memory meanwhile.
+    pub imports: u64,
+    /// Exports meanwhile.
+    pub exports: u64,
+}
+
+impl IoCost {
+    /// Registrations per I/O.
+    pub fn registrations_per_io(&self) -> f64 {
+        self.registrations as f64 / self.ios.max(1) as f64
+    }
+
+    /// Imports per I/O.
+    pub fn imports_per_io(&self) -> f64 {
+        self.imports as f64 / self.ios.max(1) as f64
+    }
+}
+
 /// What the initiator runs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct InitiatorConfig {
     /// Bytes per block (at most the service's block size).
     pub block_size: usize,
@@ -26,6 +59,22 @@ pub struct InitiatorConfig {
     pub transactions_per_core: u32,
     /// Draw a progress bar (on a terminal).
     pub progress: bool,
+    /// The transport's cost counters, if it has them (DOCA over the software provider):
+    /// the report then says what each I/O cost in registrations and imports.
+    pub counters: Option<CostCounters>,
+}
+
+impl std::fmt::Debug for InitiatorConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InitiatorConfig")
+            .field("block_size", &self.block_size)
+            .field("blocks", &self.blocks)
+            .field("cores", &self.cores)
+            .field("transactions_per_core", &self.transactions_per_core)
+            .field("progress", &self.progress)
+            .field("counters", &self.counters.is_some())
+            .finish()
+    }
 }
 
 /// Latencies and counts of one operation.
@@ -79,6 +128,10 @@ pub struct Report {
     pub original_bytes: u64,
     /// Bytes after compression.
     pub compressed_bytes: u64,
+    /// What the writes cost in registrations and imports (with counters only).
+    pub write_cost: Option<IoCost>,
+    /// What the reads cost in registrations and imports (with counters only).
+    pub read_cost: Option<IoCost>,
 }
 
 impl Report {
@@ -112,6 +165,18 @@ impl Report {
         ));
         if let Some(why) = &self.first_degraded {
             out.push_str(&format!("first degraded write: {why}\n"));
+        }
+        for (name, cost) in [("write", &self.write_cost), ("read", &self.read_cost)] {
+            if let Some(c) = cost {
+                out.push_str(&format!(
+                    "{name}: {:.3} registrations, {:.3} imports per I/O (over {} I/Os after the \
+                     first {}; all parts together)\n",
+                    c.registrations_per_io(),
+                    c.imports_per_io(),
+                    c.ios,
+                    c.warm_up
+                ));
+            }
         }
         out
     }
@@ -217,14 +282,22 @@ pub async fn run(client: Client, config: &InitiatorConfig) -> Result<Report, Sta
         ProgressBar::hidden()
     };
     let mut report = Report::default();
+    // The first I/Os of a phase warm pools and caches up; what the rest cost is counted.
+    let warm_up = (config.blocks / 10)
+        .max(workers as u64)
+        .min(config.blocks / 2);
     for write in [true, false] {
         bar.set_prefix(if write { "write" } else { "read" });
         let next = Arc::new(AtomicU64::new(0));
+        let done_count = Arc::new(AtomicU64::new(0));
+        let warm: Arc<std::sync::Mutex<Option<Counters>>> = Arc::default();
         let started = Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
         for w in 0..workers {
             let (client, stub, next, bar) =
                 (client.clone(), stub.clone(), next.clone(), bar.clone());
+            let (done_count, warm, counters) =
+                (done_count.clone(), warm.clone(), config.counters.clone());
             let mut buf = memory
                 .lease(w * config.block_size, config.block_size)
                 .map_err(Status::from)?;
@@ -250,6 +323,11 @@ pub async fn run(client: Client, config: &InitiatorConfig) -> Result<Report, Sta
                         return Err(Status::data_loss(format!(
                             "block {block} read back differs from what was written"
                         )));
+                    }
+                    if done_count.fetch_add(1, Ordering::Relaxed) + 1 == warm_up {
+                        if let Some(read) = &counters {
+                            *warm.lock().unwrap_or_else(|e| e.into_inner()) = read();
+                        }
                     }
                     bar.inc(1);
                 }
@@ -277,10 +355,26 @@ pub async fn run(client: Client, config: &InitiatorConfig) -> Result<Report, Sta
         }
         op.elapsed = started.elapsed();
         op.latencies.sort_unstable();
+        let from = *warm.lock().unwrap_or_else(|e| e.into_inner());
+        let cost = match (from, config.counters.as_ref().and_then(|read| read())) {
+            (Some(from), Some(to)) => {
+                let d = to.since(&from);
+                Some(IoCost {
+                    ios: op.count - warm_up,
+                    warm_up,
+                    registrations: d.registrations,
+                    imports: d.imports,
+                    exports: d.exports,
+                })
+            }
+            _ => None,
+        };
         if write {
             report.write = op;
+            report.write_cost = cost;
         } else {
             report.read = op;
+            report.read_cost = cost;
         }
     }
     bar.finish_and_clear();
