@@ -45,6 +45,7 @@ macro_rules! with_suite {
             a_kept_pull_window_never_shows_another_connections_data_on,
             remote_buffers_are_read_written_and_updated_in_place_on,
             remote_buffer_misuse_gets_statuses_and_touches_nothing_on,
+            shared_regions_are_lent_in_place_and_copied_locally_on,
             stray_revocations_are_answered_and_bounded_on,
             region_leases_travel_through_write_and_read_endpoints_on,
             oversized_messages_fail_at_once_naming_the_limit_on,

@@ -404,6 +404,76 @@ pub(crate) async fn remote_buffer_misuse_gets_statuses_and_touches_nothing_on(b:
         .is_err_and(|s| s.code() == Code::InvalidArgument));
 }
 
+/// Leases of a shared region go where leases go (offers, results landed in them), in place
+/// on the connection the region is shared with and through bounce memory on another; their
+/// bytes are read and written by copies (`SharedBuf` has no slices).
+pub(crate) async fn shared_regions_are_lent_in_place_and_copied_locally_on(b: &Backend) {
+    use super::e2e::{req as test_req, BLOB_READ};
+    use super::service::ENDPOINTS as TEST;
+    let h = super::Harness::start_built(b, crate::ServerConfig::default(), |builder| {
+        builder.add_service(Remote::default())
+    })
+    .await;
+    let shared_with = h.client().await;
+    let other = h.client().await;
+    let region = crate::SharedRegion::new(1 << 20).unwrap();
+    let rw = Access::REMOTE_READ | Access::REMOTE_WRITE;
+    let share = shared_with.remote_memory().share(&region, rw).unwrap();
+    assert!(
+        shared_with
+            .remote_memory()
+            .share(&region, Access::LOCAL_WRITE)
+            .is_err(),
+        "remote rights only"
+    );
+    for (client, at) in [(&shared_with, 0usize), (&other, 512 << 10)] {
+        let memory = client.remote_memory();
+        let mut block = region.lease(at, 5000).unwrap();
+        block.write(&pattern(5000, 1)).unwrap();
+        let (pulled, back) = memory
+            .lend(block, Access::REMOTE_READ, |handle| async move {
+                call(client, PULL, req(&handle, 0, 5000, 1)).await
+            })
+            .await
+            .unwrap();
+        assert!(pulled.unwrap().exact, "the handler read the shared lease");
+        drop(back);
+        let offer = memory
+            .offer(region.lease(at + 8192, 4096).unwrap(), Access::REMOTE_WRITE)
+            .unwrap();
+        call(client, PUSH, req(&offer.handle(), 96, 3000, 2))
+            .await
+            .unwrap();
+        let back = offer.revoke().await.expect("the lease comes back");
+        let mut got = vec![0u8; 3000];
+        back.read_at(96, &mut got).unwrap();
+        assert!(got == pattern(3000, 2), "written into the shared lease");
+        drop(back);
+        let dst = region.lease(at + 65536, 100_000).unwrap();
+        let (_, dst) = client
+            .call_raw_into(
+                &TEST[BLOB_READ],
+                encode_message(&test_req(70_000, 3)),
+                dst,
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(dst.len(), 70_000);
+        assert!(
+            dst.to_vec() == pattern(70_000, 3),
+            "the result landed in the lease"
+        );
+    }
+    drop(share);
+    assert_eq!(region.leased(), 0, "every lease came back");
+}
+
+#[tokio::test]
+async fn shared_regions_are_lent_in_place_and_copied_locally() {
+    shared_regions_are_lent_in_place_and_copied_locally_on(&tcp_backend()).await;
+}
+
 #[tokio::test]
 async fn remote_buffers_are_read_written_and_updated_in_place() {
     remote_buffers_are_read_written_and_updated_in_place_on(&tcp_backend()).await;

@@ -187,6 +187,120 @@ async fn fenced_grants_reach_their_window_only_and_end_at_revocation() {
     conformance::fenced_grants_cut_the_peer_off(pair).await;
 }
 
+/// Bounce windows: the peer reaches the bounce memory, never the buffer: with a kept
+/// descriptor after revocation, or past the window. Each set of rights has its own bounce
+/// memory, so a read-only window's key writes nothing.
+#[tokio::test]
+async fn bounce_windows_never_reach_the_buffer_and_keep_their_rights() {
+    use crate::memory::MemoryRegion;
+    let (a, b) = pair().await;
+    let region = MemoryRegion::new(8192).unwrap();
+    let mut lease = region.lease(0, 100).unwrap();
+    lease.as_mut_slice().fill(7);
+    let reader = b.grant_fenced(lease, 0, 100, Access::REMOTE_READ).unwrap();
+    let d = reader.descriptor().clone();
+    assert_ne!(
+        d.addr,
+        region.lease(100, 1).unwrap().addr() - 100,
+        "not the lease's address"
+    );
+    let got = a.read(&d, recv_buf(100)).await.unwrap();
+    assert_eq!(got.to_vec(), vec![7u8; 100], "the lease's bytes, copied in");
+    // The read-only key does not write (the device refuses; the connection ends).
+    let mut as_writer = d.clone();
+    as_writer.access = Access::REMOTE_WRITE;
+    assert!(a
+        .write(
+            SendData::Bytes(Bytes::from(vec![1u8; 10])),
+            &as_writer,
+            None
+        )
+        .await
+        .is_err());
+    let back = reader.revoke().await.expect("the buffer comes back");
+    assert_eq!(back.as_slice(), &[7u8; 100], "unchanged");
+    drop(back);
+
+    // A writer: a kept descriptor writes the bounce memory after revocation, not the lease.
+    let (a, b) = pair().await;
+    let writer = b
+        .grant_fenced(region.lease(0, 100).unwrap(), 0, 100, Access::REMOTE_WRITE)
+        .unwrap();
+    let d = writer.descriptor().clone();
+    a.write(SendData::Bytes(Bytes::from(vec![2u8; 50])), &d, None)
+        .await
+        .unwrap();
+    let back = writer.revoke().await.unwrap();
+    assert_eq!(&back.as_slice()[..50], &[2u8; 50], "written, copied back");
+    assert_eq!(&back.as_slice()[50..], &[7u8; 50], "bytes not written kept");
+    a.write(SendData::Bytes(Bytes::from(vec![3u8; 100])), &d, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        &back.as_slice()[..50],
+        &[2u8; 50],
+        "the late write never lands here"
+    );
+    drop(back);
+    assert!(region.lease(0, 8192).unwrap().as_slice()[100..]
+        .iter()
+        .all(|&x| x == 0));
+}
+
+/// A region shared with a connection: its windows need no copy, and the peer reaches the
+/// whole region (the trust the application chose) until the share and its windows are gone;
+/// then its accesses fail. The share registers once; its windows register nothing.
+#[tokio::test]
+async fn a_shared_region_is_reachable_whole_until_the_share_ends() {
+    use crate::memory::SharedRegion;
+    let (a, b) = pair().await;
+    let region = SharedRegion::new(8192).unwrap();
+    let rw = Access::REMOTE_READ | Access::REMOTE_WRITE;
+    let share = b.share(&region, rw).unwrap();
+    let mut lease = region.lease(4096, 64).unwrap();
+    lease.write(&[5u8; 64]).unwrap();
+    let grant = b
+        .grant_fenced(crate::memory::into_registered(lease), 0, 64, rw)
+        .unwrap();
+    let d = grant.descriptor().clone();
+    assert_eq!(
+        d.addr,
+        region.region().addr() + 4096,
+        "in place: the lease's own bytes"
+    );
+    let got = a.read(&d, recv_buf(64)).await.unwrap();
+    assert_eq!(got.to_vec(), vec![5u8; 64]);
+    // Past the window, elsewhere in the region: reachable while shared.
+    let mut elsewhere = d.clone();
+    elsewhere.addr -= 4096;
+    a.write(
+        SendData::Bytes(Bytes::from(vec![9u8; 16])),
+        &elsewhere,
+        None,
+    )
+    .await
+    .unwrap();
+    let mut seen = [0u8; 16];
+    region.lease(0, 16).unwrap().read_at(0, &mut seen).unwrap();
+    assert_eq!(
+        seen, [9u8; 16],
+        "the whole region is the peer's while shared"
+    );
+    // The share ends once it and its windows are gone: the key is dead.
+    drop(grant.revoke().await);
+    drop(share);
+    assert!(a
+        .write(
+            SendData::Bytes(Bytes::from(vec![1u8; 16])),
+            &elsewhere,
+            None
+        )
+        .await
+        .is_err());
+    region.lease(0, 16).unwrap().read_at(0, &mut seen).unwrap();
+    assert_eq!(seen, [9u8; 16], "nothing written after the share ended");
+}
+
 #[tokio::test]
 async fn writes_outside_the_region_fail_and_touch_nothing() {
     let (a, b) = pair().await;
