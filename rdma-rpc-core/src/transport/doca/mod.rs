@@ -33,6 +33,8 @@
 //!   again after yielding to its runtime instead of arming the fd and sleeping. Context setup and teardown, which wait for DOCA state changes,
 //!   never block a runtime worker. Tasks are allocated once per type and connection and
 //!   reused after completion (DOCA 3.x has setters for every task type, atomics included).
+//! - `window`: the windows a connection grants, and how fenced windows are served with no
+//!   registration per call (the connection's bounce memory, or a region shared with it).
 //! - `conn`: [`DocaConnection`] and the listeners.
 //!
 //! # Sizes and pinned memory
@@ -42,10 +44,13 @@
 //! is not set, DOCA supports that only on GPU/DPA data paths), and configures at most 16 Ki
 //! tasks per kind. An operation that finds no room (send queue full, or the context out of
 //! tasks or buffers) waits in its connection's backlog, in order, instead of failing.
-//! Every mmap pins its memory: a server registers its buffer pools, each context
-//! `recv_queue_size * max_recv_size` bytes of staging receives (16 MiB by default), and each
-//! connection its write slots, so raise `ulimit -l` (`RLIMIT_MEMLOCK`, e.g. `unlimited` or
-//! `LimitMEMLOCK=infinity` in a systemd unit) on RDMA hosts.
+//! Every mmap pins its memory: a server registers its buffer pools (at bind), each context
+//! `recv_queue_size * max_recv_size` bytes of staging receives (16 MiB by default), each
+//! transport 2 MiB of send staging (more as used, up to [`DocaConfig::staging_budget`]), each
+//! connection its write slots and, as used, its bounce memory (up to
+//! [`DocaConfig::bounce_budget`] per set of rights), so raise `ulimit -l` (`RLIMIT_MEMLOCK`,
+//! e.g. `unlimited` or `LimitMEMLOCK=infinity` in a systemd unit) on RDMA hosts. Nothing is
+//! registered per call: [`DocaTransport::counters`] shows it (with the software provider).
 //!
 //! # How the trait semantics are provided
 //! - **Receives.** DOCA's receives belong to the context and match a send from *any* of its
@@ -74,10 +79,11 @@
 //!   completes exactly once, also on disconnect and context shutdown.
 //!
 //! # What DOCA can and cannot enforce (compared to the software transport)
-//! DOCA connections report [`Fencing::Unfenced`]: a window stays reachable after
+//! DOCA connections report [`Fencing::Unfenced`]: a plain window stays reachable after
 //! `Grant::revoke`. The protocol copies what a peer could still write (write-slot payloads on
-//! the server, pushed results on the client) and refuses configurations that need revocation
-//! (see `docs/doca.md`).
+//! the server, pushed results on the client) and refuses configurations that need revocation;
+//! fenced windows come from bounce memory or a shared region (see `window` and
+//! `docs/doca.md`).
 //!
 //! A [`Grant`](crate::transport::Grant) is served by the region's mmap for exactly the
 //! granted rights (one cached mmap per region and rights set), so:
