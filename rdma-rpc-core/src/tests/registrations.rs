@@ -18,7 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::e2e::{req, BLOB_READ, BLOB_WRITE, MSG_RECEIVE, MSG_SEND};
-use super::remote::{self, Remote, RemoteRequest, COUNT, LEND, PULL, PUSH, RECLAIM};
+use super::remote::{self, Remote, RemoteRequest, COUNT, PULL, PUSH, RECLAIM};
 use super::service::{TestResponse, ENDPOINTS};
 use super::{bounded, pattern, Backend, Harness};
 use crate::codegen::encode_message;
@@ -257,19 +257,7 @@ async fn remote_buffers(f: &Fixture, slot: usize, seed: u32, lend: bool) -> u64 
         return 5;
     }
     // The handler lends its memory; the client reads it into a lease.
-    let lent = remote::call(
-        client,
-        LEND,
-        RemoteRequest {
-            len: 10_000,
-            seed,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap()
-    .lent
-    .expect("a handle");
+    let lent = remote::lent_by_the_handler(client, 10_000, seed).await;
     let got = memory
         .read(&lent, 0, f.region.lease(base + 16384, 10_000).unwrap())
         .await
@@ -420,19 +408,7 @@ async fn a_buffer_made_per_call_is_counted() {
     let _one = ONE_AT_A_TIME.lock().await;
     let f = fixture(false, ProgressMode::Event).await;
     let memory = f.client.remote_memory();
-    let lent = remote::call(
-        &f.client,
-        LEND,
-        RemoteRequest {
-            len: 4096,
-            seed: 1,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap()
-    .lent
-    .expect("a handle");
+    let lent = remote::lent_by_the_handler(&f.client, 4096, 1).await;
     let fresh = || RegisteredBuf::new(4096, Access::LOCAL_WRITE).unwrap();
     drop(memory.read(&lent, 0, fresh()).await.unwrap());
     let before = read(&f);

@@ -201,6 +201,20 @@ pub(crate) async fn call(
     Ok(prost::Message::decode(response).expect("a response message"))
 }
 
+/// The handle of `len` bytes of the pattern `seed` that a `LEND` handler offers.
+pub(crate) async fn lent_by_the_handler(client: &Client, len: u64, seed: u32) -> RemoteBuf {
+    let request = RemoteRequest {
+        len,
+        seed,
+        ..Default::default()
+    };
+    call(client, LEND, request)
+        .await
+        .unwrap()
+        .lent
+        .expect("a handle")
+}
+
 pub(crate) fn req(buf: &RemoteBuf, offset: u64, len: u64, seed: u32) -> RemoteRequest {
     RemoteRequest {
         buf: Some(buf.clone()),
@@ -262,19 +276,7 @@ pub(crate) async fn remote_buffers_are_read_written_and_updated_in_place_on(b: &
     drop(counter);
 
     // The other way: the server lends its memory, the client reads it, the server revokes.
-    let lent = call(
-        &client,
-        LEND,
-        RemoteRequest {
-            len: 10_000,
-            seed: 3,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap()
-    .lent
-    .expect("a handle");
+    let lent = lent_by_the_handler(&client, 10_000, 3).await;
     let got = memory
         .read(&lent, 0, region.lease(65536, 10_000).unwrap())
         .await

@@ -242,6 +242,7 @@ impl Connection for DocaConnection {
         let descriptor = self.descriptor(buf.addr() + offset as u64, len, access, &mmap);
         let handle = DocaWindow {
             buf: Mutex::new(Some(buf)),
+            mmap: None,
         };
         Ok(Grant::new(descriptor, Box::new(handle)))
     }

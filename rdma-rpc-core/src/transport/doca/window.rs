@@ -154,9 +154,9 @@ impl Windows {
             let d = descriptor(buf.addr() + offset as u64, &mmap);
             return Ok(Grant::new(
                 d,
-                Box::new(SharedWindow {
+                Box::new(DocaWindow {
                     buf: Mutex::new(Some(buf)),
-                    _mmap: mmap,
+                    mmap: Some(mmap),
                 }),
             ));
         }
@@ -211,40 +211,25 @@ impl Drop for Unshare {
     }
 }
 
-/// A plain window over a region's cached mmap: DOCA cannot revoke it, so revoking gives the
-/// buffer back at once and a peer that kept the descriptor can still reach the region's memory
-/// with the granted rights (see the module docs of the transport).
+/// A window over an mmap the peer keeps reaching after revocation: a region's cached mmap
+/// (plain grants: DOCA cannot revoke it, so revoking gives the buffer back at once and a peer
+/// that kept the descriptor can still reach the region with the granted rights), or a shared
+/// region's mmap, which it keeps alive while the share or any such window lives.
 pub(super) struct DocaWindow {
     pub(super) buf: Mutex<Option<RegisteredBuf>>,
+    /// A shared region's mmap (a region's cached mmap lives with the region).
+    pub(super) mmap: Option<Arc<Mmap>>,
 }
 
 impl fmt::Debug for DocaWindow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DocaWindow").finish_non_exhaustive()
+        f.debug_struct("DocaWindow")
+            .field("shared", &self.mmap.is_some())
+            .finish_non_exhaustive()
     }
 }
 
 impl WindowHandle for DocaWindow {
-    fn revoke(self: Box<Self>, _: Revoke) -> BoxFuture<'static, Option<RegisteredBuf>> {
-        let buf = lock(&self.buf).take();
-        Box::pin(async move { buf })
-    }
-}
-
-/// A window of a shared region: the region's mmap lives while the share or any such window
-/// does; revoking gives the lease back at once.
-struct SharedWindow {
-    buf: Mutex<Option<RegisteredBuf>>,
-    _mmap: Arc<Mmap>,
-}
-
-impl fmt::Debug for SharedWindow {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SharedWindow").finish_non_exhaustive()
-    }
-}
-
-impl WindowHandle for SharedWindow {
     fn revoke(self: Box<Self>, _: Revoke) -> BoxFuture<'static, Option<RegisteredBuf>> {
         let buf = lock(&self.buf).take();
         Box::pin(async move { buf })
