@@ -829,13 +829,18 @@ impl StagingPools {
         })
     }
 
-    /// Makes a slab of up to `count` buffers for requests of `len` bytes now (within the
-    /// budget), so that they need no registration later: the slab, for the caller to register.
+    /// Makes sure requests of `len` bytes have `count` buffers (within the budget), making a
+    /// slab of the missing ones now so that they need no registration later: the new slab,
+    /// for the caller to register (`None`: there were enough).
     #[cfg_attr(not(feature = "doca"), allow(dead_code))]
     pub(crate) fn reserve(&self, len: usize, count: usize) -> Result<Option<Arc<Region>>> {
         let class = self.class(len)?;
         let mut state = class.state();
-        let slab = class.grow(&mut state, count)?;
+        let missing = count.saturating_sub(state.created);
+        if missing == 0 {
+            return Ok(None);
+        }
+        let slab = class.grow(&mut state, missing)?;
         Ok(slab.map(|(slab, start)| {
             state.free.push((slab.clone(), start));
             slab

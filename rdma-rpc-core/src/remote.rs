@@ -409,6 +409,23 @@ impl RemoteMemory {
         })
     }
 
+    /// Registers now the memory that `count` offers (or lends) of `len` bytes with `access`
+    /// held at once on this connection will use, so that none of them registers later: call
+    /// it at start-up with the concurrency the application will have (NVIDIA's storage
+    /// application sizes its per-transaction buffers at `init_storage` the same way). Past
+    /// it, offers still work and register their memory the first time they need more (about
+    /// once per doubling of the offers held at once). Over DOCA this is the connection's
+    /// bounce memory for offers of [`RegisteredBuf`]s; over the software transports, and for
+    /// leases of a region shared with this connection, nothing is needed and nothing is done.
+    pub fn reserve(&self, len: usize, count: usize, access: Access) -> Result<(), Status> {
+        check_remote(access, Access::ALL, "reserved memory")?;
+        self.end
+            .channel
+            .conn()
+            .reserve_fenced(len, count, access)
+            .map_err(Status::from)
+    }
+
     /// Offers all of `buf` to the peer with `access`: some of [`Access::REMOTE_READ`],
     /// [`Access::REMOTE_WRITE`] and [`Access::REMOTE_ATOMIC`], within the rights `buf` was
     /// registered with. `buf` is usually a lease of a [`MemoryRegion`](crate::MemoryRegion)

@@ -269,6 +269,12 @@ pub async fn run(client: Client, config: &InitiatorConfig) -> Result<Report, Sta
         block_size: config.block_size as u32,
     })
     .await?;
+    // Every worker lends its block window for each I/O: register what they hold at once now
+    // (over DOCA, the connection's bounce memory), so that no I/O registers memory.
+    let memory_of_the_link = client.remote_memory();
+    for access in [Access::REMOTE_READ, Access::REMOTE_WRITE] {
+        memory_of_the_link.reserve(config.block_size, workers, access)?;
+    }
     control(&stub, StorageCommand::Start).await?;
     let bar = if config.progress {
         let bar = ProgressBar::new(2 * config.blocks);

@@ -445,6 +445,15 @@ impl StorageService for Arc<Service> {
             )));
         }
         let n = transactions as usize;
+        // Each transaction lends one half to each target at a time: register what they hold at
+        // once now (over DOCA, each target connection's bounce memory), not per I/O.
+        for link in &self.links {
+            for access in [Access::REMOTE_READ, Access::REMOTE_WRITE] {
+                link.client
+                    .remote_memory()
+                    .reserve(self.half_size, n, access)?;
+            }
+        }
         let staging = Staging {
             memory: MemoryRegion::new(n * slot_size).map_err(Status::from)?,
             slot_size,

@@ -144,8 +144,17 @@ impl Harness {
         config: ServerConfig,
         build: impl FnOnce(crate::ServerBuilder) -> crate::ServerBuilder,
     ) -> Harness {
+        Harness::start_serving(backend, config, TestService::default(), build).await
+    }
+
+    /// [`start_built`](Self::start_built) with a test service made beforehand.
+    pub(crate) async fn start_serving(
+        backend: &Backend,
+        config: ServerConfig,
+        service: TestService,
+        build: impl FnOnce(crate::ServerBuilder) -> crate::ServerBuilder,
+    ) -> Harness {
         let transport = backend.transport.clone();
-        let service = TestService::default();
         let server = build(Server::builder())
             .config(config)
             .transport(transport.clone())

@@ -19,8 +19,8 @@ use bytes::Bytes;
 
 use super::e2e::{req, BLOB_READ, BLOB_WRITE, MSG_RECEIVE, MSG_SEND};
 use super::remote::{self, Remote, RemoteRequest, COUNT, PULL, PUSH, RECLAIM};
-use super::service::{TestResponse, ENDPOINTS};
-use super::{bounded, pattern, Backend, Harness};
+use super::service::{TestRequest, TestResponse, ENDPOINTS};
+use super::{bounded, pattern, Backend, Harness, TestService};
 use crate::codegen::encode_message;
 use crate::memory::{Access, MemoryRegion, RegisteredBuf, SharedRegion};
 use crate::remote::Share;
@@ -35,6 +35,8 @@ const DEVICE: &str = "mlx5_1";
 struct Fixture {
     transport: DocaTransport,
     _h: Harness,
+    /// The test service, whose gate the remote service shares.
+    service: TestService,
     client: Client,
     /// The client's memory, registered once.
     region: MemoryRegion,
@@ -59,10 +61,17 @@ async fn fixture(oob: bool, progress: ProgressMode) -> Fixture {
             "doca://127.0.0.1:0".into()
         },
     };
-    let h = Harness::start_built(&backend, ServerConfig::default(), |b| {
-        b.add_service(Remote::default())
-    })
-    .await;
+    let service = TestService::default();
+    let remote = Remote::gated_by(&service);
+    // Eight calls of a path held in their handlers at once (the lockstep warm-up) need eight
+    // of its buffers for one connection.
+    let config = ServerConfig {
+        min_buffers: 8,
+        pool_share_percent: 100,
+        ..ServerConfig::default()
+    };
+    let h =
+        Harness::start_serving(&backend, config, service.clone(), |b| b.add_service(remote)).await;
     let client = h.client().await;
     let shared = SharedRegion::new(4 << 20).unwrap();
     let share = client
@@ -72,6 +81,7 @@ async fn fixture(oob: bool, progress: ProgressMode) -> Fixture {
     Fixture {
         transport,
         _h: h,
+        service,
         client,
         region: MemoryRegion::new(16 << 20).unwrap(),
         shared,
@@ -83,15 +93,222 @@ fn response(bytes: Bytes) -> TestResponse {
     prost::Message::decode(bytes).expect("a response message")
 }
 
-async fn inbound(client: &Client, ep: usize, data: Bytes, seed: u32) {
+fn test_req(len: usize, seed: u32, gated: bool) -> Bytes {
+    encode_message(&TestRequest {
+        gated,
+        ..req(len, seed)
+    })
+}
+
+/// One kind of call, on one route.
+#[derive(Debug, Clone, Copy)]
+enum Route {
+    /// A send or write of `len` bytes: inline, through a write slot, or pulled.
+    Inbound(usize, usize),
+    /// A receive or read of `len` bytes: inline, pushed, or (after a smaller one) grown.
+    Outbound(usize, usize),
+    /// A result landed in a lease of a plain region (through the bounce memory).
+    Into(usize, usize),
+    /// A result landed in a lease of the shared region, in place.
+    IntoShared(usize),
+    /// A write of bytes frozen from a lease, sent from where they are.
+    FrozenWrite(usize),
+    /// The handler reads a lent lease of a plain region (bounce) or of the shared one.
+    LendRead { shared: bool },
+    /// The handler writes an offered lease of a plain region (bounce) or of the shared one.
+    OfferWrite { shared: bool },
+    /// The handler updates an offered lease by atomics.
+    OfferAtomic,
+    /// The handler lends its memory, the client reads it, the handler revokes.
+    HandlerLends,
+}
+
+/// Every route, one call at a time: inline, slot and pulled payloads; inline, pushed and
+/// grown results (the 1.5 MB read outgrows the window the 300 KB one taught).
+const EVERY_ROUTE: &[Route] = &[
+    Route::Inbound(MSG_SEND, 64),
+    Route::Inbound(BLOB_WRITE, 64),
+    Route::Inbound(MSG_SEND, 32 << 10),
+    Route::Inbound(BLOB_WRITE, 32 << 10),
+    Route::Inbound(MSG_SEND, 1 << 20),
+    Route::Inbound(BLOB_WRITE, 1 << 20),
+    Route::Outbound(MSG_RECEIVE, 64),
+    Route::Outbound(BLOB_READ, 64),
+    Route::Outbound(MSG_RECEIVE, 200_000),
+    Route::Outbound(BLOB_READ, 300_000),
+    Route::Outbound(BLOB_READ, 1_500_000),
+    Route::Into(BLOB_READ, 200_000),
+    Route::Into(MSG_RECEIVE, 64),
+    Route::IntoShared(200_000),
+    Route::FrozenWrite(200_000),
+    Route::LendRead { shared: false },
+    Route::OfferWrite { shared: false },
+    Route::OfferAtomic,
+    Route::LendRead { shared: true },
+    Route::OfferWrite { shared: true },
+    Route::HandlerLends,
+];
+
+/// The routes eight workers take at once. A worker holds at most one window of a size at a
+/// time on each, so once every route ran with all eight holding theirs together (the lockstep
+/// warm-up), no pool can need more. Left out: results whose window depends on the order of
+/// other workers' calls (inline results, which reset the size a client learned, and the grown
+/// one), and the handler's offers (one per service at a time).
+const CONCURRENT: &[Route] = &[
+    Route::Inbound(MSG_SEND, 64),
+    Route::Inbound(BLOB_WRITE, 64),
+    Route::Inbound(MSG_SEND, 32 << 10),
+    Route::Inbound(BLOB_WRITE, 32 << 10),
+    Route::Inbound(MSG_SEND, 1 << 20),
+    Route::Inbound(BLOB_WRITE, 1 << 20),
+    Route::Outbound(MSG_RECEIVE, 200_000),
+    Route::Outbound(BLOB_READ, 300_000),
+    Route::Into(BLOB_READ, 200_000),
+    Route::Into(MSG_RECEIVE, 64),
+    Route::IntoShared(200_000),
+    Route::FrozenWrite(200_000),
+    Route::LendRead { shared: false },
+    Route::OfferWrite { shared: false },
+    Route::OfferAtomic,
+    Route::LendRead { shared: true },
+    Route::OfferWrite { shared: true },
+];
+
+/// Makes one call of `route` with worker `slot`'s part of the fixture's memory (so that
+/// concurrent workers never share a lease), checks its bytes, and returns the calls made.
+/// `gated`: the handler waits at the service's gate.
+async fn run(f: &Fixture, route: Route, slot: usize, seed: u32, gated: bool) -> u64 {
+    let client = &f.client;
+    let memory = client.remote_memory();
+    // Per worker: 2 MiB of the plain region, 128 KiB of the shared one past its first 2 MiB
+    // (where `IntoShared` lands, 250 KB per worker).
+    let base = slot * (2 << 20);
+    let shared_base = (2 << 20) + slot * (128 << 10);
+    let remote_req = |h: &crate::RemoteBuf, len: u64| RemoteRequest {
+        gated,
+        ..remote::req(h, 0, len, seed)
+    };
+    match route {
+        Route::Inbound(ep, len) => {
+            inbound(client, ep, Bytes::from(pattern(len, seed)), seed, gated).await
+        }
+        Route::FrozenWrite(len) => {
+            let mut lease = f.region.lease(base + 300_000, len).unwrap();
+            lease.as_mut_slice().copy_from_slice(&pattern(len, seed));
+            inbound(client, BLOB_WRITE, lease.freeze(), seed, gated).await;
+        }
+        Route::Outbound(ep, len) => {
+            let (_, data) = client
+                .call_raw(&ENDPOINTS[ep], test_req(len, seed, gated), None, None)
+                .await
+                .unwrap();
+            assert!(
+                data == pattern(len, seed),
+                "{} of {len} bytes",
+                ENDPOINTS[ep].method
+            );
+        }
+        Route::Into(ep, len) => {
+            let dst = f.region.lease(base, 250_000).unwrap();
+            let (_, dst) = client
+                .call_raw_into(&ENDPOINTS[ep], test_req(len, seed, gated), dst, None)
+                .await
+                .unwrap();
+            assert!(
+                dst.as_slice() == &pattern(len, seed)[..],
+                "{len} bytes landed"
+            );
+        }
+        Route::IntoShared(len) => {
+            let dst = f.shared.lease(slot * 250_000, 250_000).unwrap();
+            let (_, dst) = client
+                .call_raw_into(&ENDPOINTS[BLOB_READ], test_req(len, seed, gated), dst, None)
+                .await
+                .unwrap();
+            assert!(
+                dst.to_vec() == pattern(len, seed),
+                "landed in the shared lease"
+            );
+        }
+        Route::LendRead { shared } => {
+            let data = pattern(64 << 10, seed);
+            let pulled = if shared {
+                let mut block = f.shared.lease(shared_base, 64 << 10).unwrap();
+                block.write(&data).unwrap();
+                let rq = remote_req;
+                let lent = memory.lend(block, Access::REMOTE_READ, |h| async move {
+                    remote::call(client, PULL, rq(&h, 64 << 10)).await
+                });
+                lent.await.unwrap().0
+            } else {
+                let mut block = f.region.lease(base + (1 << 20), 64 << 10).unwrap();
+                block.as_mut_slice().copy_from_slice(&data);
+                let rq = remote_req;
+                let lent = memory.lend(block, Access::REMOTE_READ, |h| async move {
+                    remote::call(client, PULL, rq(&h, 64 << 10)).await
+                });
+                lent.await.unwrap().0
+            };
+            assert!(
+                pulled.unwrap().exact,
+                "the handler read the lease (shared: {shared})"
+            );
+        }
+        Route::OfferWrite { shared } => {
+            let mut got = vec![0u8; 3000];
+            if shared {
+                let lease = f.shared.lease(shared_base, 4096).unwrap();
+                let offer = memory.offer(lease, Access::REMOTE_WRITE).unwrap();
+                remote::call(client, PUSH, remote_req(&offer.handle(), 3000))
+                    .await
+                    .unwrap();
+                offer.revoke().await.unwrap().read_at(0, &mut got).unwrap();
+            } else {
+                let lease = f.region.lease(base + (1 << 20), 4096).unwrap();
+                let offer = memory.offer(lease, Access::REMOTE_WRITE).unwrap();
+                remote::call(client, PUSH, remote_req(&offer.handle(), 3000))
+                    .await
+                    .unwrap();
+                got.copy_from_slice(&offer.revoke().await.unwrap().as_slice()[..3000]);
+            }
+            assert!(
+                got == pattern(3000, seed),
+                "written back (shared: {shared})"
+            );
+        }
+        Route::OfferAtomic => {
+            let mut counter = f.region.lease(base + (1 << 20) + 8192, 64).unwrap();
+            counter.as_mut_slice()[..8].copy_from_slice(&40u64.to_ne_bytes());
+            let offer = memory.offer(counter, Access::REMOTE_ATOMIC).unwrap();
+            let counted = remote::call(client, COUNT, remote_req(&offer.handle(), 2))
+                .await
+                .unwrap();
+            assert_eq!((counted.added_to, counted.swapped), (40, 42));
+            let counter = offer.revoke().await.unwrap();
+            assert_eq!(&counter.as_slice()[..8], &7u64.to_ne_bytes());
+        }
+        Route::HandlerLends => {
+            let lent = remote::lent_by_the_handler(client, 10_000, seed).await;
+            let dst = f.region.lease(base + (1 << 20) + 16384, 10_000).unwrap();
+            let got = memory.read(&lent, 0, dst).await.unwrap();
+            assert!(
+                got.as_slice() == &pattern(10_000, seed)[..],
+                "read the handler's lease"
+            );
+            drop(got);
+            remote::call(client, RECLAIM, RemoteRequest::default())
+                .await
+                .unwrap();
+            return 3;
+        }
+    }
+    1
+}
+
+async fn inbound(client: &Client, ep: usize, data: Bytes, seed: u32, gated: bool) {
     let len = data.len();
     let (got, _) = client
-        .call_raw(
-            &ENDPOINTS[ep],
-            encode_message(&req(len, seed)),
-            Some(data),
-            None,
-        )
+        .call_raw(&ENDPOINTS[ep], test_req(len, seed, gated), Some(data), None)
         .await
         .unwrap();
     assert!(
@@ -101,176 +318,31 @@ async fn inbound(client: &Client, ep: usize, data: Bytes, seed: u32) {
     );
 }
 
-async fn outbound(client: &Client, ep: usize, len: usize, seed: u32) {
-    let (_, data) = client
-        .call_raw(&ENDPOINTS[ep], encode_message(&req(len, seed)), None, None)
-        .await
-        .unwrap();
-    assert!(
-        data == pattern(len, seed),
-        "{} of {len} bytes",
-        ENDPOINTS[ep].method
-    );
-}
-
-/// One call of every operation and route that a client makes with `slot` of the fixture's
-/// memory (slots of 2 MiB, so concurrent workers never share a lease); each checks its
-/// bytes. The number of calls.
-async fn every_route(f: &Fixture, slot: usize, seed: u32) -> u64 {
-    every_route_lending(f, slot, seed, true).await
-}
-
-/// [`every_route`]; with `lend`, also the handler's offer the client reads (one worker only:
-/// its reclaim revokes every offer of the service).
-async fn every_route_lending(f: &Fixture, slot: usize, seed: u32, lend: bool) -> u64 {
-    let client = &f.client;
-    let base = slot * (2 << 20);
+/// Every route of `routes` once, in order, by one worker.
+async fn in_order(f: &Fixture, routes: &[Route], slot: usize, seed: u32) -> u64 {
     let mut calls = 0;
-    // Inline, write slot, pull.
-    for len in [64, 32 << 10, 1 << 20] {
-        for ep in [MSG_SEND, BLOB_WRITE] {
-            inbound(client, ep, Bytes::from(pattern(len, seed)), seed).await;
-            calls += 1;
-        }
+    for &route in routes {
+        calls += run(f, route, slot, seed, false).await;
     }
-    // Inline and pushed results, and a result that outgrows the window the client offers
-    // (learned from the one before): two round trips.
-    for (ep, len) in [
-        (MSG_RECEIVE, 64),
-        (BLOB_READ, 64),
-        (MSG_RECEIVE, 200_000),
-        (BLOB_READ, 300_000),
-        (BLOB_READ, 1_500_000),
-    ] {
-        outbound(client, ep, len, seed).await;
-        calls += 1;
-    }
-    // Results landed in the caller's lease: through the bounce memory, and (small) copied
-    // from the response.
-    for (ep, len) in [(BLOB_READ, 200_000), (MSG_RECEIVE, 64)] {
-        let dst = f.region.lease(base, 250_000).unwrap();
-        let (_, dst) = client
-            .call_raw_into(&ENDPOINTS[ep], encode_message(&req(len, seed)), dst, None)
-            .await
-            .unwrap();
-        assert!(
-            dst.as_slice() == &pattern(len, seed)[..],
-            "{len} bytes landed"
-        );
-        calls += 1;
-    }
-    // A result landed in place in a lease of the shared region.
-    let dst = f.shared.lease(slot * 250_000, 250_000).unwrap();
-    let (_, dst) = client
-        .call_raw_into(
-            &ENDPOINTS[BLOB_READ],
-            encode_message(&req(200_000, seed)),
-            dst,
-            None,
-        )
-        .await
-        .unwrap();
-    assert!(
-        dst.to_vec() == pattern(200_000, seed),
-        "landed in the shared lease"
-    );
-    drop(dst);
-    calls += 1;
-    // A write from bytes frozen from a lease: sent from where they are.
-    let mut lease = f.region.lease(base + 300_000, 200_000).unwrap();
-    lease
-        .as_mut_slice()
-        .copy_from_slice(&pattern(200_000, seed));
-    inbound(client, BLOB_WRITE, lease.freeze(), seed).await;
-    calls += 1;
-    calls + remote_buffers(f, slot, seed, lend).await
+    calls
 }
 
-/// Remote buffers both ways; the number of calls.
-async fn remote_buffers(f: &Fixture, slot: usize, seed: u32, lend: bool) -> u64 {
-    let client = &f.client;
-    let memory = client.remote_memory();
-    let base = slot * (2 << 20) + (1 << 20);
-    let rq = |h: &crate::RemoteBuf, len: u64| remote::req(h, 0, len, seed);
-    // The handler reads a lease of a plain region (through bounce memory)...
-    let mut block = f.region.lease(base, 64 << 10).unwrap();
-    block
-        .as_mut_slice()
-        .copy_from_slice(&pattern(64 << 10, seed));
-    let (pulled, _) = memory
-        .lend(block, Access::REMOTE_READ, |h| async move {
-            remote::call(client, PULL, rq(&h, 64 << 10)).await
-        })
-        .await
-        .unwrap();
-    assert!(pulled.unwrap().exact, "the handler read the lease");
-    // ... writes into one ...
-    let offer = memory
-        .offer(f.region.lease(base, 4096).unwrap(), Access::REMOTE_WRITE)
-        .unwrap();
-    remote::call(client, PUSH, rq(&offer.handle(), 3000))
-        .await
-        .unwrap();
-    let back = offer.revoke().await.unwrap();
-    assert!(
-        back.as_slice()[..3000] == pattern(3000, seed)[..],
-        "written back"
-    );
-    drop(back);
-    // ... and updates one by atomics.
-    let mut counter = f.region.lease(base + 8192, 64).unwrap();
-    counter.as_mut_slice()[..8].copy_from_slice(&40u64.to_ne_bytes());
-    let offer = memory.offer(counter, Access::REMOTE_ATOMIC).unwrap();
-    let counted = remote::call(client, COUNT, rq(&offer.handle(), 2))
-        .await
-        .unwrap();
-    assert_eq!((counted.added_to, counted.swapped), (40, 42));
-    let counter = offer.revoke().await.unwrap();
-    assert_eq!(&counter.as_slice()[..8], &7u64.to_ne_bytes());
-    drop(counter);
-    // Leases of the shared region, used in place.
-    let shared_base = (2 << 20) + slot * (128 << 10);
-    let mut block = f.shared.lease(shared_base, 64 << 10).unwrap();
-    block.write(&pattern(64 << 10, seed)).unwrap();
-    let (pulled, _) = memory
-        .lend(block, Access::REMOTE_READ, |h| async move {
-            remote::call(client, PULL, rq(&h, 64 << 10)).await
-        })
-        .await
-        .unwrap();
-    assert!(pulled.unwrap().exact, "the handler read the shared lease");
-    let offer = memory
-        .offer(
-            f.shared.lease(shared_base, 4096).unwrap(),
-            Access::REMOTE_WRITE,
-        )
-        .unwrap();
-    remote::call(client, PUSH, rq(&offer.handle(), 3000))
-        .await
-        .unwrap();
-    let back = offer.revoke().await.unwrap();
-    let mut got = vec![0u8; 3000];
-    back.read_at(0, &mut got).unwrap();
-    assert!(got == pattern(3000, seed), "written in place");
-    drop(back);
-    if !lend {
-        return 5;
+/// Runs each route with eight workers at once, every handler held at the gate until all eight
+/// are in: each pool sees eight windows of each size held together.
+async fn warm_in_lockstep(f: &Fixture, seed: u32) {
+    for &route in CONCURRENT {
+        f.service.close_gate();
+        let base = f.service.entered_now();
+        let mut all: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = u64> + '_>>> = (0..8)
+            .map(|w| Box::pin(run(f, route, w, seed, true)) as _)
+            .collect();
+        all.push(Box::pin(async move {
+            f.service.entered(base + 8).await;
+            f.service.open_gate();
+            0
+        }));
+        join_all(all).await;
     }
-    // The handler lends its memory; the client reads it into a lease.
-    let lent = remote::lent_by_the_handler(client, 10_000, seed).await;
-    let got = memory
-        .read(&lent, 0, f.region.lease(base + 16384, 10_000).unwrap())
-        .await
-        .unwrap();
-    assert!(
-        got.as_slice() == &pattern(10_000, seed)[..],
-        "read the handler's lease"
-    );
-    drop(got);
-    remote::call(client, RECLAIM, RemoteRequest::default())
-        .await
-        .unwrap();
-    7
 }
 
 fn read(f: &Fixture) -> Counters {
@@ -332,11 +404,8 @@ async fn one_at_a_time(oob: bool, progress: ProgressMode) {
     let _one = ONE_AT_A_TIME.lock().await;
     let f = fixture(oob, progress).await;
     let what = format!("{progress:?}, oob {oob}, one call at a time");
-    bounded(
-        &what,
-        steady_state(&f, &what, 2, 3, |seed| every_route(&f, 0, seed)),
-    )
-    .await;
+    let work = |seed| in_order(&f, EVERY_ROUTE, 0, seed);
+    bounded(&what, steady_state(&f, &what, 2, 3, work)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -359,22 +428,27 @@ async fn oob_event_no_call_registers_once_warm() {
     one_at_a_time(true, ProgressMode::Event).await;
 }
 
-/// Eight workers making every call at once: pools grow while warming up, then stop.
+/// Eight workers making their calls at once: pools grow to what eight hold together while
+/// warming up (in lockstep, so that they surely do), then never again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_in_flight_no_call_registers_once_warm() {
     let _one = ONE_AT_A_TIME.lock().await;
     let f = fixture(false, ProgressMode::Event).await;
     let what = "Event, 8 workers";
+    // Every route once first (result sizes learned as the workers will have them, slots
+    // armed), then the lockstep warm-up.
+    in_order(&f, CONCURRENT, 0, 0).await;
+    bounded("lockstep warm-up", warm_in_lockstep(&f, 1)).await;
     let all = |seed: u32| {
         let f = &f;
         async move {
             let workers = (0..8)
-                .map(|w| every_route_lending(f, w, seed * 8 + w as u32, w == 0))
+                .map(|w| in_order(f, CONCURRENT, w, seed * 8 + w as u32))
                 .collect();
             join_all(workers).await.into_iter().sum::<u64>()
         }
     };
-    bounded(what, steady_state(&f, what, 5, 3, all)).await;
+    bounded(what, steady_state(&f, what, 0, 4, all)).await;
 }
 
 /// Runs the futures concurrently on this task.

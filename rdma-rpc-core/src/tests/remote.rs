@@ -3,7 +3,7 @@
 //! (range, rights, another connection, after revocation, a forged length) fails with a status
 //! and touches nothing.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
@@ -26,6 +26,9 @@ pub(crate) struct RemoteRequest {
     pub(crate) len: u64,
     #[prost(uint32, tag = "4")]
     pub(crate) seed: u32,
+    /// The handler waits at the service's gate first ([`Remote::gated_by`]).
+    #[prost(bool, tag = "5")]
+    pub(crate) gated: bool,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -73,6 +76,10 @@ pub(crate) struct Remote {
     lent: Mutex<Vec<Offer>>,
     region: MemoryRegion,
     next: std::sync::atomic::AtomicUsize,
+    /// Where gated requests wait (open unless shared with a test service), and the count of
+    /// runs that reached it.
+    gate: Arc<tokio::sync::watch::Sender<bool>>,
+    entered: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 impl Default for Remote {
@@ -81,11 +88,23 @@ impl Default for Remote {
             lent: Mutex::new(Vec::new()),
             region: MemoryRegion::new(16 << 20).expect("16 MiB"),
             next: std::sync::atomic::AtomicUsize::new(0),
+            gate: Arc::new(tokio::sync::watch::channel(true).0),
+            entered: Arc::new(tokio::sync::watch::channel(0).0),
         }
     }
 }
 
 impl Remote {
+    /// A service whose gated requests wait at `service`'s gate and count in its runs.
+    pub(crate) fn gated_by(service: &super::TestService) -> Remote {
+        let (gate, entered) = service.gate_parts();
+        Remote {
+            gate,
+            entered,
+            ..Remote::default()
+        }
+    }
+
     /// `len` bytes (at most 256 KiB) of the service's region.
     fn lease(&self, len: u64) -> Result<RegisteredBuf, Status> {
         let slot = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 64;
@@ -101,6 +120,10 @@ impl Remote {
     ) -> Result<RemoteResponse, Status> {
         let memory = request.remote_memory().expect("server side").clone();
         let req = request.into_inner();
+        if req.gated {
+            self.entered.send_modify(|runs| *runs += 1);
+            let _ = self.gate.subscribe().wait_for(|open| *open).await;
+        }
         let buf = || {
             req.buf
                 .clone()
@@ -221,6 +244,7 @@ pub(crate) fn req(buf: &RemoteBuf, offset: u64, len: u64, seed: u32) -> RemoteRe
         offset,
         len,
         seed,
+        gated: false,
     }
 }
 

@@ -144,6 +144,26 @@ impl TestService {
         self.gate.send_replace(true);
     }
 
+    /// Makes gated handlers wait again (until the next [`open_gate`](Self::open_gate)).
+    pub(crate) fn close_gate(&self) {
+        self.gate.send_replace(false);
+    }
+
+    /// Handler runs started so far.
+    pub(crate) fn entered_now(&self) -> usize {
+        *self.entered.borrow()
+    }
+
+    /// This service's gate and count of runs, for another test service to share.
+    pub(crate) fn gate_parts(
+        &self,
+    ) -> (
+        Arc<tokio::sync::watch::Sender<bool>>,
+        Arc<tokio::sync::watch::Sender<usize>>,
+    ) {
+        (self.gate.clone(), self.entered.clone())
+    }
+
     /// Waits until `n` handler runs have started.
     pub(crate) async fn entered(&self, n: usize) {
         let _ = self.entered.subscribe().wait_for(|runs| *runs >= n).await;

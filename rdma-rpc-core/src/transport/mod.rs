@@ -425,6 +425,14 @@ pub trait Connection: Send + Sync + fmt::Debug + 'static {
         }
     }
 
+    /// Registers now what `count` fenced windows of `len` bytes with `access` held at once
+    /// need (DOCA: this connection's bounce memory), so that none registers later. Transports
+    /// that register nothing for fenced windows do nothing (the default).
+    fn reserve_fenced(&self, len: usize, count: usize, access: Access) -> Result<()> {
+        let _ = (len, count, access);
+        Ok(())
+    }
+
     /// A fenced, write-only window of `buf[..len]` for a result the peer writes: as
     /// [`grant_fenced`](Self::grant_fenced), except that the window's bytes start unspecified
     /// and only the prefix the revoker names ([`Grant::revoke_written`]) reaches `buf`

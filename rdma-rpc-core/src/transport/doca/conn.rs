@@ -266,6 +266,13 @@ impl Connection for DocaConnection {
             })
     }
 
+    fn reserve_fenced(&self, len: usize, count: usize, access: Access) -> Result<()> {
+        if let Some(e) = self.shared.current_error() {
+            return Err(e);
+        }
+        self.windows.reserve(len, count, access)
+    }
+
     fn grant_result(&self, buf: RegisteredBuf, len: usize) -> Result<Grant> {
         let access = Access::REMOTE_WRITE;
         self.can_grant(&buf, 0, len, access)?;

@@ -28,7 +28,7 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use super::reg::mmap_for;
+use super::reg::{mmap_for, mmap_of};
 use super::sys::{Device, Mmap};
 use crate::error::{Error, Result};
 use crate::memory::{Access, RegisteredBuf, SharedRegion, StagingPools};
@@ -119,6 +119,15 @@ impl Windows {
             id,
             _region: region.clone(),
         })))
+    }
+
+    /// Registers (and exports) bounce memory for `count` windows of `len` bytes with `access`
+    /// held at once.
+    pub(super) fn reserve(&self, len: usize, count: usize, access: Access) -> Result<()> {
+        if let Some(slab) = self.bounce(access).reserve(len, count)? {
+            mmap_of(&self.dev, &slab, access | Access::LOCAL_WRITE)?;
+        }
+        Ok(())
     }
 
     /// The mmap of a share on this connection that covers `buf[offset..offset + len]` with
