@@ -96,6 +96,7 @@ impl Default for Remote {
 
 impl Remote {
     /// A service whose gated requests wait at `service`'s gate and count in its runs.
+    #[cfg_attr(not(feature = "doca"), allow(dead_code))] // the registration tests
     pub(crate) fn gated_by(service: &super::TestService) -> Remote {
         let (gate, entered) = service.gate_parts();
         Remote {

@@ -145,16 +145,19 @@ impl TestService {
     }
 
     /// Makes gated handlers wait again (until the next [`open_gate`](Self::open_gate)).
+    #[cfg_attr(not(feature = "doca"), allow(dead_code))] // the registration tests
     pub(crate) fn close_gate(&self) {
         self.gate.send_replace(false);
     }
 
     /// Handler runs started so far.
+    #[cfg_attr(not(feature = "doca"), allow(dead_code))] // the registration tests
     pub(crate) fn entered_now(&self) -> usize {
         *self.entered.borrow()
     }
 
     /// This service's gate and count of runs, for another test service to share.
+    #[cfg_attr(not(feature = "doca"), allow(dead_code))] // the registration tests
     pub(crate) fn gate_parts(
         &self,
     ) -> (
