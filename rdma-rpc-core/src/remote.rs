@@ -39,7 +39,7 @@
 //!   only): its bytes are copied in when offered and the peer's writes copied back when it is
 //!   revoked, so the peer never reaches the buffer itself;
 //! - an offer of a [`SharedBuf`](crate::SharedBuf), a lease of a
-//!   [`SharedRegion`](crate::SharedRegion) shared with this connection
+//!   [`SharedRegion`] shared with this connection
 //!   ([`RemoteMemory::share`]), uses the region's own registration: no copy, and the peer
 //!   reaches the whole region (with the shared rights) until the share ends; that is the
 //!   trust the application chose when it shared it.

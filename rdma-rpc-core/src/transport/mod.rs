@@ -149,7 +149,7 @@ impl SendData {
     }
 
     /// The bytes. Panics for a registered buffer a peer may still write (a lease of a shared
-    /// region): transports that read the bytes take [`readable`](Self::readable) first.
+    /// region): transports that read the bytes take a copy of such memory first.
     pub fn as_slice(&self) -> &[u8] {
         match self {
             SendData::Bytes(b) => b,
