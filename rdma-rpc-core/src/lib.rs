@@ -13,6 +13,7 @@ macro_rules! setters {
     };
 }
 
+mod bounded;
 pub mod client;
 #[doc(hidden)]
 pub mod codegen;
@@ -40,7 +41,9 @@ pub use server::{
     BoundServer, ConnectionCount, ConnectionInfo, PoolInfo, Server, ServerBuilder, ServerConfig,
     ServerHandle,
 };
-pub use service::{EndpointDef, IntoRequest, OpKind, RawRequest, Request, ServerCall, Service};
+pub use service::{
+    CallContext, EndpointDef, IntoRequest, OpKind, RawRequest, Request, ServerCall, Service,
+};
 pub use status::{Code, Status};
 
 /// Generates a service's code from a spec file at compile time, without a build script:

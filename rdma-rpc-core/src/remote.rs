@@ -60,8 +60,9 @@ use crate::protocol::frames::{Kind, Offers as OfferList};
 use crate::protocol::handles::{
     AccessKind, HandleView, Holder, Offers, Refusal, REMEMBERED_REVOCATIONS,
 };
+use crate::protocol::wait::{wait, Wait};
 use crate::status::Status;
-use crate::transport::{Descriptor, Grant, SendData, ShareGuard};
+use crate::transport::{BoxFuture, Descriptor, Grant, SendData, ShareGuard};
 
 /// How long [`Offer::revoke`] waits for the peer to confirm before it takes the window down
 /// anyway (a peer that never confirms loses the window all the same).
@@ -127,6 +128,21 @@ impl RemoteBuf {
         }
     }
 
+    /// A handle nobody offered: a forgery, for tests of what the holder's runtime does with a
+    /// handle of a peer that lies or never answers.
+    #[cfg(test)]
+    pub(crate) fn forged(addr: u64, len: u64, access: Access, offer: u64, connection: u64) -> Self {
+        RemoteBuf {
+            addr,
+            len,
+            rkey: 7,
+            access: access.bits(),
+            blob: Bytes::new(),
+            offer,
+            connection,
+        }
+    }
+
     /// The same handle claiming `len` bytes: a forgery, for tests of the offerer's fence.
     #[cfg(test)]
     pub(crate) fn with_len(&self, len: u64) -> RemoteBuf {
@@ -164,6 +180,8 @@ pub(crate) struct End {
     channel: Arc<FrameChannel>,
     /// This side's token of the connection (in the handles it offers).
     token: u64,
+    /// Longest wait for the peer to answer a one-sided operation.
+    transfer_timeout: Duration,
     holder: Mutex<Holder>,
     offers: Mutex<Offers>,
     /// Revocations of the peer's offers to confirm, and whether a task is sending them.
@@ -184,10 +202,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl End {
-    pub(crate) fn new(channel: Arc<FrameChannel>, token: u64, peer_token: u64) -> Arc<End> {
+    pub(crate) fn new(
+        channel: Arc<FrameChannel>,
+        token: u64,
+        peer_token: u64,
+        transfer_timeout: Duration,
+    ) -> Arc<End> {
         Arc::new(End {
             channel,
             token,
+            transfer_timeout,
             holder: Mutex::new(Holder::new(peer_token)),
             offers: Mutex::new(Offers::default()),
             confirm: Mutex::new(Confirm::default()),
@@ -361,9 +385,18 @@ impl Drop for InFlight {
 /// and read, write or update the peer's through the [`RemoteBuf`]s the peer offered. From
 /// [`Client::remote_memory`](crate::Client::remote_memory) on the client, from
 /// [`Request::remote_memory`](crate::Request::remote_memory) in a handler. Cheap to clone.
+///
+/// Every one-sided operation ends with a status: by the call's deadline (in a handler) or the
+/// connection's transfer timeout (`transfer_timeout` of the server's or the client's config),
+/// whichever comes first. A peer that has not answered by then loses its connection (as on
+/// RDMA, where an access that never completes fails the queue pair), which completes the
+/// operation and frees the memory it held. The same holds when a handler is stopped (its call
+/// cancelled) while an operation is in flight.
 #[derive(Clone)]
 pub struct RemoteMemory {
     end: Arc<End>,
+    /// The deadline of the call this belongs to (a handler's), if any.
+    deadline: Option<tokio::time::Instant>,
 }
 
 impl fmt::Debug for RemoteMemory {
@@ -376,7 +409,57 @@ impl fmt::Debug for RemoteMemory {
 
 impl RemoteMemory {
     pub(crate) fn new(end: Arc<End>) -> RemoteMemory {
-        RemoteMemory { end }
+        RemoteMemory {
+            end,
+            deadline: None,
+        }
+    }
+
+    /// The same connection's remote memory for a call with `deadline`: its one-sided
+    /// operations end by then.
+    pub(crate) fn with_deadline(&self, deadline: Option<tokio::time::Instant>) -> RemoteMemory {
+        RemoteMemory {
+            end: self.end.clone(),
+            deadline,
+        }
+    }
+
+    /// Awaits a one-sided operation `what` no longer than the call's deadline or the
+    /// transfer timeout, whichever comes first: past it the peer loses its connection, which
+    /// completes the operation with an error and frees what it held. If the caller stops
+    /// waiting first (its call was stopped), the operation is watched the same way by a task
+    /// of its own.
+    async fn bounded<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        op: BoxFuture<'static, crate::Result<T>>,
+    ) -> Result<T, Status> {
+        let conn = self.end.channel.conn().clone();
+        let Wait {
+            until,
+            deadline_first,
+        } = wait(
+            tokio::time::Instant::now(),
+            self.end.transfer_timeout,
+            self.deadline,
+        );
+        match crate::bounded::answered_by(&conn, op, until).await {
+            Some(done) => done.map_err(Status::from),
+            None => {
+                let patience = self.end.transfer_timeout;
+                Err(if deadline_first {
+                    Status::deadline_exceeded(format!(
+                        "the peer did not answer the {what} of its remote buffer before the \
+                         call's deadline; its connection was closed"
+                    ))
+                } else {
+                    Status::unavailable(format!(
+                        "the peer did not answer the {what} of its remote buffer within \
+                         {patience:?} (transfer_timeout); its connection was closed"
+                    ))
+                })
+            }
+        }
     }
 
     pub(crate) fn end(&self) -> &Arc<End> {
@@ -510,9 +593,9 @@ impl RemoteMemory {
         let len = dst.capacity() as u64;
         let (d, _use) = self.end.begin(remote, offset, len, AccessKind::Read)?;
         let read = self.end.channel.conn().read(&d, dst);
-        read.await
+        self.bounded("read", read)
+            .await
             .map(crate::memory::from_registered)
-            .map_err(Status::from)
     }
 
     /// Writes `src` at `offset` of the peer's window; done when the bytes are in the peer's
@@ -527,7 +610,7 @@ impl RemoteMemory {
         let len = src.len() as u64;
         let (d, _use) = self.end.begin(remote, offset, len, AccessKind::Write)?;
         let write = self.end.channel.conn().write(src, &d, None);
-        write.await.map_err(Status::from)
+        self.bounded("write", write).await
     }
 
     /// Atomically: if the 8 bytes at `offset` (8-byte aligned) equal `expected`, they become
@@ -541,7 +624,7 @@ impl RemoteMemory {
     ) -> Result<u64, Status> {
         let (d, _use) = self.end.begin(remote, offset, 8, AccessKind::Atomic)?;
         let cas = self.end.channel.conn().compare_and_swap(&d, expected, new);
-        cas.await.map_err(Status::from)
+        self.bounded("compare-and-swap", cas).await
     }
 
     /// Atomically adds `add` to the 8 bytes at `offset` (8-byte aligned). Returns the value
@@ -554,7 +637,7 @@ impl RemoteMemory {
     ) -> Result<u64, Status> {
         let (d, _use) = self.end.begin(remote, offset, 8, AccessKind::Atomic)?;
         let faa = self.end.channel.conn().fetch_and_add(&d, add);
-        faa.await.map_err(Status::from)
+        self.bounded("fetch-and-add", faa).await
     }
 }
 

@@ -13,7 +13,9 @@ use bytes::Bytes;
 
 use crate::memory::RegisteredBuf;
 use crate::metadata::Metadata;
+use crate::protocol::mailbox::EndSignal;
 use crate::remote::RemoteMemory;
+use crate::server::ClientEvent;
 use crate::status::Status;
 use crate::transport::BoxFuture;
 
@@ -96,6 +98,91 @@ impl EndpointDef {
     }
 }
 
+/// What a handler can learn about its call while it runs (server side): whether the call is
+/// over, when it must be done, and how large its response message may be.
+///
+/// A call ends early when the client cancels it (it dropped the call, or its own deadline
+/// passed), when its deadline passes on the server (the earliest of the client's, the
+/// endpoint's `timeout:` and [`ServerConfig::max_call_duration`](crate::ServerConfig)), or
+/// when its connection ends. The server then drops the handler's future, as tonic does, and
+/// answers `CANCELLED` or `DEADLINE_EXCEEDED`. Work the handler spawned is not dropped with it:
+/// [`cancelled`](Self::cancelled) tells it to stop.
+#[derive(Clone)]
+pub struct CallContext {
+    end: EndSignal<ClientEvent>,
+    deadline: Option<tokio::time::Instant>,
+    max_response_len: usize,
+}
+
+impl CallContext {
+    pub(crate) fn new(
+        end: EndSignal<ClientEvent>,
+        deadline: Option<tokio::time::Instant>,
+        max_response_len: usize,
+    ) -> CallContext {
+        CallContext {
+            end,
+            deadline,
+            max_response_len,
+        }
+    }
+
+    /// The call's deadline on the server, if it has one.
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        self.deadline.map(tokio::time::Instant::into_std)
+    }
+
+    /// Time left until the deadline (zero once it passed), if the call has one.
+    pub fn time_left(&self) -> Option<Duration> {
+        self.deadline
+            .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
+    }
+
+    /// Whether the call is over early: cancelled by the client, past its deadline, or its
+    /// connection ended.
+    pub fn is_cancelled(&self) -> bool {
+        self.end.ended().is_some()
+            || self
+                .deadline
+                .is_some_and(|d| d <= tokio::time::Instant::now())
+    }
+
+    /// Resolves once the call is over early (see [`is_cancelled`](Self::is_cancelled)); never,
+    /// for a call that ends with its answer. For work a handler spawned: the handler's own
+    /// future is dropped at that moment anyway.
+    pub async fn cancelled(&self) {
+        match self.deadline {
+            Some(at) => {
+                tokio::select! {
+                    _ = self.end.wait() => {}
+                    () = tokio::time::sleep_until(at) => {}
+                }
+            }
+            None => {
+                self.end.wait().await;
+            }
+        }
+    }
+
+    /// The most bytes the response message may encode to: the connection's frame, less what
+    /// wraps the message, and on `send` and `receive` endpoints the endpoint's buffer as well.
+    /// A larger response fails the call with `RESOURCE_EXHAUSTED` after the handler ran, so a
+    /// handler that changes state checks first (`prost::Message::encoded_len`).
+    pub fn max_response_len(&self) -> usize {
+        self.max_response_len
+    }
+}
+
+impl fmt::Debug for CallContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallContext")
+            .field("time_left", &self.time_left())
+            .field("cancelled", &self.is_cancelled())
+            .field("max_response_len", &self.max_response_len)
+            .finish()
+    }
+}
+
 /// A request as a handler sees it: a message plus call information.
 #[derive(Debug, Clone)]
 pub struct Request<T> {
@@ -104,6 +191,7 @@ pub struct Request<T> {
     metadata: Metadata,
     peer: Option<Arc<str>>,
     remote: Option<RemoteMemory>,
+    context: Option<CallContext>,
 }
 
 impl<T> Request<T> {
@@ -115,6 +203,7 @@ impl<T> Request<T> {
             metadata: Metadata::new(),
             peer: None,
             remote: None,
+            context: None,
         }
     }
 
@@ -173,6 +262,27 @@ impl<T> Request<T> {
         self.remote.as_ref()
     }
 
+    /// What the handler can learn about its call while it runs (server side): whether it
+    /// is over, its deadline, the size its response may have. See [`CallContext`].
+    pub fn context(&self) -> Option<&CallContext> {
+        self.context.as_ref()
+    }
+
+    /// Resolves once the call is over early: the client cancelled it, its deadline passed, or
+    /// its connection ended (server side; never on the client). See [`CallContext`].
+    pub async fn cancelled(&self) {
+        match &self.context {
+            Some(context) => context.cancelled().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The most bytes the response message may encode to (server side), to check before a
+    /// handler changes state. See [`CallContext::max_response_len`].
+    pub fn max_response_len(&self) -> Option<usize> {
+        self.context.as_ref().map(CallContext::max_response_len)
+    }
+
     /// The message.
     pub fn get_ref(&self) -> &T {
         &self.message
@@ -195,6 +305,7 @@ impl<T> Request<T> {
             metadata: raw.metadata,
             peer: Some(raw.peer),
             remote: raw.remote,
+            context: Some(raw.context),
         }
     }
 }
@@ -219,6 +330,7 @@ impl<T> IntoRequest<T> for Request<T> {
 
 /// A request before its metadata is decoded.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RawRequest {
     /// The encoded request message (prost).
     pub message: Bytes,
@@ -230,6 +342,8 @@ pub struct RawRequest {
     pub timeout: Option<Duration>,
     /// The connection's remote memory (see [`Request::remote_memory`]).
     pub remote: Option<RemoteMemory>,
+    /// The call while it runs: its end, its deadline, its response's limit.
+    pub context: CallContext,
 }
 
 /// What a service's [`call`](Service::call) gets, by operation.

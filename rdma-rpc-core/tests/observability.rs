@@ -63,8 +63,11 @@ async fn calls_bytes_refusals_connections_and_pools_are_counted() {
         .install()
         .expect("the only recorder of this binary");
 
+    let stall = common::Stall::default();
     let server = Server::builder()
         .add_service(common::Echo)
+        .add_service(stall.clone())
+        .max_call_duration(Some(Duration::from_millis(300)))
         .bind("tcp://127.0.0.1:0")
         .await
         .unwrap();
@@ -91,7 +94,41 @@ async fn calls_bytes_refusals_connections_and_pools_are_counted() {
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented, "{err}");
     client.ping().await.unwrap();
+    // A call the client gives up on (it drops the call: CANCELLED), and one that runs past
+    // the server's max_call_duration (DEADLINE_EXCEEDED): both handlers stopped, both counted.
+    let abandoned = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .call_raw(&common::STALL[0], Bytes::new(), Some(Bytes::new()), None)
+                .await
+        })
+    };
+    let mut started = stall.started.subscribe();
+    started.wait_for(|n| *n >= 1).await.unwrap();
+    abandoned.abort();
+    let mut stopped = stall.stopped.subscribe();
+    stopped.wait_for(|n| *n >= 1).await.unwrap();
+    let err = client
+        .call_raw(&common::STALL[0], Bytes::new(), Some(Bytes::new()), None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err}");
+    stopped.wait_for(|n| *n >= 2).await.unwrap();
     let snap: Snapshot = snapshotter.snapshot().into_vec();
+    let stalled = |code| {
+        counter(
+            &snap,
+            "rdma_rpc_server_calls_total",
+            &[("service", "Stall"), ("method", "stall"), ("code", code)],
+        )
+    };
+    assert_eq!(stalled("CANCELLED"), 1, "the abandoned call");
+    assert_eq!(
+        stalled("DEADLINE_EXCEEDED"),
+        1,
+        "the call past max_call_duration"
+    );
 
     // The server side, recorded before each response left.
     let server_calls = |code| {
@@ -155,13 +192,16 @@ async fn calls_bytes_refusals_connections_and_pools_are_counted() {
     // The listing.
     let conns = handle.connections();
     assert_eq!(conns.len(), 1, "{conns:?}");
-    assert_eq!(conns[0].calls_answered, 3);
+    assert_eq!(
+        conns[0].calls_answered, 5,
+        "three echoes and the two stopped calls"
+    );
     assert_eq!(conns[0].calls_in_flight, 0);
     let pools = handle.pools();
-    assert_eq!(pools.len(), 1, "{pools:?}");
-    assert_eq!(pools[0].path, "/echo");
-    assert_eq!(pools[0].buffer_size, 1 << 20);
-    assert_eq!(pools[0].in_use, 0);
+    assert_eq!(pools.len(), 2, "{pools:?}");
+    let echo = pools.iter().find(|p| p.path == "/echo").unwrap();
+    assert_eq!(echo.buffer_size, 1 << 20);
+    assert_eq!(echo.in_use, 0);
 
     // A connection that ends leaves the listing and the gauge.
     client.close();

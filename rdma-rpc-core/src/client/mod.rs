@@ -70,6 +70,11 @@ pub struct ClientConfig {
     /// Over DOCA it also bounds the plain buffers kept warm for the copies of pushed results.
     /// Default 64 MiB.
     pub staging_budget: usize,
+    /// Longest wait for the server to answer a one-sided operation this client makes through
+    /// [`RemoteMemory`](crate::RemoteMemory) (a read of memory a handler lent, say): a server
+    /// that has not answered by then loses the connection, which frees what the operation
+    /// held. Default 30 s.
+    pub transfer_timeout: Duration,
 }
 
 impl Default for ClientConfig {
@@ -85,6 +90,7 @@ impl Default for ClientConfig {
             reconnect_backoff: Duration::from_millis(100),
             reconnect_backoff_max: Duration::from_secs(5),
             staging_budget: 64 << 20,
+            transfer_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -142,6 +148,8 @@ impl ClientBuilder {
         reconnect_backoff_max: Duration,
         /// See [`ClientConfig::staging_budget`].
         staging_budget: usize,
+        /// See [`ClientConfig::transfer_timeout`].
+        transfer_timeout: Duration,
     }
 
     /// Connects and runs the handshake.
@@ -641,7 +649,12 @@ impl Client {
             .into_iter()
             .filter_map(|s| Some((s.index, s.window?.into())))
             .collect();
-        let remote = RemoteMemory::new(End::new(channel.clone(), token, ack.token));
+        let remote = RemoteMemory::new(End::new(
+            channel.clone(),
+            token,
+            ack.token,
+            config.transfer_timeout,
+        ));
         let inner = Arc::new(Inner {
             remote,
             staging: StagingPools::new(config.staging_budget),

@@ -5,6 +5,10 @@
 //! slots on its first message; at one channel per call that block was most of the memory
 //! traffic of a small call. The first event waits in the box itself: most calls get one (the
 //! response), and a queue would allocate for it.
+//!
+//! The box also says whether the call ended early, and why ([`Sender::end`]: the peer
+//! cancelled it, or its connection ended): a latch any number of tasks can wait on through an
+//! [`EndSignal`] (the call itself, and work a handler spawned), apart from the events.
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -44,6 +48,20 @@ struct State<T> {
     closed: bool,
     /// The receiver is gone: events are dropped.
     abandoned: bool,
+    /// Why the call ended early, once it did.
+    ended: Option<EndReason>,
+    /// Tasks waiting for the end: the first in place, more (rare) in a list.
+    end_waker: Option<Waker>,
+    more_end_wakers: Vec<Waker>,
+}
+
+/// Why a call ended before its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EndReason {
+    /// The peer cancelled it (it gave up, or its deadline passed).
+    Cancelled,
+    /// Its connection ended.
+    ConnectionLost,
 }
 
 struct Shared<T> {
@@ -73,9 +91,57 @@ pub(crate) fn mailbox<T>() -> (Sender<T>, Mailbox<T>) {
             waker: None,
             closed: false,
             abandoned: false,
+            ended: None,
+            end_waker: None,
+            more_end_wakers: Vec::new(),
         }),
     });
     (Sender(shared.clone()), Mailbox(shared))
+}
+
+/// Waits for a call's end: see [`Sender::end`]. Cheap to clone (it shares the mailbox).
+pub(crate) struct EndSignal<T>(Arc<Shared<T>>);
+
+impl<T> Clone for EndSignal<T> {
+    fn clone(&self) -> Self {
+        EndSignal(self.0.clone())
+    }
+}
+
+impl<T> std::fmt::Debug for EndSignal<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("EndSignal").field(&self.ended()).finish()
+    }
+}
+
+impl<T> EndSignal<T> {
+    /// Why the call ended early, if it did.
+    pub(crate) fn ended(&self) -> Option<EndReason> {
+        self.0.state().ended
+    }
+
+    /// Ready once the call ended early, with the reason.
+    pub(crate) fn poll_ended(&self, cx: &mut std::task::Context<'_>) -> Poll<EndReason> {
+        let mut state = self.0.state();
+        if let Some(reason) = state.ended {
+            return Poll::Ready(reason);
+        }
+        let waker = cx.waker();
+        let known = state.end_waker.as_ref().is_some_and(|w| w.will_wake(waker))
+            || state.more_end_wakers.iter().any(|w| w.will_wake(waker));
+        if !known {
+            match state.end_waker {
+                None => state.end_waker = Some(waker.clone()),
+                Some(_) => state.more_end_wakers.push(waker.clone()),
+            }
+        }
+        Poll::Pending
+    }
+
+    /// Resolves once the call ended early, with the reason.
+    pub(crate) async fn wait(&self) -> EndReason {
+        poll_fn(|cx| self.poll_ended(cx)).await
+    }
 }
 
 impl<T> Sender<T> {
@@ -95,6 +161,24 @@ impl<T> Sender<T> {
     }
 }
 
+impl<T> Sender<T> {
+    /// Ends the call early: every task waiting on its [`EndSignal`] wakes. The first reason
+    /// stays.
+    pub(crate) fn end(&self, reason: EndReason) {
+        let wake = {
+            let mut state = self.0.state();
+            if state.ended.is_some() {
+                return;
+            }
+            state.ended = Some(reason);
+            let mut wake: Vec<Waker> = std::mem::take(&mut state.more_end_wakers);
+            wake.extend(state.end_waker.take());
+            wake
+        };
+        wake.into_iter().for_each(Waker::wake);
+    }
+}
+
 impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
         let waker = {
@@ -109,6 +193,11 @@ impl<T> Drop for Sender<T> {
 }
 
 impl<T> Mailbox<T> {
+    /// What waits for this call's end (see [`Sender::end`]).
+    pub(crate) fn end_signal(&self) -> EndSignal<T> {
+        EndSignal(self.0.clone())
+    }
+
     /// The next event; `None` once the sender is gone and every event was taken.
     pub(crate) async fn recv(&mut self) -> Option<T> {
         poll_fn(|cx| {
@@ -207,6 +296,55 @@ mod tests {
         drop(tx);
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
         assert_eq!(next.as_mut().poll(&mut cx), Poll::Ready(None));
+    }
+
+    #[test]
+    fn the_end_wakes_every_waiter_once_and_keeps_its_first_reason() {
+        let (tx, rx) = mailbox::<u8>();
+        let signal = rx.end_signal();
+        let other = signal.clone();
+        let (a, b) = (
+            Arc::new(Count(AtomicUsize::new(0))),
+            Arc::new(Count(AtomicUsize::new(0))),
+        );
+        let (wa, wb) = (Waker::from(a.clone()), Waker::from(b.clone()));
+        assert!(signal
+            .poll_ended(&mut Context::from_waker(&wa))
+            .is_pending());
+        assert!(signal
+            .poll_ended(&mut Context::from_waker(&wa))
+            .is_pending());
+        assert!(other.poll_ended(&mut Context::from_waker(&wb)).is_pending());
+        assert_eq!(signal.ended(), None);
+        tx.end(EndReason::Cancelled);
+        tx.end(EndReason::ConnectionLost);
+        assert_eq!(a.0.load(Ordering::SeqCst), 1, "once, though polled twice");
+        assert_eq!(b.0.load(Ordering::SeqCst), 1, "every waiting task");
+        assert_eq!(
+            other.poll_ended(&mut Context::from_waker(&wb)),
+            Poll::Ready(EndReason::Cancelled),
+            "the first reason stays"
+        );
+        drop(tx);
+        assert_eq!(
+            signal.ended(),
+            Some(EndReason::Cancelled),
+            "and outlives the sender"
+        );
+        drop(rx);
+        assert_eq!(
+            signal.ended(),
+            Some(EndReason::Cancelled),
+            "and the receiver"
+        );
+    }
+
+    #[test]
+    fn a_call_that_answers_is_not_ended() {
+        let (tx, rx) = mailbox::<u8>();
+        let signal = rx.end_signal();
+        drop(tx);
+        assert_eq!(signal.ended(), None, "a finished call was not cancelled");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 pub(crate) mod channel;
 pub(crate) mod credits;
+pub(crate) mod deadline;
 pub(crate) mod frames;
 pub(crate) mod handles;
 pub(crate) mod mailbox;

@@ -34,22 +34,22 @@ use super::share::Share;
 use super::slots::SharedSlots;
 use crate::memory::{Access, BufferPool, RegisteredBuf};
 use crate::protocol::channel::FrameChannel;
+use crate::protocol::deadline::Deadline;
 use crate::protocol::frames::{DescriptorFrame, GrantFrame, Kind, ResponseFrame, StatusFrame};
-use crate::protocol::mailbox::{Mailbox, Sender};
+use crate::protocol::mailbox::{EndReason, EndSignal, Mailbox, Sender};
 use crate::protocol::route::{fits_inline, result_route, Incoming, ResultRoute};
 use crate::protocol::wait::{wait, Wait};
 use crate::protocol::CallMap;
-use crate::service::{EndpointDef, RawRequest, ServerCall, Service};
+use crate::service::{EndpointDef, OpKind, RawRequest, ServerCall, Service};
 use crate::status::{Code, Status};
 use crate::transport::{BoxFuture, Descriptor, Fencing, Grant, SendData};
 
-/// What the client says about a call after the request.
+/// What the client says about a call after the request (its cancel is the mailbox's end:
+/// [`InFlight::end`]).
 #[derive(Debug)]
-pub(super) enum ClientEvent {
+pub(crate) enum ClientEvent {
     /// The transfer is done, or (answer to a request for a buffer) here is the window.
     Ack(Option<Descriptor>),
-    /// The client gave up.
-    Cancel,
 }
 
 /// The calls in flight on one connection, shared by the connection loop (which routes the
@@ -104,6 +104,20 @@ impl InFlight {
             events.send(event);
         }
     }
+
+    /// Ends a call early, if it is still in flight: it stops and answers with the reason.
+    pub(super) fn end(&self, id: u64, reason: EndReason) {
+        if let Some(events) = self.calls().get(&id) {
+            events.end(reason);
+        }
+    }
+
+    /// Ends every call in flight (the connection ended).
+    pub(super) fn end_all(&self, reason: EndReason) {
+        for events in self.calls().values() {
+            events.end(reason);
+        }
+    }
 }
 
 /// Everything one call needs.
@@ -136,8 +150,11 @@ pub(super) struct Call {
     /// The connection's write slots, re-armed with the response.
     pub(super) slots: SharedSlots,
     pub(super) events: Mailbox<ClientEvent>,
-    /// When the client stops waiting (its deadline), if it set one.
-    pub(super) deadline: Option<Instant>,
+    /// When the call must be done (the earliest of the client's deadline, the endpoint's
+    /// timeout and the server's `max_call_duration`), if it must.
+    pub(super) deadline: Option<Deadline>,
+    /// The most bytes the response message may encode to.
+    pub(super) max_response_len: usize,
     /// Longest wait for the client's ack of a transfer.
     pub(super) transfer_timeout: Duration,
     /// Longest wait for a free pool buffer.
@@ -175,9 +192,20 @@ pub(super) fn run(mut call: Call) -> impl Future<Output = ()> + Send {
     let watched = span.clone();
     tracing::Instrument::instrument(
         async move {
-            let (mut response, pending) = answer(&mut call).await;
+            // The call runs until it answers, or until the client cancels it, its deadline
+            // passes or its connection ends: then the handler's future (with everything the
+            // call holds) is dropped here, and the call answers with why.
+            let end = call.events.end_signal();
+            let (deadline, endpoint) = (call.deadline, call.endpoint);
+            let (mut response, pending) = tokio::select! {
+                biased;
+                answered = answer(&mut call) => answered,
+                status = ends(&end, deadline, &endpoint) => (error_response(call.id, &status), None),
+            };
             let max = call.channel.peer_max_frame();
-            if prost::Message::encoded_len(&response) + FRAME_MARGIN > max {
+            if prost::Message::encoded_len(&response) + FRAME_MARGIN > max
+                || (response.status.is_none() && response.metadata.len() > call.max_response_len)
+            {
                 response = fitted(&call, response, max);
             }
             finished(&call, &response, started, &watched);
@@ -241,6 +269,36 @@ fn finished(
 /// Room kept in a frame for what wraps the response (the frame's own fields, credits, slots).
 const FRAME_MARGIN: usize = 64;
 
+/// What a response frame takes besides its message: the call id, the message's tag and length.
+const RESPONSE_ENVELOPE: usize = 16;
+
+/// The most bytes a response message of `ep` may encode to on a connection whose peer takes
+/// frames of `peer_max_frame` bytes: what a frame holds besides the response's envelope, and
+/// on `send` and `receive` endpoints no more than the endpoint's buffer (docs/spec.md).
+pub(super) fn max_response_len(ep: &EndpointDef, peer_max_frame: usize) -> usize {
+    let frame = peer_max_frame.saturating_sub(FRAME_MARGIN + RESPONSE_ENVELOPE);
+    match ep.op {
+        OpKind::Send | OpKind::Receive => frame.min(ep.buffer_size as usize),
+        OpKind::Write | OpKind::Read => frame,
+    }
+}
+
+/// Resolves when the call must stop before its answer: the client cancelled it or its
+/// connection ended (the mailbox's end), or its deadline passed. The status says which.
+async fn ends(
+    end: &EndSignal<ClientEvent>,
+    deadline: Option<Deadline>,
+    endpoint: &EndpointDef,
+) -> Status {
+    match deadline {
+        Some(d) => tokio::select! {
+            reason = end.wait() => crate::protocol::deadline::ended(reason, endpoint),
+            () = tokio::time::sleep_until(d.at) => d.passed(endpoint),
+        },
+        None => crate::protocol::deadline::ended(end.wait().await, endpoint),
+    }
+}
+
 /// A response too large for one frame, made to fit: an error keeps its code with its message
 /// cut short; a result message is refused with `RESOURCE_EXHAUSTED` naming the limit. Either
 /// way the caller gets an answer at once, and the log says why.
@@ -261,11 +319,20 @@ fn fitted(call: &Call, response: ResponseFrame, max: usize) -> ResponseFrame {
         tracing::warn!(call = call.id, path = ep.path, op = %ep.op, "an error message of {} bytes was cut to fit max_frame ({max})", status.message.len());
         return error_response(call.id, &Status::new(Code::from_u32(status.code), message));
     }
+    let message = response.metadata.len();
     let status = Status::resource_exhausted(format!(
-        "the response message of {} {} encodes to {size} bytes, more than the connection's \
-         max_frame of {max}: messages travel in control frames; large results belong in the \
-         endpoint's buffer (receive, read)",
-        ep.op, ep.path
+        "the response message of {} {} encodes to {message} bytes, more than the {} it may \
+         have ({}): messages travel in control frames, and on send and receive endpoints in \
+         the endpoint's buffer; large results belong in the buffer of a receive or read \
+         endpoint. A handler learns the limit before it acts from `Request::max_response_len`",
+        ep.op,
+        ep.path,
+        call.max_response_len,
+        if message > call.max_response_len && size + FRAME_MARGIN <= max {
+            format!("the endpoint's buffer of {} bytes", ep.buffer_size)
+        } else {
+            format!("the connection's max_frame of {max}")
+        }
     ));
     tracing::warn!(call = call.id, path = ep.path, op = %ep.op, %status, "response refused");
     error_response(call.id, &status)
@@ -375,11 +442,12 @@ async fn pull(call: &mut Call) -> Result<Bytes, Status> {
     let buf = take_buffer(call).await?;
     let read = call.channel.conn().read(&source, buf);
     // A client that never lets the read complete would keep the pool buffer: after
-    // transfer_timeout its connection goes, and with it the read and the buffer.
-    match tokio::time::timeout(call.transfer_timeout, read).await {
-        Ok(read) => Ok(read.map_err(transfer_failed)?.freeze()),
-        Err(_) => {
-            call.channel.conn().close();
+    // transfer_timeout its connection goes, and with it the read and the buffer (also when
+    // the call is stopped meanwhile: the read is watched on).
+    let until = Instant::now() + call.transfer_timeout;
+    match crate::bounded::answered_by(call.channel.conn(), read, until).await {
+        Some(read) => Ok(read.map_err(transfer_failed)?.freeze()),
+        None => {
             let status = Status::unavailable(format!(
                 "the client's window was not readable within {:?} (transfer_timeout); \
                  connection closed",
@@ -521,7 +589,11 @@ async fn wait_for_buffer(call: &mut Call) -> Result<RegisteredBuf, Status> {
     let Wait {
         until: limit,
         deadline_first,
-    } = wait(Instant::now(), call.buffer_wait, call.deadline);
+    } = wait(
+        Instant::now(),
+        call.buffer_wait,
+        call.deadline.map(|d| d.at),
+    );
     if call.share_permit.is_none() {
         let share = call.share.clone();
         match tokio::time::timeout_at(limit, share.enter()).await {
@@ -599,10 +671,14 @@ async fn ask(call: &mut Call, frame: GrantFrame) -> Result<Option<Descriptor>, S
         .send(Kind::Grant(frame))
         .await
         .map_err(Status::from)?;
-    let limit = wait(Instant::now(), call.transfer_timeout, call.deadline).until;
+    let limit = wait(
+        Instant::now(),
+        call.transfer_timeout,
+        call.deadline.map(|d| d.at),
+    )
+    .until;
     match tokio::time::timeout_at(limit, call.events.recv()).await {
         Ok(Some(ClientEvent::Ack(window))) => Ok(window),
-        Ok(Some(ClientEvent::Cancel)) => Err(Status::cancelled("cancelled by the client")),
         Ok(None) => Err(Status::unavailable("connection closed during the transfer")),
         Err(_) => Err(Status::deadline_exceeded(format!(
             "the client did not finish the transfer for {} {} in time",

@@ -18,7 +18,7 @@ use crate::error::Error;
 use crate::interceptor::IncomingCall;
 use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{Hello, Kind, RequestFrame, StatusFrame};
-use crate::protocol::mailbox::{mailbox, Sender};
+use crate::protocol::mailbox::{mailbox, EndReason, Sender};
 use crate::protocol::route::RequestShape;
 use crate::protocol::{INITIAL_RECEIVES, PROTOCOL_VERSION};
 use crate::remote::{End, RemoteMemory};
@@ -178,7 +178,12 @@ async fn run(
         pull_writes,
         token: crate::remote::new_token(),
     };
-    let remote = RemoteMemory::new(End::new(channel.clone(), ack.token, hello.token));
+    let remote = RemoteMemory::new(End::new(
+        channel.clone(),
+        ack.token,
+        hello.token,
+        shared.config.transfer_timeout,
+    ));
     let negotiated = Negotiated {
         inline_threshold,
         pull_writes,
@@ -194,7 +199,11 @@ async fn run(
 
     let mut shares = PoolShares::new(cfg.pool_share_percent);
     let mut task_ids = HashMap::new();
-    let mut tasks = JoinSet::new();
+    let mut tasks = CallTasks {
+        set: JoinSet::new(),
+        calls: calls.clone(),
+        conn: channel.conn().clone(),
+    };
     // The box of the last call that ran to completion here, reused by the next one: a call
     // that answers at once costs no allocation for its state.
     let mut spare = None;
@@ -206,11 +215,11 @@ async fn run(
     tokio::pin!(idle);
     loop {
         if let Some(limit) = idle_timeout {
-            if !tasks.is_empty() || calls.len() > 0 {
+            if !tasks.set.is_empty() || calls.len() > 0 {
                 idle.as_mut().reset(Instant::now() + limit);
             }
         }
-        if stopping && tasks.is_empty() {
+        if stopping && tasks.set.is_empty() {
             goaway(
                 &channel,
                 &Status::unavailable("the server is shutting down"),
@@ -219,7 +228,7 @@ async fn run(
             return Ok(());
         }
         tokio::select! {
-            () = &mut idle, if idle_timeout.is_some() && tasks.is_empty() => {
+            () = &mut idle, if idle_timeout.is_some() && tasks.set.is_empty() => {
                 let limit = idle_timeout.unwrap_or_default();
                 tracing::debug!(peer = channel.conn().peer(), "closing an idle connection");
                 goaway(
@@ -280,7 +289,7 @@ async fn run(
                                 match first {
                                     Inline::Done => spare = Some(running),
                                     Inline::Waiting => {
-                                        let handle = tasks.spawn(running);
+                                        let handle = tasks.set.spawn(running);
                                         task_ids.insert(handle.id(), (id, ep));
                                     }
                                     Inline::Panicked => {
@@ -307,7 +316,7 @@ async fn run(
                         }
                     }
                     Kind::Ack(ack) => calls.route(ack.id, ClientEvent::Ack(ack.reply_to.map(Into::into))),
-                    Kind::Cancel(call) => calls.route(call.id, ClientEvent::Cancel),
+                    Kind::Cancel(call) => calls.end(call.id, EndReason::Cancelled),
                     Kind::Revoke(r) => negotiated.remote.end().on_revoke(r.offers),
                     Kind::Revoked(r) => negotiated.remote.end().on_revoked(r.offers),
                     Kind::Ping(ping) => channel.send(Kind::Pong(ping)).await?,
@@ -322,7 +331,7 @@ async fn run(
                     }
                 }
             }
-            Some(done) = tasks.join_next_with_id() => {
+            Some(done) = tasks.set.join_next_with_id() => {
                 let (task, panicked) = match done {
                     Ok((task, ())) => (task, false),
                     Err(e) => (e.id(), e.is_panic()),
@@ -340,6 +349,28 @@ async fn run(
                 stopping = changed.is_err() || *stop.borrow_and_update();
             }
         }
+    }
+}
+
+/// The tasks of a connection's calls that waited. When the connection loop ends, for whatever
+/// reason, the connection is closed and every call still in flight is ended (`CANCELLED`,
+/// "ended with its connection"): its handler's future is dropped and it records how it ended
+/// (its answer goes nowhere); its task finishes by itself.
+struct CallTasks {
+    set: JoinSet<()>,
+    calls: InFlight,
+    conn: Arc<dyn Connection>,
+}
+
+impl Drop for CallTasks {
+    fn drop(&mut self) {
+        if self.calls.len() > 0 {
+            // First: nothing a stopped call answers may reach the client as if it were a
+            // status of the server's choosing.
+            self.conn.close();
+        }
+        self.calls.end_all(EndReason::ConnectionLost);
+        self.set.detach_all();
     }
 }
 
@@ -469,7 +500,19 @@ fn start_call(
         shared.interceptors.run(&mut call)?;
     }
     let timeout = (req.timeout_us > 0).then(|| Duration::from_micros(req.timeout_us));
+    let deadline = crate::protocol::deadline::call_deadline(
+        Instant::now(),
+        timeout,
+        ep.timeout(),
+        shared.config.max_call_duration,
+    );
+    let max_response_len = call::max_response_len(&ep, channel.peer_max_frame());
     let (tx, events) = mailbox();
+    let context = crate::service::CallContext::new(
+        events.end_signal(),
+        deadline.map(|d| d.at),
+        max_response_len,
+    );
     let call = call::Call {
         id: req.id,
         in_flight: in_flight.clone(),
@@ -487,7 +530,8 @@ fn start_call(
             metadata,
             peer: peer.clone(),
             timeout,
-            remote: Some(remote.clone()),
+            remote: Some(remote.with_deadline(deadline.map(|d| d.at))),
+            context,
         },
         incoming,
         payload_len: req.payload_len,
@@ -497,7 +541,8 @@ fn start_call(
         reply_to: req.reply_to.map(Into::into),
         slots: slots.clone(),
         events,
-        deadline: timeout.map(|t| Instant::now() + t),
+        deadline,
+        max_response_len,
         transfer_timeout: shared.config.transfer_timeout,
         buffer_wait: shared.config.buffer_wait,
         inline_threshold: inline_threshold as usize,

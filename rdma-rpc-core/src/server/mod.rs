@@ -19,6 +19,7 @@ mod share;
 mod slots;
 
 pub use admission::ConnectionCount;
+pub(crate) use call::ClientEvent;
 pub use listing::{ConnectionInfo, PoolInfo, ServerHandle};
 
 use std::collections::HashMap;
@@ -92,8 +93,17 @@ pub struct ServerConfig {
     /// descriptor of memory that later serves another connection; grant otherwise.
     /// `Some(false)` over such a transport is refused by [`ServerBuilder::bind`].
     pub pull_writes: Option<bool>,
-    /// Longest wait for a client to finish an RDMA transfer and ack it. Default 30 s.
+    /// Longest wait for a client to finish an RDMA transfer and ack it, and for a peer to
+    /// answer a one-sided operation a handler makes through `RemoteMemory` (a peer that never
+    /// answers loses its connection, which frees the memory the operation held). Default
+    /// 30 s.
     pub transfer_timeout: Duration,
+    /// Longest any call may run on this server, whatever deadline the client set (or none):
+    /// past it the handler is stopped (its future dropped) and the client gets
+    /// `DEADLINE_EXCEEDED` naming this setting, so no call holds server memory for ever. A
+    /// shorter deadline from the client, or the endpoint's `timeout:` in the spec, holds
+    /// first. `None` lets calls without a deadline run for ever. Default 120 s.
+    pub max_call_duration: Option<Duration>,
     /// Most of a path's pool one connection holds at once, in percent of its buffers (rounded
     /// up, at least one): a client that keeps its transfers open until `transfer_timeout`
     /// cannot take a whole pool from the other connections. Calls over the share wait for one
@@ -136,6 +146,7 @@ impl Default for ServerConfig {
             slot_size: 64 << 10,
             pull_writes: None,
             transfer_timeout: Duration::from_secs(30),
+            max_call_duration: Some(Duration::from_secs(120)),
             pool_share_percent: 50,
             buffer_wait: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
@@ -265,6 +276,8 @@ impl ServerBuilder {
         pull_writes: Option<bool>,
         /// See [`ServerConfig::transfer_timeout`].
         transfer_timeout: Duration,
+        /// See [`ServerConfig::max_call_duration`].
+        max_call_duration: Option<Duration>,
         /// See [`ServerConfig::pool_share_percent`].
         pool_share_percent: u32,
         /// See [`ServerConfig::buffer_wait`].

@@ -19,6 +19,7 @@ use super::e2e::{
     graceful_shutdown_drains_calls_in_flight_on,
     many_calls_in_flight_on_one_connection_complete_out_of_order_on, many_connections_mixed,
 };
+use super::ends::*;
 use super::fast_paths::*;
 use super::faults::*;
 use super::hostile::*;

@@ -460,6 +460,43 @@ async fn an_unanswered_pull_frees_its_buffer() {
     still_serving(&h).await;
 }
 
+/// The same, when the client also cancels the call while the server reads: the stopped call's
+/// read is watched on, and the connection still goes at `transfer_timeout` (dropping the call
+/// must not leave the read, and the pool buffer it holds, without a bound).
+#[tokio::test]
+async fn an_unanswered_pull_of_a_cancelled_call_frees_its_buffer() {
+    use crate::protocol::frames::{CallId, Frame};
+    use crate::transport::tcp::raw_peer::READ_REQUEST;
+    let (h, mut peer) = peer_with_a_dead_window(
+        OpKind::Write,
+        Access::REMOTE_READ,
+        |r, w| {
+            r.payload_len = w.len;
+            r.source = Some(w);
+        },
+        Some(true),
+    )
+    .await;
+    loop {
+        match bounded("the server's read", peer.next()).await {
+            Some((kind, _)) if kind == READ_REQUEST => break,
+            Some(_) => continue,
+            None => panic!("closed before reading the window"),
+        }
+    }
+    let cancel = Frame {
+        kind: Some(Kind::Cancel(CallId { id: 1 })),
+        credits: 0,
+    };
+    peer.send(&prost::Message::encode_to_vec(&cancel)).await;
+    while bounded("the server closes the connection", peer.next())
+        .await
+        .is_some()
+    {}
+    assert_eq!(h.service.inbound_runs.load(Ordering::SeqCst), 0);
+    still_serving(&h).await;
+}
+
 /// A pushed result that the client's side never acknowledges costs the client its connection
 /// after `transfer_timeout`, and the pool buffer the push held comes back (before: the call
 /// task waited forever, holding the buffer).

@@ -55,6 +55,11 @@ macro_rules! with_suite {
             a_client_survives_a_server_restart_on,
             a_client_without_reconnection_stays_closed_on,
             failed_reconnections_back_off_and_say_why_on,
+            a_cancelled_call_stops_its_handler_and_frees_its_buffer_on,
+            a_passed_deadline_stops_the_handler_on,
+            the_server_bounds_calls_that_carry_no_deadline_on,
+            a_connection_that_ends_stops_its_handlers_on,
+            a_response_over_its_limit_is_known_before_and_refused_after_on,
         );
     };
 }
@@ -62,6 +67,7 @@ macro_rules! with_suite {
 #[cfg(feature = "doca")]
 mod doca;
 mod e2e;
+mod ends;
 mod fast_paths;
 mod faults;
 mod faulty;
@@ -95,6 +101,8 @@ pub(crate) struct Harness {
     pub(crate) service: TestService,
     /// The server's live connection count.
     pub(crate) count: crate::ConnectionCount,
+    /// The server's listing: connections, pools.
+    pub(crate) handle: crate::ServerHandle,
     stop: Option<oneshot::Sender<()>>,
     pub(crate) task: JoinHandle<crate::Result<()>>,
 }
@@ -164,6 +172,7 @@ impl Harness {
             .expect("bind");
         let addr = server.local_addr();
         let count = server.connection_count();
+        let handle = server.handle();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(server.serve_with_shutdown(async move {
             let _ = stopped.await;
@@ -173,6 +182,7 @@ impl Harness {
             transport,
             service,
             count,
+            handle,
             stop: Some(stop),
             task,
         }

@@ -106,6 +106,11 @@ impl Remote {
         }
     }
 
+    /// The memory the service reads into and lends from.
+    pub(crate) fn region(&self) -> &MemoryRegion {
+        &self.region
+    }
+
     /// `len` bytes (at most 256 KiB) of the service's region.
     fn lease(&self, len: u64) -> Result<RegisteredBuf, Status> {
         let slot = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 64;

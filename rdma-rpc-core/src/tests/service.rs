@@ -35,6 +35,10 @@ pub(crate) struct TestRequest {
     /// The handler fails with an `INTERNAL` status whose message has this many bytes.
     #[prost(uint64, tag = "7")]
     pub(crate) fail_with: u64,
+    /// The handler spawns a task that waits for the call's end (`Request::cancelled`) and
+    /// counts it ([`TestService::saw_cancel`]).
+    #[prost(bool, tag = "8")]
+    pub(crate) watch_cancel: bool,
 }
 
 /// Response metadata.
@@ -96,7 +100,17 @@ pub(crate) static ENDPOINTS: &[EndpointDef] = &[
         method: "panic_send",
         timeout_ms: None,
     },
+    EndpointDef {
+        path: "/tiny",
+        op: OpKind::Receive,
+        buffer_size: 4096,
+        method: "tiny_receive",
+        timeout_ms: None,
+    },
 ];
+
+/// Index of `/tiny` (receive, a 4 KiB buffer, so messages of at most 4 KiB).
+pub(crate) const TINY_RECEIVE: usize = 6;
 
 /// The deterministic bytes of a test transfer.
 pub(crate) fn pattern(len: usize, seed: u32) -> Vec<u8> {
@@ -123,6 +137,24 @@ pub(crate) struct TestService {
     pub(crate) kept: Arc<std::sync::Mutex<Vec<Bytes>>>,
     /// The metadata of every inbound call that carried some, as its handler saw it.
     pub(crate) metadata_seen: Arc<std::sync::Mutex<Vec<crate::Metadata>>>,
+    /// Handlers stopped (their future dropped) while they waited: proof that a cancelled or
+    /// timed-out call's handler does not run on.
+    pub(crate) dropped: Arc<tokio::sync::watch::Sender<usize>>,
+    /// Tasks spawned by handlers (`watch_cancel`) that saw their call end early.
+    pub(crate) saw_cancel: Arc<tokio::sync::watch::Sender<usize>>,
+    /// `Request::max_response_len` as each handler saw it.
+    pub(crate) max_response_seen: Arc<std::sync::Mutex<Vec<usize>>>,
+}
+
+/// Counts a handler's future dropped before it went past its wait.
+struct DroppedWhileWaiting(Option<Arc<tokio::sync::watch::Sender<usize>>>);
+
+impl Drop for DroppedWhileWaiting {
+    fn drop(&mut self) {
+        if let Some(count) = self.0.take() {
+            count.send_modify(|n| *n += 1);
+        }
+    }
 }
 
 impl Default for TestService {
@@ -134,6 +166,9 @@ impl Default for TestService {
             entered: Arc::new(tokio::sync::watch::channel(0).0),
             kept: Arc::default(),
             metadata_seen: Arc::default(),
+            dropped: Arc::new(tokio::sync::watch::channel(0).0),
+            saw_cancel: Arc::new(tokio::sync::watch::channel(0).0),
+            max_response_seen: Arc::default(),
         }
     }
 }
@@ -172,14 +207,43 @@ impl TestService {
         let _ = self.entered.subscribe().wait_for(|runs| *runs >= n).await;
     }
 
+    /// Waits until `n` handlers were stopped while they waited.
+    pub(crate) async fn dropped(&self, n: usize) {
+        let _ = self.dropped.subscribe().wait_for(|d| *d >= n).await;
+    }
+
+    /// Waits until `n` spawned watchers saw their call end early.
+    pub(crate) async fn saw_cancel(&self, n: usize) {
+        let _ = self.saw_cancel.subscribe().wait_for(|d| *d >= n).await;
+    }
+
+    /// What a handler does first with its request's context: records the response's limit,
+    /// and with `watch_cancel` spawns a task that waits for the call's end.
+    fn look_at<T>(&self, request: &crate::Request<T>, req: &TestRequest) {
+        if let Some(max) = request.max_response_len() {
+            self.max_response_seen.lock().unwrap().push(max);
+        }
+        if req.watch_cancel {
+            let context = request.context().expect("server side").clone();
+            let saw = self.saw_cancel.clone();
+            tokio::spawn(async move {
+                context.cancelled().await;
+                assert!(context.is_cancelled());
+                saw.send_modify(|n| *n += 1);
+            });
+        }
+    }
+
     async fn wait(&self, req: &TestRequest) {
         self.entered.send_modify(|runs| *runs += 1);
+        let mut dropped = DroppedWhileWaiting(Some(self.dropped.clone()));
         if req.gated {
             let _ = self.gate.subscribe().wait_for(|open| *open).await;
         }
         if req.delay_ms > 0 {
             tokio::time::sleep(Duration::from_millis(req.delay_ms)).await;
         }
+        dropped.0 = None;
     }
 
     async fn inbound(&self, req: TestRequest, data: Bytes) -> Result<TestResponse, Status> {
@@ -220,7 +284,7 @@ impl TestService {
         Ok(TestResponse {
             len: req.len,
             exact: true,
-            ..Default::default()
+            padding: vec![0x5a; req.pad_response as usize],
         })
     }
 }
@@ -246,11 +310,13 @@ impl Service for TestService {
                     let seen = request.metadata().clone();
                     self.metadata_seen.lock().unwrap().push(seen);
                 }
+                self.look_at(&request, request.get_ref());
                 let response = self.inbound(request.into_inner(), data).await?;
                 Ok(encode_message(&response))
             }),
-            (1 | 3, ServerCall::Outbound { request, buf }) => Box::pin(async move {
+            (1 | 3 | 6, ServerCall::Outbound { request, buf }) => Box::pin(async move {
                 let request = decode_request::<TestRequest>(request)?;
+                self.look_at(&request, request.get_ref());
                 let response = self.outbound(request.into_inner(), buf).await?;
                 Ok(encode_message(&response))
             }),

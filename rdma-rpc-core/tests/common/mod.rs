@@ -121,3 +121,77 @@ pub(crate) async fn serve_echo(builder: ServerBuilder, addr: &str) -> (String, C
     tokio::spawn(server.serve());
     bound
 }
+
+/// A service whose one endpoint (`/stall`, send) never answers: its handler waits for ever,
+/// and counts how often it was stopped (its future dropped).
+#[allow(dead_code)]
+#[derive(Clone, Default)]
+pub(crate) struct Stall {
+    /// Handlers stopped so far.
+    pub(crate) stopped: std::sync::Arc<tokio::sync::watch::Sender<usize>>,
+    /// Handlers started so far.
+    pub(crate) started: std::sync::Arc<tokio::sync::watch::Sender<usize>>,
+}
+
+#[allow(dead_code)]
+pub(crate) static STALL: &[EndpointDef] = &[EndpointDef {
+    path: "/stall",
+    op: OpKind::Send,
+    buffer_size: 1024,
+    method: "stall",
+    timeout_ms: None,
+}];
+
+struct CountsDrop(std::sync::Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Drop for CountsDrop {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n += 1);
+    }
+}
+
+impl Service for Stall {
+    fn name(&self) -> &'static str {
+        "Stall"
+    }
+
+    fn endpoints(&self) -> &'static [EndpointDef] {
+        STALL
+    }
+
+    fn call<'a>(&'a self, _: usize, _: ServerCall<'a>) -> BoxFuture<'a, Result<Bytes, Status>> {
+        Box::pin(async move {
+            let _counts = CountsDrop(self.stopped.clone());
+            self.started.send_modify(|n| *n += 1);
+            std::future::pending().await
+        })
+    }
+}
+
+/// A service whose one endpoint (`/panic`, send) panics in its handler.
+#[allow(dead_code)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Panics;
+
+#[allow(dead_code)]
+pub(crate) static PANICS: &[EndpointDef] = &[EndpointDef {
+    path: "/panic",
+    op: OpKind::Send,
+    buffer_size: 64,
+    method: "panic_send",
+    timeout_ms: None,
+}];
+
+impl Service for Panics {
+    fn name(&self) -> &'static str {
+        "Panics"
+    }
+
+    fn endpoints(&self) -> &'static [EndpointDef] {
+        PANICS
+    }
+
+    fn call<'a>(&'a self, _: usize, _: ServerCall<'a>) -> BoxFuture<'a, Result<Bytes, Status>> {
+        Box::pin(async move { panic!("the handler panics on purpose") })
+    }
+}

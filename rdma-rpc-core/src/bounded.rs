@@ -1,0 +1,83 @@
+//! Waiting for a peer with a bound: a transport operation the peer must answer (a one-sided
+//! read of its memory, a write into it) is awaited no longer than a given instant; past it the
+//! peer loses its connection, as an RDMA queue pair fails when an access never completes. Closing
+//! the connection completes the operation with an error, which frees the memory it held (a pool
+//! buffer, a lease). If the waiter goes first (its call was stopped), a task of its own keeps
+//! watching the operation until the same instant, so dropping a call never leaves an operation
+//! unbounded.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::error::Result;
+use crate::transport::{BoxFuture, Connection};
+
+/// `op`'s result if it completes by `until`; otherwise `None`, after closing `conn`.
+pub(crate) async fn answered_by<T: Send + 'static>(
+    conn: &Arc<dyn Connection>,
+    op: BoxFuture<'static, Result<T>>,
+    until: Instant,
+) -> Option<Result<T>> {
+    let mut watched = Watched {
+        op: Some(op),
+        conn: conn.clone(),
+        until,
+    };
+    let result = tokio::time::timeout_at(until, watched.next()).await;
+    watched.op = None;
+    match result {
+        Ok(done) => Some(done),
+        Err(_) => {
+            tracing::warn!(
+                peer = %conn.peer(),
+                "the peer did not answer an RDMA operation in time; connection closed"
+            );
+            conn.close();
+            None
+        }
+    }
+}
+
+/// An operation in flight and what bounds it: dropped before it completed, it leaves a task
+/// that waits for it until `until` and then closes the connection.
+struct Watched<T: Send + 'static> {
+    op: Option<BoxFuture<'static, Result<T>>>,
+    conn: Arc<dyn Connection>,
+    until: Instant,
+}
+
+impl<T: Send + 'static> Watched<T> {
+    async fn next(&mut self) -> Result<T> {
+        std::future::poll_fn(|cx| match self.op.as_mut() {
+            Some(op) => op.as_mut().poll(cx),
+            None => std::task::Poll::Pending,
+        })
+        .await
+    }
+}
+
+impl<T: Send + 'static> Drop for Watched<T> {
+    fn drop(&mut self) {
+        let Some(op) = self.op.take() else {
+            return;
+        };
+        let (conn, until) = (self.conn.clone(), self.until);
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    if tokio::time::timeout_at(until, op).await.is_err() {
+                        tracing::warn!(
+                            peer = %conn.peer(),
+                            "the peer did not answer an RDMA operation of a stopped call in \
+                             time; connection closed"
+                        );
+                        conn.close();
+                    }
+                });
+            }
+            // No runtime to watch it from: close now rather than leave it unbounded.
+            Err(_) => conn.close(),
+        }
+    }
+}
