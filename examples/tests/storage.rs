@@ -307,3 +307,150 @@ async fn control_commands_out_of_order_are_refused() {
         .await
         .expect("everything stops");
 }
+
+/// A TCP proxy to `to` for hostile tests: it forwards both ways until `cut` is set, then drops
+/// everything the server sends (to the client it looks like a peer whose NIC stopped
+/// answering). Counts the connections the server closed.
+async fn black_hole_proxy(
+    to: String,
+) -> (
+    String,
+    Arc<std::sync::atomic::AtomicBool>,
+    tokio::sync::watch::Receiver<usize>,
+) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = format!("tcp://{}", listener.local_addr().unwrap());
+    let cut = Arc::new(AtomicBool::new(false));
+    let (closed_tx, closed) = tokio::sync::watch::channel(0usize);
+    let closed_tx = Arc::new(closed_tx);
+    let (to, cut_flag) = (to.trim_start_matches("tcp://").to_owned(), cut.clone());
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let server = tokio::net::TcpStream::connect(&to).await.unwrap();
+            let (mut client_rd, mut client_wr) = client.into_split();
+            let (mut server_rd, mut server_wr) = server.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut client_rd, &mut server_wr).await;
+            });
+            let (cut, closed) = (cut_flag.clone(), closed_tx.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 << 10];
+                loop {
+                    match server_rd.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) if !cut.load(Ordering::SeqCst) => {
+                            if client_wr.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                        Ok(_) => {} // the black hole
+                    }
+                }
+                closed.send_modify(|n| *n += 1);
+            });
+        }
+    });
+    (addr, cut, closed)
+}
+
+/// The attack a hostile client made on a target: 128 `write_half` calls whose RDMA reads of
+/// its memory it never answers. Each held its block's slot ("block busy" for everyone else)
+/// until the attacker reset its connection. Now each read is bounded by the target's
+/// `transfer_timeout` (and by the call's deadline, had the attacker set one): the attacker loses
+/// its connections, every block is free again, and a legitimate client is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_never_answers_cannot_keep_a_targets_blocks() {
+    use examples::generated::storage_target::{
+        Command, HalfIo, StorageTargetClient, StorageTargetServer, TargetControl,
+    };
+    use examples::storage::codec::Slot;
+    use examples::storage::target::{Target, TargetConfig};
+    let config = TargetConfig::new(Slot::Data1, 4096, 256).unwrap();
+    let target = Arc::new(Target::new(config).unwrap());
+    let server = rdma_rpc_core::Server::builder()
+        .transfer_timeout(Duration::from_millis(300))
+        .add_service(StorageTargetServer::new(target.clone()))
+        .bind("tcp://127.0.0.1:0")
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    tokio::spawn(server.serve());
+    let legit = rdma_rpc_core::Client::connect(&addr).await.unwrap();
+    let stub = StorageTargetClient::new(legit.clone());
+    let mut start = TargetControl::default();
+    start.set_command(Command::Start);
+    stub.control(start).await.unwrap();
+    let region = MemoryRegion::new(1 << 20).unwrap();
+    let half = config.half_size;
+    let write_half = |client: rdma_rpc_core::Client, block: u64, at: usize| {
+        let region = region.clone();
+        async move {
+            let lease = region.lease(at, half).unwrap();
+            let stub = StorageTargetClient::new(client.clone());
+            let (done, _) = client
+                .remote_memory()
+                .lend(lease, Access::REMOTE_READ, |handle| async move {
+                    let io = HalfIo {
+                        block,
+                        buffer: Some(handle),
+                        length: half as u32,
+                    };
+                    stub.write_half(io).await
+                })
+                .await?;
+            done.map(drop)
+        }
+    };
+
+    // The attacker: 32 connections through a proxy that, once they are up, stops passing
+    // anything the target sends: 4 calls each (what the credits of a connection that hears
+    // nothing allow), 128 in all, whose reads are never answered.
+    let (via, cut, closed) = black_hole_proxy(addr.clone()).await;
+    let mut attackers = Vec::new();
+    for _ in 0..32 {
+        attackers.push(rdma_rpc_core::Client::connect(&via).await.unwrap());
+    }
+    cut.store(true, std::sync::atomic::Ordering::SeqCst);
+    let attack: Vec<_> = (0..128u64)
+        .map(|block| {
+            let client = attackers[block as usize / 4].clone();
+            let at = block as usize * half;
+            tokio::spawn(write_half(client, block, at))
+        })
+        .collect();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while target.busy() < 128 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the attack holds 128 blocks");
+    let refused = write_half(legit.clone(), 5, 900 << 10).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Aborted, "{refused}");
+    assert!(refused.message().contains("busy"), "{refused}");
+
+    // The target gives up on the reads: it closes the attacker's connections, which frees
+    // every block; then it serves the legitimate client, every block.
+    let mut closed = closed;
+    tokio::time::timeout(Duration::from_secs(60), closed.wait_for(|n| *n >= 32))
+        .await
+        .expect("the attacker's connections closed")
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while target.busy() > 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("every block free again");
+    for block in 0..128 {
+        write_half(legit.clone(), block, 900 << 10)
+            .await
+            .unwrap_or_else(|s| panic!("block {block}: {s}"));
+    }
+    for call in attack {
+        call.abort();
+    }
+}

@@ -41,6 +41,7 @@ async fn run() -> Result<(), String> {
     .map_err(|s| s.message().to_owned())?;
     let target = Arc::new(Target::new(config).map_err(|s| s.message().to_owned())?);
     let server = Server::builder()
+        .transfer_timeout(examples::storage::target::IO_TIMEOUT)
         .add_service(StorageTargetServer::new(target.clone()))
         .bind(&listen)
         .await

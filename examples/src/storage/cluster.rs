@@ -81,6 +81,7 @@ impl Cluster {
             )?)?);
             let server = Server::builder()
                 .transport(transport.clone())
+                .transfer_timeout(super::target::IO_TIMEOUT)
                 .add_service(StorageTargetServer::new(target.clone()))
                 .bind(bind)
                 .await

@@ -14,6 +14,12 @@ use crate::generated::storage_target::{
     Command, HalfDone, HalfIo, StorageTarget, TargetControl, TargetGeometry,
 };
 
+/// Longest a target waits for the service to answer the RDMA read or write of one half (the
+/// server's `transfer_timeout`): a peer that has not answered by then loses its connection,
+/// which frees the block's slot. A half moves in microseconds on RDMA; a peer that stops
+/// answering must not keep blocks busy for long.
+pub const IO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What a target stores.
 #[derive(Debug, Clone, Copy)]
 pub struct TargetConfig {
@@ -90,6 +96,11 @@ impl Target {
         async move {
             let _ = rx.wait_for(|w| *w >= n).await;
         }
+    }
+
+    /// Halves with an I/O in flight now (their slots are leased).
+    pub fn busy(&self) -> usize {
+        self.memory.leased() / self.config.half_size.max(1)
     }
 
     /// Which halves this target keeps.
