@@ -185,6 +185,7 @@ impl Region {
     }
 
     /// Whether a peer may write the region's bytes behind our back.
+    #[inline]
     pub(crate) fn is_exposed(&self) -> bool {
         self.exposed.load(Ordering::Acquire)
     }
@@ -435,6 +436,7 @@ impl RegisteredBuf {
     }
 
     /// Whether a peer may write this buffer's bytes behind our back (see [`Region`]).
+    #[inline]
     pub(crate) fn is_exposed(&self) -> bool {
         self.region.is_exposed()
     }

@@ -395,8 +395,8 @@ impl Drop for InFlight {
 #[derive(Clone)]
 pub struct RemoteMemory {
     end: Arc<End>,
-    /// The deadline of the call this belongs to (a handler's), if any.
-    deadline: Option<tokio::time::Instant>,
+    /// The call this belongs to (a handler's), whose deadline bounds its operations.
+    call: Option<crate::service::CallContext>,
 }
 
 impl fmt::Debug for RemoteMemory {
@@ -409,18 +409,15 @@ impl fmt::Debug for RemoteMemory {
 
 impl RemoteMemory {
     pub(crate) fn new(end: Arc<End>) -> RemoteMemory {
-        RemoteMemory {
-            end,
-            deadline: None,
-        }
+        RemoteMemory { end, call: None }
     }
 
-    /// The same connection's remote memory for a call with `deadline`: its one-sided
-    /// operations end by then.
-    pub(crate) fn with_deadline(&self, deadline: Option<tokio::time::Instant>) -> RemoteMemory {
+    /// The same connection's remote memory for a handler's `call`: its one-sided operations
+    /// end by the call's deadline.
+    pub(crate) fn for_call(&self, call: crate::service::CallContext) -> RemoteMemory {
         RemoteMemory {
             end: self.end.clone(),
-            deadline,
+            call: Some(call),
         }
     }
 
@@ -441,7 +438,7 @@ impl RemoteMemory {
         } = wait(
             tokio::time::Instant::now(),
             self.end.transfer_timeout,
-            self.deadline,
+            self.call.as_ref().and_then(|c| c.deadline_at()),
         );
         match crate::bounded::answered_by(&conn, op, until).await {
             Some(done) => done.map_err(Status::from),

@@ -109,49 +109,46 @@ impl EndpointDef {
 /// [`cancelled`](Self::cancelled) tells it to stop.
 #[derive(Clone)]
 pub struct CallContext {
+    /// The call's mailbox: its end, and its limits.
     end: EndSignal<ClientEvent>,
-    deadline: Option<tokio::time::Instant>,
-    max_response_len: usize,
 }
 
 impl CallContext {
-    pub(crate) fn new(
-        end: EndSignal<ClientEvent>,
-        deadline: Option<tokio::time::Instant>,
-        max_response_len: usize,
-    ) -> CallContext {
-        CallContext {
-            end,
-            deadline,
-            max_response_len,
-        }
+    pub(crate) fn new(end: EndSignal<ClientEvent>) -> CallContext {
+        CallContext { end }
+    }
+
+    fn at(&self) -> Option<tokio::time::Instant> {
+        self.end.limits().deadline.map(|d| d.at)
     }
 
     /// The call's deadline on the server, if it has one.
     pub fn deadline(&self) -> Option<std::time::Instant> {
-        self.deadline.map(tokio::time::Instant::into_std)
+        self.at().map(tokio::time::Instant::into_std)
+    }
+
+    /// The deadline as the runtime's timers keep it.
+    pub(crate) fn deadline_at(&self) -> Option<tokio::time::Instant> {
+        self.at()
     }
 
     /// Time left until the deadline (zero once it passed), if the call has one.
     pub fn time_left(&self) -> Option<Duration> {
-        self.deadline
+        self.at()
             .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
     }
 
     /// Whether the call is over early: cancelled by the client, past its deadline, or its
     /// connection ended.
     pub fn is_cancelled(&self) -> bool {
-        self.end.ended().is_some()
-            || self
-                .deadline
-                .is_some_and(|d| d <= tokio::time::Instant::now())
+        self.end.ended().is_some() || self.at().is_some_and(|d| d <= tokio::time::Instant::now())
     }
 
     /// Resolves once the call is over early (see [`is_cancelled`](Self::is_cancelled)); never,
     /// for a call that ends with its answer. For work a handler spawned: the handler's own
     /// future is dropped at that moment anyway.
     pub async fn cancelled(&self) {
-        match self.deadline {
+        match self.at() {
             Some(at) => {
                 tokio::select! {
                     _ = self.end.wait() => {}
@@ -169,7 +166,7 @@ impl CallContext {
     /// A larger response fails the call with `RESOURCE_EXHAUSTED` after the handler ran, so a
     /// handler that changes state checks first (`prost::Message::encoded_len`).
     pub fn max_response_len(&self) -> usize {
-        self.max_response_len
+        self.end.limits().max_response_len
     }
 }
 
@@ -178,7 +175,7 @@ impl fmt::Debug for CallContext {
         f.debug_struct("CallContext")
             .field("time_left", &self.time_left())
             .field("cancelled", &self.is_cancelled())
-            .field("max_response_len", &self.max_response_len)
+            .field("max_response_len", &self.max_response_len())
             .finish()
     }
 }

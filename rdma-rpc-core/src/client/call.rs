@@ -225,7 +225,7 @@ impl Inner {
             return Err(status);
         }
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, mut events) = mailbox();
+        let (tx, events) = mailbox();
         lock(&inner.calls).insert(
             id,
             Entry {
@@ -383,7 +383,9 @@ impl Inner {
             }
             None => None,
         };
-        guard.windows.drain(..).for_each(Grant::release);
+        if !guard.windows.is_empty() {
+            guard.windows.drain(..).for_each(Grant::release);
+        }
         if let Some(status) = status {
             return Err(Status::from(status));
         }

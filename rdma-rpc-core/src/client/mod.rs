@@ -775,7 +775,9 @@ async fn drive(inner: std::sync::Weak<Inner>, channel: Arc<FrameChannel>) {
                     }
                     // An abandoned call's windows: the server answered, so it is done with
                     // them (their memory may serve again).
-                    entry.hold.into_iter().for_each(Grant::release);
+                    if !entry.hold.is_empty() {
+                        entry.hold.into_iter().for_each(Grant::release);
+                    }
                 }
             }
             ServerEvent::Grant(_) => {

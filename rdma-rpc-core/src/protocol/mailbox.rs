@@ -66,6 +66,19 @@ pub(crate) enum EndReason {
 
 struct Shared<T> {
     state: Mutex<State<T>>,
+    /// What the call may take, set when it is made (server side).
+    limits: CallLimits,
+}
+
+/// What a call may take, decided when it is made and shared through its mailbox: the call's
+/// task, its handler's context and its remote memory read them from there, so none of them
+/// carries a copy.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CallLimits {
+    /// When the call must be done, if it must.
+    pub(crate) deadline: Option<super::deadline::Deadline>,
+    /// The most bytes its response message may encode to (0: not a server call).
+    pub(crate) max_response_len: usize,
 }
 
 impl<T> Shared<T> {
@@ -82,7 +95,13 @@ pub(crate) struct Mailbox<T>(Arc<Shared<T>>);
 
 /// A new mailbox and its sender.
 pub(crate) fn mailbox<T>() -> (Sender<T>, Mailbox<T>) {
+    call_mailbox(CallLimits::default())
+}
+
+/// A new mailbox for a call with `limits`, and its sender.
+pub(crate) fn call_mailbox<T>(limits: CallLimits) -> (Sender<T>, Mailbox<T>) {
     let shared = Arc::new(Shared {
+        limits,
         state: Mutex::new(State {
             queue: Queue {
                 first: None,
@@ -115,6 +134,11 @@ impl<T> std::fmt::Debug for EndSignal<T> {
 }
 
 impl<T> EndSignal<T> {
+    /// What the call may take.
+    pub(crate) fn limits(&self) -> &CallLimits {
+        &self.0.limits
+    }
+
     /// Why the call ended early, if it did.
     pub(crate) fn ended(&self) -> Option<EndReason> {
         self.0.state().ended
@@ -173,6 +197,8 @@ impl<T> Sender<T> {
             state.ended = Some(reason);
             let mut wake: Vec<Waker> = std::mem::take(&mut state.more_end_wakers);
             wake.extend(state.end_waker.take());
+            // The receiver's own task may wait on `Mailbox::ended`.
+            wake.extend(state.waker.take());
             wake
         };
         wake.into_iter().for_each(Waker::wake);
@@ -193,13 +219,35 @@ impl<T> Drop for Sender<T> {
 }
 
 impl<T> Mailbox<T> {
+    /// What the call may take.
+    pub(crate) fn limits(&self) -> &CallLimits {
+        &self.0.limits
+    }
+
+    /// Resolves once the call ended early, with the reason. For the receiver's own task:
+    /// it shares the waker of [`recv`](Self::recv).
+    pub(crate) async fn ended(&self) -> EndReason {
+        poll_fn(|cx| {
+            let mut state = self.0.state();
+            if let Some(reason) = state.ended {
+                return Poll::Ready(reason);
+            }
+            match &mut state.waker {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                slot => *slot = Some(cx.waker().clone()),
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
     /// What waits for this call's end (see [`Sender::end`]).
     pub(crate) fn end_signal(&self) -> EndSignal<T> {
         EndSignal(self.0.clone())
     }
 
     /// The next event; `None` once the sender is gone and every event was taken.
-    pub(crate) async fn recv(&mut self) -> Option<T> {
+    pub(crate) async fn recv(&self) -> Option<T> {
         poll_fn(|cx| {
             let mut state = self.0.state();
             if let Some(event) = state.queue.pop() {
@@ -243,7 +291,7 @@ mod tests {
 
     #[test]
     fn events_arrive_in_order_then_none_after_the_sender_is_gone() {
-        let (tx, mut rx) = mailbox();
+        let (tx, rx) = mailbox();
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
         let mut cx = Context::from_waker(&waker);
@@ -265,7 +313,7 @@ mod tests {
 
     #[test]
     fn events_taken_between_arrivals_keep_their_order() {
-        let (tx, mut rx) = mailbox();
+        let (tx, rx) = mailbox();
         let waker = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
         let mut cx = Context::from_waker(&waker);
         let mut take = || {

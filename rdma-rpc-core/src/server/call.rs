@@ -24,6 +24,7 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -34,9 +35,8 @@ use super::share::Share;
 use super::slots::SharedSlots;
 use crate::memory::{Access, BufferPool, RegisteredBuf};
 use crate::protocol::channel::FrameChannel;
-use crate::protocol::deadline::Deadline;
 use crate::protocol::frames::{DescriptorFrame, GrantFrame, Kind, ResponseFrame, StatusFrame};
-use crate::protocol::mailbox::{EndReason, EndSignal, Mailbox, Sender};
+use crate::protocol::mailbox::{CallLimits, EndReason, Mailbox, Sender};
 use crate::protocol::route::{fits_inline, result_route, Incoming, ResultRoute};
 use crate::protocol::wait::{wait, Wait};
 use crate::protocol::CallMap;
@@ -136,7 +136,10 @@ pub(super) struct Call {
     pub(super) share: Share,
     /// Held while the call holds a buffer of `pool`.
     pub(super) share_permit: Option<OwnedSemaphorePermit>,
-    pub(super) request: RawRequest,
+    /// The request, until the handler takes it.
+    pub(super) request: Option<RawRequest>,
+    /// The client's address.
+    pub(super) peer: Arc<str>,
     /// How the payload comes (decided by `protocol::route::incoming`).
     pub(super) incoming: Incoming,
     pub(super) payload_len: u64,
@@ -149,12 +152,6 @@ pub(super) struct Call {
     pub(super) reply_to: Option<Descriptor>,
     /// The connection's write slots, re-armed with the response.
     pub(super) slots: SharedSlots,
-    pub(super) events: Mailbox<ClientEvent>,
-    /// When the call must be done (the earliest of the client's deadline, the endpoint's
-    /// timeout and the server's `max_call_duration`), if it must.
-    pub(super) deadline: Option<Deadline>,
-    /// The most bytes the response message may encode to.
-    pub(super) max_response_len: usize,
     /// Longest wait for the client's ack of a transfer.
     pub(super) transfer_timeout: Duration,
     /// Longest wait for a free pool buffer.
@@ -173,7 +170,7 @@ type Pending = BoxFuture<'static, crate::error::Result<()>>;
 /// Runs the call to its response frame. (A plain function around an `async move` block: an
 /// `async fn` would store the 500-byte `Call` twice in its future.)
 #[allow(clippy::manual_async_fn)]
-pub(super) fn run(mut call: Call) -> impl Future<Output = ()> + Send {
+pub(super) fn run(mut call: Call, events: Mailbox<ClientEvent>) -> impl Future<Output = ()> + Send {
     // Everything the call logs carries what it is (a span nobody listens to costs a check).
     // Its last fields are known at the end: the status, the bytes moved and the round trips.
     let span = tracing::info_span!(
@@ -182,7 +179,7 @@ pub(super) fn run(mut call: Call) -> impl Future<Output = ()> + Send {
         method = call.endpoint.method,
         path = call.endpoint.path,
         op = %call.endpoint.op,
-        peer = %call.request.peer,
+        peer = %call.peer,
         id = call.id,
         status = tracing::field::Empty,
         bytes = tracing::field::Empty,
@@ -195,18 +192,33 @@ pub(super) fn run(mut call: Call) -> impl Future<Output = ()> + Send {
             // The call runs until it answers, or until the client cancels it, its deadline
             // passes or its connection ends: then the handler's future (with everything the
             // call holds) is dropped here, and the call answers with why.
-            let end = call.events.end_signal();
-            let (deadline, endpoint) = (call.deadline, call.endpoint);
-            let (mut response, pending) = tokio::select! {
-                biased;
-                answered = answer(&mut call) => answered,
-                status = ends(&end, deadline, &endpoint) => (error_response(call.id, &status), None),
+            let answered = {
+                // The answer first: a call that answers at once never looks at its end, and
+                // only a call that waits makes the future that watches it (with its timer).
+                let mut answering = std::pin::pin!(answer(&mut call, &events));
+                let mut ending: Option<BoxFuture<'_, Ended>> = None;
+                std::future::poll_fn(|cx| {
+                    if let Poll::Ready(answered) = answering.as_mut().poll(cx) {
+                        return Poll::Ready(Ok(answered));
+                    }
+                    ending
+                        .get_or_insert_with(|| Box::pin(ends(&events)))
+                        .as_mut()
+                        .poll(cx)
+                        .map(Err)
+                })
+                .await
             };
+            let (mut response, pending) = answered.unwrap_or_else(|ended| {
+                let status = ended.status(events.limits(), &call.endpoint);
+                (error_response(call.id, &status), None)
+            });
             let max = call.channel.peer_max_frame();
+            let max_message = events.limits().max_response_len;
             if prost::Message::encoded_len(&response) + FRAME_MARGIN > max
-                || (response.status.is_none() && response.metadata.len() > call.max_response_len)
+                || (response.status.is_none() && response.metadata.len() > max_message)
             {
-                response = fitted(&call, response, max);
+                response = fitted(&call, &events, response, max);
             }
             finished(&call, &response, started, &watched);
             // Slots freed by this call (or earlier ones) go back to the client with the response.
@@ -283,26 +295,46 @@ pub(super) fn max_response_len(ep: &EndpointDef, peer_max_frame: usize) -> usize
     }
 }
 
+/// Why a call stopped before its answer.
+enum Ended {
+    /// The client cancelled it, or its connection ended.
+    Early(EndReason),
+    /// Its deadline passed.
+    Deadline,
+}
+
+impl Ended {
+    /// The call's answer.
+    fn status(&self, limits: &CallLimits, endpoint: &EndpointDef) -> Status {
+        match (self, limits.deadline) {
+            (Ended::Deadline, Some(d)) => d.passed(endpoint),
+            (&Ended::Early(reason), _) => crate::protocol::deadline::ended(reason, endpoint),
+            (Ended::Deadline, None) => Status::internal("a call without a deadline timed out"),
+        }
+    }
+}
+
 /// Resolves when the call must stop before its answer: the client cancelled it or its
-/// connection ended (the mailbox's end), or its deadline passed. The status says which.
-async fn ends(
-    end: &EndSignal<ClientEvent>,
-    deadline: Option<Deadline>,
-    endpoint: &EndpointDef,
-) -> Status {
-    match deadline {
+/// connection ended (the mailbox's end), or its deadline passed.
+async fn ends(events: &Mailbox<ClientEvent>) -> Ended {
+    match events.limits().deadline {
         Some(d) => tokio::select! {
-            reason = end.wait() => crate::protocol::deadline::ended(reason, endpoint),
-            () = tokio::time::sleep_until(d.at) => d.passed(endpoint),
+            reason = events.ended() => Ended::Early(reason),
+            () = tokio::time::sleep_until(d.at) => Ended::Deadline,
         },
-        None => crate::protocol::deadline::ended(end.wait().await, endpoint),
+        None => Ended::Early(events.ended().await),
     }
 }
 
 /// A response too large for one frame, made to fit: an error keeps its code with its message
 /// cut short; a result message is refused with `RESOURCE_EXHAUSTED` naming the limit. Either
 /// way the caller gets an answer at once, and the log says why.
-fn fitted(call: &Call, response: ResponseFrame, max: usize) -> ResponseFrame {
+fn fitted(
+    call: &Call,
+    events: &Mailbox<ClientEvent>,
+    response: ResponseFrame,
+    max: usize,
+) -> ResponseFrame {
     let size = prost::Message::encoded_len(&response);
     let ep = call.endpoint;
     if let Some(status) = response.status {
@@ -320,6 +352,7 @@ fn fitted(call: &Call, response: ResponseFrame, max: usize) -> ResponseFrame {
         return error_response(call.id, &Status::new(Code::from_u32(status.code), message));
     }
     let message = response.metadata.len();
+    let limit = events.limits().max_response_len;
     let status = Status::resource_exhausted(format!(
         "the response message of {} {} encodes to {message} bytes, more than the {} it may \
          have ({}): messages travel in control frames, and on send and receive endpoints in \
@@ -327,8 +360,8 @@ fn fitted(call: &Call, response: ResponseFrame, max: usize) -> ResponseFrame {
          endpoint. A handler learns the limit before it acts from `Request::max_response_len`",
         ep.op,
         ep.path,
-        call.max_response_len,
-        if message > call.max_response_len && size + FRAME_MARGIN <= max {
+        limit,
+        if message > limit && size + FRAME_MARGIN <= max {
             format!("the endpoint's buffer of {} bytes", ep.buffer_size)
         } else {
             format!("the connection's max_frame of {max}")
@@ -339,11 +372,14 @@ fn fitted(call: &Call, response: ResponseFrame, max: usize) -> ResponseFrame {
 }
 
 /// The call's response frame, and the push still under way, if any.
-async fn answer(call: &mut Call) -> (ResponseFrame, Option<Pending>) {
+async fn answer(
+    call: &mut Call,
+    events: &Mailbox<ClientEvent>,
+) -> (ResponseFrame, Option<Pending>) {
     let result = if call.endpoint.op.is_inbound() {
-        inbound(call).await.map(|r| (r, None))
+        inbound(call, events).await.map(|r| (r, None))
     } else {
-        outbound(call).await
+        outbound(call, events).await
     };
     result.unwrap_or_else(|status| (error_response(call.id, &status), None))
 }
@@ -357,7 +393,7 @@ async fn await_push(call: &Call, pending: Pending) {
         Ok(Err(e)) => tracing::debug!(call = call.id, error = %e, "pushing the result failed"),
         Err(_) => {
             tracing::warn!(
-                peer = %call.request.peer,
+                peer = %call.peer,
                 "a pushed result was not acknowledged within {:?} (transfer_timeout); \
                  connection dropped",
                 call.transfer_timeout
@@ -389,21 +425,31 @@ fn transfer_failed(e: crate::error::Error) -> Status {
 }
 
 /// Send and write: get the bytes, then run the handler on them.
-async fn inbound(call: &mut Call) -> Result<ResponseFrame, Status> {
+async fn inbound(
+    call: &mut Call,
+    events: &Mailbox<ClientEvent>,
+) -> Result<ResponseFrame, Status> {
     let data = match call.incoming {
         Incoming::Nothing => Bytes::new(),
         Incoming::Inline => call.inline_payload.take().unwrap_or_default(),
         Incoming::Slot => from_slot(call).await?,
         // The paths that wait for the client live in futures of their own.
-        Incoming::Pull => Box::pin(pull(call)).await?,
-        Incoming::Grant => Box::pin(through_grant(call)).await?,
+        Incoming::Pull => Box::pin(pull(call, events)).await?,
+        Incoming::Grant => Box::pin(through_grant(call, events)).await?,
     };
-    let request = call.request.clone();
+    let request = take_request(call)?;
     let metadata = call
         .service
         .call(call.index, ServerCall::Inbound { request, data })
         .await?;
     Ok(ok(call.id, metadata, None))
+}
+
+/// The request, for the handler (which runs once).
+fn take_request(call: &mut Call) -> Result<RawRequest, Status> {
+    call.request
+        .take()
+        .ok_or_else(|| Status::internal("the call's request was already handed out"))
 }
 
 /// The payload the client wrote into a write slot before it sent the request.
@@ -427,7 +473,7 @@ async fn from_slot(call: &mut Call) -> Result<Bytes, Status> {
 }
 
 /// The payload read from the window the client offered.
-async fn pull(call: &mut Call) -> Result<Bytes, Status> {
+async fn pull(call: &mut Call, events: &Mailbox<ClientEvent>) -> Result<Bytes, Status> {
     let len = call.payload_len;
     let source = call
         .source
@@ -439,7 +485,7 @@ async fn pull(call: &mut Call) -> Result<Bytes, Status> {
             source.len
         ))
     })?;
-    let buf = take_buffer(call).await?;
+    let buf = take_buffer(call, events).await?;
     let read = call.channel.conn().read(&source, buf);
     // A client that never lets the read complete would keep the pool buffer: after
     // transfer_timeout its connection goes, and with it the read and the buffer (also when
@@ -453,16 +499,16 @@ async fn pull(call: &mut Call) -> Result<Bytes, Status> {
                  connection closed",
                 call.transfer_timeout
             ));
-            tracing::warn!(peer = %call.request.peer, reason = status.message(), "connection dropped");
+            tracing::warn!(peer = %call.peer, reason = status.message(), "connection dropped");
             Err(status)
         }
     }
 }
 
 /// The payload the client wrote into a window granted for this call.
-async fn through_grant(call: &mut Call) -> Result<Bytes, Status> {
+async fn through_grant(call: &mut Call, events: &Mailbox<ClientEvent>) -> Result<Bytes, Status> {
     let len = call.payload_len as usize;
-    let mut buf = take_buffer(call).await?;
+    let mut buf = take_buffer(call, events).await?;
     // The server cannot see one-sided writes complete (on RDMA hardware no more than
     // here): a client that acks without writing every byte must find its own zeros, never
     // what the buffer's previous call left in it.
@@ -477,7 +523,7 @@ async fn through_grant(call: &mut Call) -> Result<Bytes, Status> {
         window: Some(DescriptorFrame::from(grant.descriptor())),
         need_buffer: 0,
     };
-    let reply = ask(call, frame).await;
+    let reply = ask(call, events, frame).await;
     // Revoke first, whatever happened: from here the descriptor is dead.
     let buf = grant.revoke().await;
     reply?;
@@ -487,10 +533,13 @@ async fn through_grant(call: &mut Call) -> Result<Bytes, Status> {
 }
 
 /// Receive and read: run the handler to fill a buffer, then let the client have the bytes.
-async fn outbound(call: &mut Call) -> Result<(ResponseFrame, Option<Pending>), Status> {
-    let mut buf = take_buffer(call).await?;
+async fn outbound(
+    call: &mut Call,
+    events: &Mailbox<ClientEvent>,
+) -> Result<(ResponseFrame, Option<Pending>), Status> {
+    let mut buf = take_buffer(call, events).await?;
     buf.set_len(0);
-    let request = call.request.clone();
+    let request = take_request(call)?;
     let metadata = call
         .service
         .call(
@@ -524,7 +573,7 @@ async fn outbound(call: &mut Call) -> Result<(ResponseFrame, Option<Pending>), S
                 window: None,
                 need_buffer: len as u64,
             };
-            match Box::pin(ask(call, frame)).await? {
+            match Box::pin(ask(call, events, frame)).await? {
                 Some(dst) if result_route(false, len, Some(dst.len)) == ResultRoute::Push => dst,
                 _ => {
                     return Err(Status::invalid_argument(format!(
@@ -569,7 +618,10 @@ fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
 /// A buffer of the endpoint's pool, within this connection's share of it, waiting no longer
 /// than the client does. Taken at once when one is free; the wait (with its timers) lives in
 /// a future of its own, so the common call's future stays small.
-async fn take_buffer(call: &mut Call) -> Result<RegisteredBuf, Status> {
+async fn take_buffer(
+    call: &mut Call,
+    events: &Mailbox<ClientEvent>,
+) -> Result<RegisteredBuf, Status> {
     if call.share_permit.is_none() {
         call.share_permit = call.share.try_enter();
     }
@@ -581,10 +633,13 @@ async fn take_buffer(call: &mut Call) -> Result<RegisteredBuf, Status> {
             return Ok(buf);
         }
     }
-    Box::pin(wait_for_buffer(call)).await
+    Box::pin(wait_for_buffer(call, events)).await
 }
 
-async fn wait_for_buffer(call: &mut Call) -> Result<RegisteredBuf, Status> {
+async fn wait_for_buffer(
+    call: &mut Call,
+    events: &Mailbox<ClientEvent>,
+) -> Result<RegisteredBuf, Status> {
     let endpoint = call.endpoint;
     let Wait {
         until: limit,
@@ -592,7 +647,7 @@ async fn wait_for_buffer(call: &mut Call) -> Result<RegisteredBuf, Status> {
     } = wait(
         Instant::now(),
         call.buffer_wait,
-        call.deadline.map(|d| d.at),
+        events.limits().deadline.map(|d| d.at),
     );
     if call.share_permit.is_none() {
         let share = call.share.clone();
@@ -618,7 +673,7 @@ async fn wait_for_buffer(call: &mut Call) -> Result<RegisteredBuf, Status> {
                     share.limit(),
                     share.pool()
                 ));
-                tracing::warn!(peer = %call.request.peer, reason = status.message(), "call refused");
+                tracing::warn!(peer = %call.peer, reason = status.message(), "call refused");
                 return Err(status);
             }
         }
@@ -634,7 +689,7 @@ async fn wait_for_buffer(call: &mut Call) -> Result<RegisteredBuf, Status> {
             endpoint.op,
             endpoint.path
         ));
-        tracing::warn!(peer = %call.request.peer, reason = status.message(), "call refused");
+        tracing::warn!(peer = %call.peer, reason = status.message(), "call refused");
         return Err(status);
     }
     let holding = call.holders.enter();
@@ -658,14 +713,18 @@ async fn wait_for_buffer(call: &mut Call) -> Result<RegisteredBuf, Status> {
                 call.buffer_wait,
                 call.pool.count()
             ));
-            tracing::warn!(peer = %call.request.peer, reason = status.message(), "call refused");
+            tracing::warn!(peer = %call.peer, reason = status.message(), "call refused");
             Err(status)
         }
     }
 }
 
 /// Sends `frame` and waits for the client's ack: its window, if it sent one.
-async fn ask(call: &mut Call, frame: GrantFrame) -> Result<Option<Descriptor>, Status> {
+async fn ask(
+    call: &mut Call,
+    events: &Mailbox<ClientEvent>,
+    frame: GrantFrame,
+) -> Result<Option<Descriptor>, Status> {
     call.grants = call.grants.saturating_add(1);
     call.channel
         .send(Kind::Grant(frame))
@@ -674,10 +733,10 @@ async fn ask(call: &mut Call, frame: GrantFrame) -> Result<Option<Descriptor>, S
     let limit = wait(
         Instant::now(),
         call.transfer_timeout,
-        call.deadline.map(|d| d.at),
+        events.limits().deadline.map(|d| d.at),
     )
     .until;
-    match tokio::time::timeout_at(limit, call.events.recv()).await {
+    match tokio::time::timeout_at(limit, events.recv()).await {
         Ok(Some(ClientEvent::Ack(window))) => Ok(window),
         Ok(None) => Err(Status::unavailable("connection closed during the transfer")),
         Err(_) => Err(Status::deadline_exceeded(format!(

@@ -18,7 +18,7 @@ use crate::error::Error;
 use crate::interceptor::IncomingCall;
 use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{Hello, Kind, RequestFrame, StatusFrame};
-use crate::protocol::mailbox::{mailbox, EndReason, Sender};
+use crate::protocol::mailbox::{call_mailbox, CallLimits, EndReason, Mailbox, Sender};
 use crate::protocol::route::RequestShape;
 use crate::protocol::{INITIAL_RECEIVES, PROTOCOL_VERSION};
 use crate::remote::{End, RemoteMemory};
@@ -271,15 +271,15 @@ async fn run(
                             Err,
                         );
                         match started {
-                            Ok((call, events)) => {
+                            Ok((call, mailbox, events)) => {
                                 calls.insert(id, events);
                                 let ep = call.endpoint;
                                 let mut running = match spare.take() {
                                     Some(mut reused) => {
-                                        std::pin::Pin::set(&mut reused, call::run(call));
+                                        std::pin::Pin::set(&mut reused, call::run(call, mailbox));
                                         reused
                                     }
-                                    None => Box::pin(call::run(call)),
+                                    None => Box::pin(call::run(call, mailbox)),
                                 };
                                 let first = if cfg.inline_handlers {
                                     poll_inline(running.as_mut()).await
@@ -464,7 +464,7 @@ fn start_call(
         ref peer,
         ref remote,
     }: &Negotiated,
-) -> Result<(call::Call, Sender<ClientEvent>), Status> {
+) -> Result<(call::Call, Mailbox<ClientEvent>, Sender<ClientEvent>), Status> {
     // Take the slot first: whatever happens to the request, the client used it.
     let slot = req
         .slot
@@ -506,13 +506,12 @@ fn start_call(
         ep.timeout(),
         shared.config.max_call_duration,
     );
-    let max_response_len = call::max_response_len(&ep, channel.peer_max_frame());
-    let (tx, events) = mailbox();
-    let context = crate::service::CallContext::new(
-        events.end_signal(),
-        deadline.map(|d| d.at),
-        max_response_len,
-    );
+    let limits = CallLimits {
+        deadline,
+        max_response_len: call::max_response_len(&ep, channel.peer_max_frame()),
+    };
+    let (tx, events) = call_mailbox(limits);
+    let context = crate::service::CallContext::new(events.end_signal());
     let call = call::Call {
         id: req.id,
         in_flight: in_flight.clone(),
@@ -525,14 +524,15 @@ fn start_call(
         holding: None,
         share: shares.of(ep.path, &route.pool),
         share_permit: None,
-        request: RawRequest {
+        peer: peer.clone(),
+        request: Some(RawRequest {
             message: req.metadata,
             metadata,
             peer: peer.clone(),
             timeout,
-            remote: Some(remote.with_deadline(deadline.map(|d| d.at))),
+            remote: Some(remote.for_call(context.clone())),
             context,
-        },
+        }),
         incoming,
         payload_len: req.payload_len,
         inline_payload: req.inline_payload,
@@ -540,14 +540,11 @@ fn start_call(
         source: req.source.map(Into::into),
         reply_to: req.reply_to.map(Into::into),
         slots: slots.clone(),
-        events,
-        deadline,
-        max_response_len,
         transfer_timeout: shared.config.transfer_timeout,
         buffer_wait: shared.config.buffer_wait,
         inline_threshold: inline_threshold as usize,
         grants: 0,
         metrics: route.metrics.clone(),
     };
-    Ok((call, tx))
+    Ok((call, events, tx))
 }

@@ -160,10 +160,27 @@ impl SendData {
     /// The same bytes in a form whose slice may be borrowed: a registered buffer a peer may
     /// still write (a lease of a shared region) becomes a copy. For transports that read the
     /// source through [`as_slice`](Self::as_slice) rather than by RDMA.
+    #[cold]
     pub(crate) fn readable(self) -> SendData {
         match self {
             SendData::Registered(b) if b.is_exposed() => SendData::Bytes(Bytes::from(b.to_vec())),
             other => other,
+        }
+    }
+
+    /// Whether the bytes are registered memory a peer may still write (a lease of a shared
+    /// region): [`as_slice`](Self::as_slice) refuses those, [`readable`](Self::readable)
+    /// copies them.
+    #[inline]
+    pub(crate) fn is_exposed(&self) -> bool {
+        matches!(self, SendData::Registered(b) if b.is_exposed())
+    }
+
+    /// Copies the bytes into `dst` (exactly as long), never borrowing registered memory.
+    pub(crate) fn copy_to(&self, dst: &mut [u8]) {
+        match self {
+            SendData::Bytes(b) => dst.copy_from_slice(b),
+            SendData::Registered(b) => b.copy_out(0, dst),
         }
     }
 }

@@ -119,15 +119,11 @@ impl Connection for MemConnection {
         if let Err(e) = self.check_len(data.len() as u64) {
             return failed_now(e);
         }
-        self.post(Action::Send {
-            data: data.readable(),
-            imm,
-        })
+        self.post(Action::Send { data, imm })
     }
 
     fn send_unsignaled(&self, data: SendData, imm: Option<u32>) -> Result<()> {
         self.check_len(data.len() as u64)?;
-        let data = data.readable();
         self.link
             .post(self.me, Action::Send { data, imm }, false)
             .map(drop)
@@ -150,7 +146,6 @@ impl Connection for MemConnection {
             return failed_now(e);
         }
         let (rkey, addr) = (dst.rkey, dst.addr);
-        let src = src.readable();
         self.post(match imm {
             Some(imm) => Action::WriteImm {
                 src,

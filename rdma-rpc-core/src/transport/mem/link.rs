@@ -438,7 +438,7 @@ impl Link {
                     .into());
                 }
                 let mut buf = rx.posted.pop_front().expect("checked above");
-                buf.as_mut_capacity()[..len].copy_from_slice(data.as_slice());
+                data.copy_to(&mut buf.as_mut_capacity()[..len]);
                 buf.set_len(len);
                 rx.completed.push_back(RecvCompletion {
                     buf,
@@ -490,7 +490,7 @@ impl Link {
                 let len = src.len() as u64;
                 windows
                     .access(rkey, addr, len, Access::REMOTE_WRITE, |bytes| {
-                        bytes.copy_from_slice(src.as_slice())
+                        src.copy_to(bytes)
                     })
                     .map_err(|violation| Fault::Access {
                         what: "write",

@@ -385,7 +385,7 @@ impl Connection for TcpConnection {
         let (tx, rx) = oneshot::channel();
         match self
             .shared
-            .post(header, Payload::Data(data.readable()), Pending::Ack(tx))
+            .post(header, Payload::Data(readable(data)), Pending::Ack(tx))
         {
             Ok(()) => wait(&self.shared, rx),
             Err(e) => failed_now(e),
@@ -399,7 +399,7 @@ impl Connection for TcpConnection {
         header.unsignaled = true;
         header.len = data.len() as u64;
         self.shared
-            .post_unsignaled(header, Payload::Data(data.readable()))
+            .post_unsignaled(header, Payload::Data(readable(data)))
     }
 
     fn write(
@@ -426,7 +426,7 @@ impl Connection for TcpConnection {
         let (tx, rx) = oneshot::channel();
         match self
             .shared
-            .post(header, Payload::Data(src.readable()), Pending::Ack(tx))
+            .post(header, Payload::Data(readable(src)), Pending::Ack(tx))
         {
             Ok(()) => wait(&self.shared, rx),
             Err(e) => failed_now(e),
@@ -644,6 +644,17 @@ async fn writer(
         out.shutdown().await
     };
     let _ = tokio::time::timeout(Duration::from_secs(1), last_words).await;
+}
+
+/// What the writer sends from: registered memory a peer may still write (a lease of a shared
+/// region) is copied first, since the writer borrows its source.
+#[inline]
+fn readable(data: SendData) -> SendData {
+    if data.is_exposed() {
+        data.readable()
+    } else {
+        data
+    }
 }
 
 /// `io` within `limit`, or a `TimedOut` error.
