@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rdma_rpc_core::service::{EndpointDef, OpKind};
 use rdma_rpc_core::{Client, Code, Server};
 
 /// Everything logged at DEBUG and above, as text.
@@ -37,14 +36,6 @@ fn line_with<'a>(log: &'a str, what: &str, fields: &[&str]) -> &'a str {
         .unwrap_or_else(|| panic!("no {what:?} with {fields:?} logged:\n{log}"));
     line
 }
-
-static UNKNOWN: EndpointDef = EndpointDef {
-    path: "/nowhere",
-    op: OpKind::Send,
-    buffer_size: 64,
-    method: "nowhere",
-    timeout_ms: None,
-};
 
 #[test]
 fn calls_are_logged_with_how_they_ended() {
@@ -86,7 +77,7 @@ fn calls_are_logged_with_how_they_ended() {
         // Larger than the inline threshold: pulled or granted.
         echo(100_000).await.unwrap();
         let err = client
-            .call_raw(&UNKNOWN, Bytes::new(), None, None)
+            .call_raw(&common::UNKNOWN, Bytes::new(), None, None)
             .await
             .unwrap_err();
         assert_eq!(err.code(), Code::Unimplemented, "{err}");

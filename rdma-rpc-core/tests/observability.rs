@@ -8,7 +8,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
-use rdma_rpc_core::service::{EndpointDef, OpKind};
 use rdma_rpc_core::{Client, Code, Server};
 
 /// What the recorder holds: its snapshots report what changed since the last one.
@@ -47,14 +46,6 @@ fn counter(snap: &Snapshot, name: &str, labels: &[(&str, &str)]) -> u64 {
     }
 }
 
-static UNKNOWN: EndpointDef = EndpointDef {
-    path: "/nowhere",
-    op: OpKind::Send,
-    buffer_size: 64,
-    method: "nowhere",
-    timeout_ms: None,
-};
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_bytes_refusals_connections_and_pools_are_counted() {
     let recorder = DebuggingRecorder::new();
@@ -89,7 +80,12 @@ async fn calls_bytes_refusals_connections_and_pools_are_counted() {
         assert_eq!(message, Bytes::from(len.to_string()));
     }
     let err = client
-        .call_raw(&UNKNOWN, Bytes::new(), None, Duration::from_secs(30))
+        .call_raw(
+            &common::UNKNOWN,
+            Bytes::new(),
+            None,
+            Duration::from_secs(30),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented, "{err}");

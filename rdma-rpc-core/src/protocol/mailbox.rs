@@ -335,7 +335,7 @@ mod tests {
 
     #[test]
     fn dropping_the_sender_wakes_a_waiting_call() {
-        let (tx, mut rx) = mailbox::<u8>();
+        let (tx, rx) = mailbox::<u8>();
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
         let mut cx = Context::from_waker(&waker);

@@ -425,10 +425,7 @@ fn transfer_failed(e: crate::error::Error) -> Status {
 }
 
 /// Send and write: get the bytes, then run the handler on them.
-async fn inbound(
-    call: &mut Call,
-    events: &Mailbox<ClientEvent>,
-) -> Result<ResponseFrame, Status> {
+async fn inbound(call: &mut Call, events: &Mailbox<ClientEvent>) -> Result<ResponseFrame, Status> {
     let data = match call.incoming {
         Incoming::Nothing => Bytes::new(),
         Incoming::Inline => call.inline_payload.take().unwrap_or_default(),

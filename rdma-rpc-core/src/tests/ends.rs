@@ -265,10 +265,7 @@ async fn a_remote_read_nobody_answers_ends_by_the_deadline_and_frees_its_lease()
     }
     assert_eq!(region.leased(), 4096, "the read holds its lease");
     // By the deadline the server closes the connection, and the lease comes back.
-    while bounded("the server closes the connection", peer.next())
-        .await
-        .is_some()
-    {}
+    super::hostile::closed_by_the_server(&mut peer).await;
     bounded("the lease comes back", async {
         while region.leased() > 0 {
             tokio::task::yield_now().await;

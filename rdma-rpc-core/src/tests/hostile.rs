@@ -428,11 +428,17 @@ async fn peer_with_a_dead_window(
     (h, peer)
 }
 
-/// Pull mode: a client that offers a window and never answers the server's read of it loses
-/// its connection after `transfer_timeout`, and the pool buffer the read held comes back
-/// (before: the read had no deadline, and a few such requests pinned every buffer of a path).
-#[tokio::test]
-async fn an_unanswered_pull_frees_its_buffer() {
+/// Reads whatever the server still sends until it closes the connection.
+pub(super) async fn closed_by_the_server(peer: &mut crate::transport::tcp::raw_peer::RawPeer) {
+    while bounded("the server closes the connection", peer.next())
+        .await
+        .is_some()
+    {}
+}
+
+/// A pull-mode write whose window the peer offers and never serves: returns once the server
+/// has asked for the window's bytes (a read that will never be answered).
+async fn pull_the_peer_never_answers() -> (Harness, crate::transport::tcp::raw_peer::RawPeer) {
     use crate::transport::tcp::raw_peer::READ_REQUEST;
     let (h, mut peer) = peer_with_a_dead_window(
         OpKind::Write,
@@ -444,18 +450,22 @@ async fn an_unanswered_pull_frees_its_buffer() {
         Some(true),
     )
     .await;
-    // The server asks for the window's bytes; the peer never answers.
     loop {
         match bounded("the server's read", peer.next()).await {
-            Some((kind, _)) if kind == READ_REQUEST => break,
+            Some((kind, _)) if kind == READ_REQUEST => return (h, peer),
             Some(_) => continue,
             None => panic!("closed before reading the window"),
         }
     }
-    while bounded("the server closes the connection", peer.next())
-        .await
-        .is_some()
-    {}
+}
+
+/// Pull mode: a client that offers a window and never answers the server's read of it loses
+/// its connection after `transfer_timeout`, and the pool buffer the read held comes back
+/// (before: the read had no deadline, and a few such requests pinned every buffer of a path).
+#[tokio::test]
+async fn an_unanswered_pull_frees_its_buffer() {
+    let (h, mut peer) = pull_the_peer_never_answers().await;
+    closed_by_the_server(&mut peer).await;
     assert_eq!(h.service.inbound_runs.load(Ordering::SeqCst), 0);
     still_serving(&h).await;
 }
@@ -466,33 +476,13 @@ async fn an_unanswered_pull_frees_its_buffer() {
 #[tokio::test]
 async fn an_unanswered_pull_of_a_cancelled_call_frees_its_buffer() {
     use crate::protocol::frames::{CallId, Frame};
-    use crate::transport::tcp::raw_peer::READ_REQUEST;
-    let (h, mut peer) = peer_with_a_dead_window(
-        OpKind::Write,
-        Access::REMOTE_READ,
-        |r, w| {
-            r.payload_len = w.len;
-            r.source = Some(w);
-        },
-        Some(true),
-    )
-    .await;
-    loop {
-        match bounded("the server's read", peer.next()).await {
-            Some((kind, _)) if kind == READ_REQUEST => break,
-            Some(_) => continue,
-            None => panic!("closed before reading the window"),
-        }
-    }
+    let (h, mut peer) = pull_the_peer_never_answers().await;
     let cancel = Frame {
         kind: Some(Kind::Cancel(CallId { id: 1 })),
         credits: 0,
     };
     peer.send(&prost::Message::encode_to_vec(&cancel)).await;
-    while bounded("the server closes the connection", peer.next())
-        .await
-        .is_some()
-    {}
+    closed_by_the_server(&mut peer).await;
     assert_eq!(h.service.inbound_runs.load(Ordering::SeqCst), 0);
     still_serving(&h).await;
 }
@@ -510,10 +500,7 @@ async fn an_unacknowledged_push_frees_its_buffer() {
     )
     .await;
     // The peer reads what comes (the pushed bytes, the response) but acknowledges nothing.
-    while bounded("the server closes the connection", peer.next())
-        .await
-        .is_some()
-    {}
+    closed_by_the_server(&mut peer).await;
     assert_eq!(h.service.outbound_runs.load(Ordering::SeqCst), 1);
     still_serving(&h).await;
 }

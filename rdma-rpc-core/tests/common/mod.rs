@@ -82,6 +82,16 @@ pub(crate) fn reset_peak() -> isize {
     live
 }
 
+/// An endpoint no service serves.
+#[allow(dead_code)] // not every test binary calls it
+pub(crate) static UNKNOWN: EndpointDef = EndpointDef {
+    path: "/nowhere",
+    op: OpKind::Send,
+    buffer_size: 64,
+    method: "nowhere",
+    timeout_ms: None,
+};
+
 pub(crate) static ENDPOINTS: &[EndpointDef] = &[EndpointDef {
     path: "/echo",
     op: OpKind::Send,
