@@ -102,8 +102,9 @@ impl EndpointDef {
 /// over, when it must be done, and how large its response message may be.
 ///
 /// A call ends early when the client cancels it (it dropped the call, or its own deadline
-/// passed), when its deadline passes on the server (the earliest of the client's, the
-/// endpoint's `timeout:` and [`ServerConfig::max_call_duration`](crate::ServerConfig)), or
+/// passed), when its deadline passes on the server (the client's, or the endpoint's `timeout:`
+/// when the client gave none, capped by
+/// [`ServerConfig::max_call_duration`](crate::ServerConfig)), or
 /// when its connection ends. The server then drops the handler's future, as tonic does, and
 /// answers `CANCELLED` or `DEADLINE_EXCEEDED`. Work the handler spawned is not dropped with it:
 /// [`cancelled`](Self::cancelled) tells it to stop.

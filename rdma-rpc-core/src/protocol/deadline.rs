@@ -1,7 +1,8 @@
-//! How a call ends on the server, without I/O: its deadline is the earliest of the client's
-//! (the time the client said it has left when it sent the request), the endpoint's (`timeout:`
-//! in the spec, which a client that sets none still gets) and the server's cap on every call
-//! (`ServerConfig::max_call_duration`), so no call holds server memory for ever. A call that
+//! How a call ends on the server, without I/O: its deadline is the client's (the time the
+//! client said it has left when it sent the request) or, when the client gave none, the
+//! endpoint's (`timeout:` in the spec is a default a request may override, longer or shorter),
+//! capped by the server's limit on every call (`ServerConfig::max_call_duration`), so no call
+//! holds server memory for ever. A call that
 //! passes it, or that the client cancels, or whose connection ends, is stopped (the handler's
 //! future is dropped) and answered with a status that says which of these ended it.
 
@@ -35,23 +36,24 @@ pub(crate) struct Deadline {
     pub(crate) set_by: SetBy,
 }
 
-/// The deadline of a call received at `received`: the shortest of the three limits (on a tie,
-/// the client's, then the endpoint's), or none when none is set.
+/// The deadline of a call received at `received`: the client's, or the endpoint's when the
+/// client set none (the spec's timeout is the default a request overrides, as the generated
+/// clients let it), whichever holds capped by the server's (on a tie, the call's own limit is
+/// named), or none when none is set.
 pub(crate) fn call_deadline(
     received: Instant,
     client: Option<Duration>,
     endpoint: Option<Duration>,
     server: Option<Duration>,
 ) -> Option<Deadline> {
-    [
-        (client, SetBy::Client),
-        (endpoint, SetBy::Endpoint),
-        (server, SetBy::Server),
-    ]
-    .into_iter()
-    .filter_map(|(limit, set_by)| limit.map(|after| (after, set_by)))
-    // `min_by_key` keeps the first of equal keys: the client's, then the endpoint's.
-    .min_by_key(|&(after, _)| after)
+    let call = client
+        .map(|after| (after, SetBy::Client))
+        .or(endpoint.map(|after| (after, SetBy::Endpoint)));
+    [call, server.map(|after| (after, SetBy::Server))]
+        .into_iter()
+        .flatten()
+        // `min_by_key` keeps the first of equal keys: the call's own limit.
+        .min_by_key(|&(after, _)| after)
     .map(|(after, set_by)| Deadline {
         at: received + after,
         after,
@@ -103,7 +105,7 @@ mod tests {
     };
 
     #[test]
-    fn the_shortest_limit_holds_and_says_whose_it_is() {
+    fn the_limit_that_holds_says_whose_it_is() {
         let now = Instant::now();
         let ms = Duration::from_millis;
         assert_eq!(
@@ -115,9 +117,21 @@ mod tests {
         assert_eq!((d.at, d.set_by), (now + ms(200), SetBy::Client));
         let d = call_deadline(now, Some(ms(900)), Some(ms(500)), Some(ms(60_000))).unwrap();
         assert_eq!(
-            d.set_by,
-            SetBy::Endpoint,
-            "the spec's timeout holds without the client"
+            (d.after, d.set_by),
+            (ms(900), SetBy::Client),
+            "a request may ask for more than the spec's default"
+        );
+        let d = call_deadline(now, None, Some(ms(500)), Some(ms(60_000))).unwrap();
+        assert_eq!(
+            (d.after, d.set_by),
+            (ms(500), SetBy::Endpoint),
+            "the spec's timeout holds for a client that sets none"
+        );
+        let d = call_deadline(now, Some(ms(90_000)), Some(ms(500)), Some(ms(60_000))).unwrap();
+        assert_eq!(
+            (d.after, d.set_by),
+            (ms(60_000), SetBy::Server),
+            "no client outlasts the server's cap"
         );
         let d = call_deadline(now, None, None, Some(ms(60_000))).unwrap();
         assert_eq!(

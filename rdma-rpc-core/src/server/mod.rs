@@ -101,8 +101,8 @@ pub struct ServerConfig {
     /// Longest any call may run on this server, whatever deadline the client set (or none):
     /// past it the handler is stopped (its future dropped) and the client gets
     /// `DEADLINE_EXCEEDED` naming this setting, so no call holds server memory for ever. A
-    /// shorter deadline from the client, or the endpoint's `timeout:` in the spec, holds
-    /// first. `None` lets calls without a deadline run for ever. Default 120 s.
+    /// shorter deadline from the client (or, when it sends none, the endpoint's `timeout:` in
+    /// the spec) holds first. `None` lets calls without a deadline run for ever. Default 120 s.
     pub max_call_duration: Option<Duration>,
     /// Most of a path's pool one connection holds at once, in percent of its buffers (rounded
     /// up, at least one): a client that keeps its transfers open until `transfer_timeout`
