@@ -54,11 +54,11 @@ pub(crate) fn call_deadline(
         .flatten()
         // `min_by_key` keeps the first of equal keys: the call's own limit.
         .min_by_key(|&(after, _)| after)
-    .map(|(after, set_by)| Deadline {
-        at: received + after,
-        after,
-        set_by,
-    })
+        .map(|(after, set_by)| Deadline {
+            at: received + after,
+            after,
+            set_by,
+        })
 }
 
 impl Deadline {
