@@ -15,6 +15,7 @@ pub const DOCA_CPP_ENDPOINTS_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef]
         buffer_size: 4096,
         method: "rdma_ep0_receive",
         timeout_ms: None,
+        stream: rdma_rpc_core::StreamKind::Unary,
     },
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/rdma/ep1",
@@ -22,6 +23,7 @@ pub const DOCA_CPP_ENDPOINTS_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef]
         buffer_size: 4194304,
         method: "rdma_ep1_write",
         timeout_ms: None,
+        stream: rdma_rpc_core::StreamKind::Unary,
     },
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/rdma/ep0",
@@ -29,6 +31,7 @@ pub const DOCA_CPP_ENDPOINTS_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef]
         buffer_size: 4096,
         method: "rdma_ep0_send",
         timeout_ms: None,
+        stream: rdma_rpc_core::StreamKind::Unary,
     },
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/rdma/ep1",
@@ -36,6 +39,7 @@ pub const DOCA_CPP_ENDPOINTS_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef]
         buffer_size: 4194304,
         method: "rdma_ep1_read",
         timeout_ms: None,
+        stream: rdma_rpc_core::StreamKind::Unary,
     },
 ];
 

@@ -71,6 +71,7 @@ pub(crate) async fn bench(args: BenchArgs) -> ExitCode {
         },
         method: "bench",
         timeout_ms: Some(args.timeout_ms),
+        stream: rdma_rpc_core::StreamKind::Unary,
     }));
     let mut clients = Vec::new();
     for _ in 0..args.connections {

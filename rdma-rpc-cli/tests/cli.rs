@@ -198,6 +198,7 @@ fn server() -> String {
             buffer_size: 1 << 20,
             method: "echo",
             timeout_ms: None,
+            stream: rdma_rpc_core::StreamKind::Unary,
         },
         EndpointDef {
             path: "/echo",
@@ -205,6 +206,7 @@ fn server() -> String {
             buffer_size: 1 << 20,
             method: "fetch",
             timeout_ms: None,
+            stream: rdma_rpc_core::StreamKind::Unary,
         },
     ];
     struct Echo;
@@ -227,6 +229,7 @@ fn server() -> String {
                         buf.fill_from(&[7; 1000]).map_err(Status::from)?;
                         Ok(bytes::Bytes::new())
                     }
+                    _ => Err(Status::unimplemented("no streams here")),
                 }
             })
         }

@@ -11,7 +11,7 @@ pub use crate::error::Error;
 pub use crate::memory::{Buffer, RegisteredBuf};
 pub use crate::remote::RemoteBuf;
 pub use crate::service::{
-    EndpointDef, IntoRequest, OpKind, RawRequest, Request, ServerCall, Service,
+    EndpointDef, IntoRequest, OpKind, RawRequest, Request, ServerCall, Service, StreamKind,
 };
 pub use crate::status::{Code, Status};
 pub use crate::transport::BoxFuture;
@@ -38,6 +38,9 @@ pub fn mismatched_call<'a>(
     let kind = match call {
         ServerCall::Inbound { .. } => "inbound",
         ServerCall::Outbound { .. } => "outbound",
+        ServerCall::Streaming { .. } => "message-streaming",
+        ServerCall::InboundStream { .. } => "write-stream",
+        ServerCall::OutboundStream { .. } => "read-stream",
     };
     Box::pin(async move {
         Err(Status::internal(format!(

@@ -27,9 +27,11 @@ pub mod remote;
 pub mod server;
 pub mod service;
 pub mod status;
+pub mod stream;
 pub mod transport;
 
 pub use bytes::Bytes;
+pub use client::ReadStream;
 pub use client::{CallOptions, Client, ClientBuilder, ClientConfig, ClientStats};
 pub use error::{Error, Result};
 pub use memory::{
@@ -43,8 +45,10 @@ pub use server::{
 };
 pub use service::{
     CallContext, EndpointDef, IntoRequest, OpKind, RawRequest, Request, ServerCall, Service,
+    StreamKind,
 };
 pub use status::{Code, Status};
+pub use stream::{ChunkSink, Chunks, MessageSink, MessageStream, Streaming};
 
 /// Generates a service's code from a spec file at compile time, without a build script:
 /// `rdma_rpc_core::spec!("specs/kv_store.yaml");` (the path is relative to the crate's

@@ -757,6 +757,11 @@ const STAGING_ACCESS: Access =
 const MIN_STAGING: usize = 4096;
 
 impl StagingPools {
+    /// The budget of each size class.
+    pub(crate) fn budget(&self) -> usize {
+        self.budget
+    }
+
     pub(crate) fn new(budget: usize) -> StagingPools {
         StagingPools {
             budget,

@@ -76,6 +76,35 @@ impl fmt::Display for OpKind {
     }
 }
 
+/// Whether and how an endpoint's calls stream (`stream:` in the spec; see docs/spec.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StreamKind {
+    /// One request and one response, and at most one buffer of bytes.
+    #[default]
+    Unary,
+    /// Write and read endpoints: the payload moves through the endpoint's buffers in chunks
+    /// of at most `buffer_size`, several in flight, up to `max_len` bytes in all.
+    Bulk {
+        /// The most bytes one call moves.
+        max_len: u64,
+    },
+    /// Send and receive endpoints: the client sends a stream of request messages
+    /// (`requests`), the server a stream of response messages (`responses`), or both.
+    Messages {
+        /// The client streams its requests.
+        requests: bool,
+        /// The server streams its responses.
+        responses: bool,
+    },
+}
+
+impl StreamKind {
+    /// Whether calls stream at all.
+    pub const fn is_streaming(self) -> bool {
+        !matches!(self, StreamKind::Unary)
+    }
+}
+
 /// One endpoint: a path and an operation, with the size of its buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EndpointDef {
@@ -89,12 +118,72 @@ pub struct EndpointDef {
     pub method: &'static str,
     /// Default deadline of a call, in milliseconds, if the spec gives one.
     pub timeout_ms: Option<u64>,
+    /// Whether and how its calls stream.
+    pub stream: StreamKind,
 }
 
 impl EndpointDef {
     /// The default deadline, if any.
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout_ms.map(Duration::from_millis)
+    }
+
+    /// The most payload bytes one call moves: the buffer's size, or a bulk stream's limit.
+    pub fn max_payload(&self) -> u64 {
+        match self.stream {
+            StreamKind::Bulk { max_len } => max_len,
+            _ => self.buffer_size,
+        }
+    }
+
+    /// Whether the client streams request messages.
+    pub(crate) fn streams_requests(&self) -> bool {
+        matches!(self.stream, StreamKind::Messages { requests: true, .. })
+    }
+
+    /// Whether the server streams response messages.
+    pub(crate) fn streams_responses(&self) -> bool {
+        matches!(
+            self.stream,
+            StreamKind::Messages {
+                responses: true,
+                ..
+            }
+        )
+    }
+
+    /// Whether the endpoint is a bulk stream.
+    pub(crate) fn is_bulk(&self) -> bool {
+        matches!(self.stream, StreamKind::Bulk { .. })
+    }
+
+    /// Why this definition cannot be served or called, if it cannot: a stream kind its
+    /// operation does not carry, a bulk stream without room for a chunk.
+    pub fn check(&self) -> Result<(), String> {
+        let (op, path) = (self.op, self.path);
+        match self.stream {
+            StreamKind::Unary => Ok(()),
+            StreamKind::Bulk { .. } if !matches!(op, OpKind::Write | OpKind::Read) => Err(format!(
+                "{op} {path}: bulk streams are for write and read endpoints"
+            )),
+            StreamKind::Bulk { .. } if self.buffer_size == 0 => Err(format!(
+                "{op} {path}: a bulk stream needs a buffer to move its chunks through"
+            )),
+            StreamKind::Bulk { max_len } if max_len < self.buffer_size => Err(format!(
+                "{op} {path}: the stream's max_len ({max_len}) is smaller than its buffer ({})",
+                self.buffer_size
+            )),
+            StreamKind::Messages { .. } if !matches!(op, OpKind::Send | OpKind::Receive) => Err(
+                format!("{op} {path}: message streams are for send and receive endpoints"),
+            ),
+            StreamKind::Messages {
+                requests: false,
+                responses: false,
+            } => Err(format!(
+                "{op} {path}: a message stream streams one way at least"
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -346,6 +435,7 @@ pub struct RawRequest {
 
 /// What a service's [`call`](Service::call) gets, by operation.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ServerCall<'a> {
     /// Send and write endpoints: the bytes the client moved (the whole payload, never
     /// partial). The `Bytes` may refer to a pooled server buffer: keeping it keeps the buffer.
@@ -362,6 +452,31 @@ pub enum ServerCall<'a> {
         request: RawRequest,
         /// The server buffer to fill.
         buf: &'a mut RegisteredBuf,
+    },
+    /// Message-streaming endpoints (send and receive): the client's messages, when it streams
+    /// them, and where the handler's go, when it streams them. The call's answer is the
+    /// response message (empty when the responses stream).
+    Streaming {
+        /// The request (its message is empty when the client streams its requests).
+        request: RawRequest,
+        /// The client's messages, when it streams them.
+        requests: Option<crate::stream::MessageStream>,
+        /// Where the handler's messages go, when it streams them.
+        responses: Option<&'a mut crate::stream::MessageSink>,
+    },
+    /// Bulk write streams: the payload, in chunks as they arrive.
+    InboundStream {
+        /// The request.
+        request: RawRequest,
+        /// The payload's chunks.
+        chunks: crate::stream::Chunks,
+    },
+    /// Bulk read streams: the handler sends its chunks into `sink`.
+    OutboundStream {
+        /// The request.
+        request: RawRequest,
+        /// Where the chunks go.
+        sink: &'a mut crate::stream::ChunkSink,
     },
 }
 

@@ -151,6 +151,7 @@ fn endpoint_table(ir: &ServiceIr) -> TokenStream {
                 buffer_size: #size,
                 method: #method,
                 timeout_ms: #timeout,
+                stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
             }
         }
     });

@@ -10,6 +10,7 @@ pub const DOCA_CPP_ENDPOINTS_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef]
         buffer_size: 4096,
         method: "rdma_ep0_receive",
         timeout_ms: ::core::option::Option::None,
+        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/rdma/ep1",
@@ -17,6 +18,7 @@ pub const DOCA_CPP_ENDPOINTS_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef]
         buffer_size: 4194304,
         method: "rdma_ep1_write",
         timeout_ms: ::core::option::Option::None,
+        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/rdma/ep0",
@@ -24,6 +26,7 @@ pub const DOCA_CPP_ENDPOINTS_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef]
         buffer_size: 4096,
         method: "rdma_ep0_send",
         timeout_ms: ::core::option::Option::None,
+        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/rdma/ep1",
@@ -31,6 +34,7 @@ pub const DOCA_CPP_ENDPOINTS_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef]
         buffer_size: 4194304,
         method: "rdma_ep1_read",
         timeout_ms: ::core::option::Option::None,
+        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
 ];
 /// The `DocaCppEndpoints` service: implement this trait (with `async fn`s) and serve it with [`DocaCppEndpointsServer`].

@@ -207,6 +207,7 @@ pub const KV_STORE_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = &[
         buffer_size: 4194304,
         method: "put_block",
         timeout_ms: ::core::option::Option::Some(250),
+        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/kv/block",
@@ -214,6 +215,7 @@ pub const KV_STORE_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = &[
         buffer_size: 4194304,
         method: "get_block",
         timeout_ms: ::core::option::Option::Some(250),
+        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/kv/control",
@@ -221,6 +223,7 @@ pub const KV_STORE_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = &[
         buffer_size: 1024,
         method: "control",
         timeout_ms: ::core::option::Option::Some(1000),
+        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/kv/stats",
@@ -228,6 +231,7 @@ pub const KV_STORE_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = &[
         buffer_size: 4096,
         method: "stats",
         timeout_ms: ::core::option::Option::Some(5000),
+        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
 ];
 /// A key-value block store. Blocks move by one-sided RDMA (`put_block` writes into the

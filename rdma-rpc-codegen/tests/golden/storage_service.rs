@@ -138,6 +138,7 @@ pub const STORAGE_SERVICE_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = 
         buffer_size: 4096,
         method: "query_storage",
         timeout_ms: ::core::option::Option::Some(10000),
+        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/storage/init",
@@ -145,6 +146,7 @@ pub const STORAGE_SERVICE_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = 
         buffer_size: 4096,
         method: "init_storage",
         timeout_ms: ::core::option::Option::Some(10000),
+        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/storage/control",
@@ -152,6 +154,7 @@ pub const STORAGE_SERVICE_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = 
         buffer_size: 4096,
         method: "control",
         timeout_ms: ::core::option::Option::Some(10000),
+        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/storage/io/write",
@@ -159,6 +162,7 @@ pub const STORAGE_SERVICE_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = 
         buffer_size: 4096,
         method: "write_block",
         timeout_ms: ::core::option::Option::Some(30000),
+        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/storage/io/read",
@@ -166,6 +170,7 @@ pub const STORAGE_SERVICE_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = 
         buffer_size: 4096,
         method: "read_block",
         timeout_ms: ::core::option::Option::Some(30000),
+        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
 ];
 /// Compressed, erasure-coded block storage over three targets. Each `write_block` and

@@ -113,6 +113,7 @@ pub const STORAGE_TARGET_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = &
         buffer_size: 4096,
         method: "query",
         timeout_ms: ::core::option::Option::Some(5000),
+        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/target/control",
@@ -120,6 +121,7 @@ pub const STORAGE_TARGET_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = &
         buffer_size: 4096,
         method: "control",
         timeout_ms: ::core::option::Option::Some(5000),
+        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/target/io/write",
@@ -127,6 +129,7 @@ pub const STORAGE_TARGET_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = &
         buffer_size: 4096,
         method: "write_half",
         timeout_ms: ::core::option::Option::Some(10000),
+        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
     ::rdma_rpc_core::codegen::EndpointDef {
         path: "/target/io/read",
@@ -134,6 +137,7 @@ pub const STORAGE_TARGET_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = &
         buffer_size: 4096,
         method: "read_half",
         timeout_ms: ::core::option::Option::Some(10000),
+        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
 ];
 /// Keeps half blocks. The service names a window of its own memory in each I/O request; the

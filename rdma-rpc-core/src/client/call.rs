@@ -138,13 +138,13 @@ impl Client {
         }
     }
 
-    async fn call_timed(
+    /// What every call does first: the interceptors, the metadata's check; returns its
+    /// deadline (its own, the endpoint's, or the client's default).
+    pub(super) fn prologue(
         &self,
         endpoint: &EndpointDef,
-        message: Bytes,
-        payload: Payload,
-        mut options: CallOptions,
-    ) -> Result<(Bytes, Received), Status> {
+        options: &mut CallOptions,
+    ) -> Result<Option<Duration>, Status> {
         let shared = &*self.shared;
         if !shared.interceptors.is_empty() {
             shared.interceptors.run(&mut OutgoingCall {
@@ -153,17 +153,20 @@ impl Client {
             })?;
         }
         options.metadata.check()?;
-        let timeout = options
+        Ok(options
             .timeout
             .or(endpoint.timeout())
-            .or(shared.config.default_timeout);
+            .or(shared.config.default_timeout))
+    }
+
+    /// Runs `call` within `timeout`, and records its outcome in the metrics.
+    pub(super) async fn timed<T>(
+        &self,
+        endpoint: &EndpointDef,
+        timeout: Option<Duration>,
+        call: impl std::future::Future<Output = Result<T, Status>>,
+    ) -> Result<T, Status> {
         let started = crate::observe::METRICS.then(std::time::Instant::now);
-        let call = async {
-            let inner = self.connection().await?;
-            inner
-                .call_inner(endpoint, message, payload, timeout, &options.metadata)
-                .await
-        };
         let result = match timeout {
             Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
                 Err(Status::deadline_exceeded(format!(
@@ -177,14 +180,82 @@ impl Client {
             let code = result
                 .as_ref()
                 .map_or_else(Status::code, |_| crate::Code::Ok);
-            shared.metrics.called(endpoint, code, started.elapsed());
+            self.shared
+                .metrics
+                .called(endpoint, code, started.elapsed());
         }
         result
+    }
+
+    async fn call_timed(
+        &self,
+        endpoint: &EndpointDef,
+        message: Bytes,
+        payload: Payload,
+        mut options: CallOptions,
+    ) -> Result<(Bytes, Received), Status> {
+        let timeout = self.prologue(endpoint, &mut options)?;
+        if endpoint.is_bulk() {
+            return Box::pin(self.timed(
+                endpoint,
+                timeout,
+                self.bulk(endpoint, message, payload, timeout, options),
+            ))
+            .await;
+        }
+        let call = async {
+            let inner = self.connection().await?;
+            inner
+                .call_inner(endpoint, message, payload, timeout, &options.metadata)
+                .await
+        };
+        self.timed(endpoint, timeout, call).await
+    }
+
+    /// A call of a bulk stream endpoint, whole: the payload of any size up to `max_len`
+    /// streamed through the endpoint's buffers, or the result collected (into `dst`).
+    async fn bulk(
+        &self,
+        endpoint: &EndpointDef,
+        message: Bytes,
+        payload: Payload,
+        timeout: Option<Duration>,
+        options: CallOptions,
+    ) -> Result<(Bytes, Received), Status> {
+        if endpoint.op.is_inbound() {
+            let Payload::Data(data) = payload else {
+                return Err(Status::internal("a write stream without its bytes"));
+            };
+            let inner = self.connection().await?;
+            let message = inner
+                .bulk_write(
+                    endpoint,
+                    message,
+                    data.unwrap_or_default(),
+                    timeout,
+                    &options,
+                )
+                .await?;
+            return Ok((message, Received::Bytes(Bytes::new())));
+        }
+        let stream = self
+            .open_read_stream(endpoint, message, timeout, &options)
+            .await?;
+        match payload {
+            Payload::Into(dst) => {
+                let (message, dst) = stream.into_buffer(dst).await?;
+                Ok((message, Received::Into(dst)))
+            }
+            Payload::Data(_) => {
+                let (message, data) = stream.collect().await?;
+                Ok((message, Received::Bytes(data)))
+            }
+        }
     }
 }
 
 impl Inner {
-    fn closed_status(&self) -> Status {
+    pub(super) fn closed_status(&self) -> Status {
         self.lost()
             .unwrap_or_else(|| Status::unavailable("connection lost"))
     }
@@ -230,6 +301,7 @@ impl Inner {
             id,
             Entry {
                 events: Some(tx),
+                stream: None,
                 hold: Vec::new(),
                 _permit: permit,
             },

@@ -12,6 +12,9 @@
 mod call;
 mod copies;
 mod reconnect;
+mod stream;
+
+pub use stream::{ReadStream, RequestStream};
 
 use std::collections::HashMap;
 use std::fmt;
@@ -75,6 +78,14 @@ pub struct ClientConfig {
     /// that has not answered by then loses the connection, which frees what the operation
     /// held. Default 30 s.
     pub transfer_timeout: Duration,
+    /// Bytes of stream messages this client buffers per call before the server must wait
+    /// for it to take some (message streams; see docs/spec.md). At least two frames' worth;
+    /// less is raised to that. Default 256 KiB.
+    pub stream_window: u64,
+    /// Windows a bulk stream offers the server at once, each of one chunk (the endpoint's
+    /// buffer size): how many chunks are in flight, and how much staging memory a stream
+    /// holds. Default 4.
+    pub stream_depth: usize,
 }
 
 impl Default for ClientConfig {
@@ -91,6 +102,8 @@ impl Default for ClientConfig {
             reconnect_backoff_max: Duration::from_secs(5),
             staging_budget: 64 << 20,
             transfer_timeout: Duration::from_secs(30),
+            stream_window: 256 << 10,
+            stream_depth: 4,
         }
     }
 }
@@ -150,6 +163,10 @@ impl ClientBuilder {
         staging_budget: usize,
         /// See [`ClientConfig::transfer_timeout`].
         transfer_timeout: Duration,
+        /// See [`ClientConfig::stream_window`].
+        stream_window: u64,
+        /// See [`ClientConfig::stream_depth`].
+        stream_depth: usize,
     }
 
     /// Connects and runs the handshake.
@@ -247,6 +264,8 @@ pub(crate) enum ServerEvent {
 /// abandoned), so client and server always agree on what is in flight.
 struct Entry {
     events: Option<mailbox::Sender<ServerEvent>>,
+    /// A streaming call's streams (its frames and response go there, not to `events`).
+    stream: Option<Arc<crate::stream::StreamCell>>,
     /// Windows of an abandoned call, open until the server's response.
     hold: Vec<Grant>,
     _permit: OwnedSemaphorePermit,
@@ -282,6 +301,12 @@ pub(crate) struct Inner {
     copies: Arc<copies::CopyPool>,
     /// The task reading the connection (set once, right after construction).
     driver: OnceLock<AbortHandle>,
+    /// Bytes of stream messages the server buffers per call (its `stream_window`).
+    peer_stream_window: u64,
+    /// Bytes of stream messages this client buffers per call.
+    stream_window: u64,
+    /// Windows a bulk stream offers at once.
+    stream_depth: usize,
 }
 
 /// Counters of a client, kept across reconnections.
@@ -337,6 +362,11 @@ impl Inner {
                     .then_some(size as usize)
             }
         }
+    }
+
+    /// The streams of call `id`, if it is in flight and streams.
+    fn stream_of(&self, id: u64) -> Option<Arc<crate::stream::StreamCell>> {
+        lock(&self.calls).get(&id).and_then(|e| e.stream.clone())
     }
 
     /// Remembers a result's size: the next call offers a window that large (none for results
@@ -608,6 +638,7 @@ impl Client {
                 max_in_flight: config.max_in_flight,
                 inline_threshold: config.inline_threshold,
                 token,
+                stream_window: stream_window(config.stream_window, config.max_frame),
                 ..Default::default()
             }))
             .await?;
@@ -672,6 +703,9 @@ impl Client {
             counters,
             pings: Mutex::new(HashMap::new()),
             driver: OnceLock::new(),
+            peer_stream_window: ack.stream_window,
+            stream_window: stream_window(config.stream_window, config.max_frame),
+            stream_depth: config.stream_depth.max(1),
         });
         // Spawned once `inner` exists: a driver started inside `Arc::new_cyclic` could read a
         // frame (a credit update, a goaway) before its weak reference upgrades, and would
@@ -712,8 +746,18 @@ impl Inner {
     }
 }
 
+/// The stream window a side announces: what it asked for, and at least two frames' worth.
+pub(crate) fn stream_window(wanted: u64, max_frame: usize) -> u64 {
+    wanted.max(crate::protocol::stream::min_window(max_frame))
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The status a connection ends with when the server broke a stream's rules.
+fn violation(v: crate::protocol::stream::Violation) -> Status {
+    Status::internal(format!("protocol violation: {v}"))
 }
 
 /// Reads frames and routes them to calls. When the connection ends, every call in flight
@@ -744,6 +788,27 @@ async fn drive(inner: std::sync::Weak<Inner>, channel: Arc<FrameChannel>) {
                 inner.remote.end().on_revoked(r.offers);
                 continue;
             }
+            Some(Kind::Messages(m)) => match inner.stream_of(m.id) {
+                Some(cell) => match cell.messages(m) {
+                    Ok(()) => continue,
+                    Err(v) => break violation(v),
+                },
+                None => continue, // a call the client gave up on, answered since
+            },
+            Some(Kind::Credit(c)) => match inner.stream_of(c.id) {
+                Some(cell) => match cell.credit(c.bytes) {
+                    Ok(()) => continue,
+                    Err(v) => break violation(v),
+                },
+                None => continue,
+            },
+            Some(Kind::Chunks(c)) if c.offers.is_empty() => match inner.stream_of(c.id) {
+                Some(cell) => match cell.used(c.used) {
+                    Ok(()) => continue,
+                    Err(v) => break violation(v),
+                },
+                None => continue,
+            },
             Some(Kind::Pong(pong)) => {
                 if let Some(tx) = lock(&inner.pings).remove(&pong.id) {
                     let _ = tx.send(());
@@ -768,10 +833,12 @@ async fn drive(inner: std::sync::Weak<Inner>, channel: Arc<FrameChannel>) {
         };
         let mut calls = lock(&inner.calls);
         match event {
-            ServerEvent::Response(_) => {
+            ServerEvent::Response(response) => {
                 if let Some(entry) = calls.remove(&id) {
-                    if let Some(tx) = entry.events {
-                        tx.send(event);
+                    if let Some(cell) = entry.stream {
+                        cell.respond(response);
+                    } else if let Some(tx) = entry.events {
+                        tx.send(ServerEvent::Response(response));
                     }
                     // An abandoned call's windows: the server answered, so it is done with
                     // them (their memory may serve again).
@@ -793,8 +860,16 @@ async fn drive(inner: std::sync::Weak<Inner>, channel: Arc<FrameChannel>) {
     channel.conn().close();
     if let Some(inner) = inner.upgrade() {
         inner.end(reason);
-        // Dropping the entries ends every waiting call (it sees its channel close).
-        lock(&inner.calls).clear();
+        // Dropping the entries ends every waiting call (it sees its channel close); streams
+        // are told why.
+        let mut calls = lock(&inner.calls);
+        for entry in calls.values() {
+            if let Some(cell) = &entry.stream {
+                cell.end(inner.closed_status());
+            }
+        }
+        calls.clear();
+        drop(calls);
         lock(&inner.pings).clear();
     }
 }

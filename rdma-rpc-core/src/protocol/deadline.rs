@@ -102,6 +102,7 @@ mod tests {
         buffer_size: 64,
         method: "m",
         timeout_ms: None,
+        stream: crate::service::StreamKind::Unary,
     };
 
     #[test]

@@ -5,7 +5,10 @@ use bytes::Bytes;
 /// A control frame: one message kind plus the credits it returns to the peer.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct Frame {
-    #[prost(oneof = "Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12")]
+    #[prost(
+        oneof = "Kind",
+        tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16"
+    )]
     pub(crate) kind: Option<Kind>,
     /// Receives the sender re-posted since its last frame (flow control).
     #[prost(uint32, tag = "15")]
@@ -52,6 +55,77 @@ pub(crate) enum Kind {
     /// Server → client: answer to `Ping`.
     #[prost(message, tag = "12")]
     Pong(CallId),
+    /// Either way: messages of a call's message stream, and (client → server) whether the
+    /// client's stream ends with them. A server's stream ends with the call's response.
+    #[prost(message, tag = "13")]
+    Messages(MessagesFrame),
+    /// Either way: the receiver of a message stream took this many bytes of it; the sender
+    /// may send as many more (`protocol::stream`).
+    #[prost(message, tag = "14")]
+    Credit(CreditFrame),
+    /// Client → server: windows of a bulk stream offered; server → client: windows the server
+    /// is done with.
+    #[prost(message, tag = "16")]
+    Chunks(ChunksFrame),
+}
+
+/// Messages of one call's stream.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct MessagesFrame {
+    #[prost(uint64, tag = "1")]
+    pub(crate) id: u64,
+    /// Encoded messages, in order.
+    #[prost(bytes = "bytes", repeated, tag = "2")]
+    pub(crate) messages: Vec<Bytes>,
+    /// The sender's stream ends after these (client → server).
+    #[prost(bool, tag = "3")]
+    pub(crate) end: bool,
+}
+
+/// Bytes of a message stream the receiver took.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct CreditFrame {
+    #[prost(uint64, tag = "1")]
+    pub(crate) id: u64,
+    #[prost(uint64, tag = "2")]
+    pub(crate) bytes: u64,
+}
+
+/// A window of a bulk stream, offered by the client.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct WindowOffer {
+    /// The client's number for it.
+    #[prost(uint32, tag = "1")]
+    pub(crate) window: u32,
+    /// Write streams: where the window's bytes sit in the stream.
+    #[prost(uint64, tag = "2")]
+    pub(crate) offset: u64,
+    #[prost(message, optional, tag = "3")]
+    pub(crate) descriptor: Option<DescriptorFrame>,
+}
+
+/// A window of a bulk stream the server is done with: for a write stream read to its end,
+/// for a read stream holding a chunk the server wrote there before this frame.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct UsedWindow {
+    #[prost(uint32, tag = "1")]
+    pub(crate) window: u32,
+    /// Where its bytes sit in the stream.
+    #[prost(uint64, tag = "2")]
+    pub(crate) offset: u64,
+    #[prost(uint64, tag = "3")]
+    pub(crate) len: u64,
+}
+
+/// Windows of one call's bulk stream: offered (client → server), or used (server → client).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct ChunksFrame {
+    #[prost(uint64, tag = "1")]
+    pub(crate) id: u64,
+    #[prost(message, repeated, tag = "2")]
+    pub(crate) offers: Vec<WindowOffer>,
+    #[prost(message, repeated, tag = "3")]
+    pub(crate) used: Vec<UsedWindow>,
 }
 
 /// Names offers of the connection (ids are the offerer's).
@@ -94,6 +168,10 @@ pub(crate) struct Hello {
     /// offers carry it, so that the peer refuses a handle used on another connection.
     #[prost(uint64, tag = "9")]
     pub(crate) token: u64,
+    /// Bytes of stream messages the sender buffers per stream before it credits some back
+    /// (`protocol::stream`); at least `protocol::stream::min_window(max_frame)`.
+    #[prost(uint64, tag = "10")]
+    pub(crate) stream_window: u64,
 }
 
 /// Where one side may reach a window of the other.
@@ -155,6 +233,9 @@ pub(crate) struct RequestFrame {
     /// The call's metadata (key, value pairs the application sets: tokens, trace ids).
     #[prost(message, repeated, tag = "11")]
     pub(crate) call_metadata: Vec<MetadataEntry>,
+    /// Bulk streams: the first windows the client offers (`protocol::stream`).
+    #[prost(message, repeated, tag = "12")]
+    pub(crate) offers: Vec<WindowOffer>,
 }
 
 /// One metadata entry of a request.

@@ -16,6 +16,7 @@ pub(crate) mod handles;
 pub(crate) mod mailbox;
 pub(crate) mod route;
 pub(crate) mod slot_book;
+pub(crate) mod stream;
 pub(crate) mod wait;
 
 /// Calls in flight by id. Call ids are sequential (a client's own) or bounded in number (a
@@ -47,10 +48,11 @@ impl std::hash::Hasher for IdHasher {
 }
 
 /// The protocol version this build speaks (2: write slots, pushed results, pulled payloads;
-/// 3: remote buffers and their revocation, call metadata, pings). Peers of different
+/// 3: remote buffers and their revocation, call metadata, pings; 4: message and bulk
+/// streams). Peers of different
 /// versions refuse each other in the handshake: a version 2 server would drop a call's
 /// metadata (an auth token) without a word.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Sizes of control frames apart from their metadata and inline payload (generous upper
 /// bound of the prost overhead of a request or response frame).
@@ -75,6 +77,14 @@ pub(crate) fn unusable_hello(hello: &frames::Hello) -> Option<String> {
         return Some(
             "the handshake announces no receives (credits = 0): no frame could ever be sent".into(),
         );
+    }
+    let window = stream::min_window(hello.max_frame as usize);
+    if hello.stream_window < window {
+        return Some(format!(
+            "the handshake announces a stream window of {} bytes; frames of {} bytes need at \
+             least {window}",
+            hello.stream_window, hello.max_frame
+        ));
     }
     if (hello.max_frame as usize) < 2 * FRAME_OVERHEAD {
         return Some(format!(

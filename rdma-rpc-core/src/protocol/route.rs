@@ -53,6 +53,10 @@ pub(crate) struct RequestShape {
     pub(crate) slot: bool,
     /// The request offers a window to pull from.
     pub(crate) source: bool,
+    /// The request offers a window for the result.
+    pub(crate) reply_to: bool,
+    /// Windows of a bulk stream the request offers.
+    pub(crate) offers: usize,
 }
 
 /// How the server gets a request's payload.
@@ -81,6 +85,12 @@ pub(crate) fn incoming(
         return Err(Status::resource_exhausted(format!(
             "request of {} bytes exceeds the {} byte buffer of {} {}",
             req.payload_len, ep.buffer_size, ep.op, ep.path
+        )));
+    }
+    if req.offers > 0 {
+        return Err(Status::invalid_argument(format!(
+            "{} {} does not stream: its requests offer no stream windows",
+            ep.op, ep.path
         )));
     }
     let ways = [req.inline_len.is_some(), req.slot, req.source];
@@ -135,6 +145,42 @@ pub(crate) fn incoming(
         )));
     }
     Ok(Incoming::Grant)
+}
+
+/// Checks the request of a streaming endpoint: a message stream's request carries no payload
+/// and offers no window; a bulk stream's payload comes only through the windows it offers
+/// (a write declares its length, at most the endpoint's `max_len`, checked before anything is
+/// allocated for it), and a read's request moves no bytes itself.
+pub(crate) fn streaming(ep: &EndpointDef, req: &RequestShape) -> Result<(), Status> {
+    let other_ways = req.inline_len.is_some() || req.slot || req.source || req.reply_to;
+    let what = format!("{} {}", ep.op, ep.path);
+    if !ep.is_bulk() {
+        if req.payload_len != 0 || other_ways || req.offers > 0 {
+            return Err(Status::invalid_argument(format!(
+                "{what} streams messages: its request carries no payload and offers no window"
+            )));
+        }
+        return Ok(());
+    }
+    if other_ways {
+        return Err(Status::invalid_argument(format!(
+            "{what} is a bulk stream: its bytes move only through the windows the request offers"
+        )));
+    }
+    if ep.op.is_inbound() {
+        let max = ep.max_payload();
+        if req.payload_len > max {
+            return Err(Status::resource_exhausted(format!(
+                "a stream of {} bytes is more than the {max} bytes {what} takes (max_len)",
+                req.payload_len
+            )));
+        }
+    } else if req.payload_len != 0 {
+        return Err(Status::invalid_argument(format!(
+            "{what} takes no payload from the client"
+        )));
+    }
+    Ok(())
 }
 
 /// How the server returns a receive/read result.
@@ -194,6 +240,7 @@ mod tests {
         buffer_size: 1 << 20,
         method: "w",
         timeout_ms: None,
+        stream: crate::service::StreamKind::Unary,
     };
     const READ: EndpointDef = EndpointDef {
         op: OpKind::Read,

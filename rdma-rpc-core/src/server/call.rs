@@ -40,8 +40,9 @@ use crate::protocol::mailbox::{CallLimits, EndReason, Mailbox, Sender};
 use crate::protocol::route::{fits_inline, result_route, Incoming, ResultRoute};
 use crate::protocol::wait::{wait, Wait};
 use crate::protocol::CallMap;
-use crate::service::{EndpointDef, OpKind, RawRequest, ServerCall, Service};
+use crate::service::{EndpointDef, OpKind, RawRequest, ServerCall, Service, StreamKind};
 use crate::status::{Code, Status};
+use crate::stream::StreamCell;
 use crate::transport::{BoxFuture, Descriptor, Fencing, Grant, SendData};
 
 /// What the client says about a call after the request (its cancel is the mailbox's end:
@@ -60,13 +61,20 @@ pub(super) struct InFlight(Arc<InFlightCalls>);
 
 #[derive(Default)]
 pub(super) struct InFlightCalls {
-    calls: Mutex<CallMap<Sender<ClientEvent>>>,
+    calls: Mutex<CallMap<Routed>>,
     /// Calls that left (answered).
     answered: std::sync::atomic::AtomicU64,
 }
 
+/// Where the client's frames about one call go.
+pub(super) struct Routed {
+    pub(super) events: Sender<ClientEvent>,
+    /// A streaming call's streams.
+    pub(super) stream: Option<Arc<StreamCell>>,
+}
+
 impl InFlight {
-    fn calls(&self) -> std::sync::MutexGuard<'_, CallMap<Sender<ClientEvent>>> {
+    fn calls(&self) -> std::sync::MutexGuard<'_, CallMap<Routed>> {
         self.0.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -83,13 +91,24 @@ impl InFlight {
         self.calls().contains_key(&id)
     }
 
-    pub(super) fn insert(&self, id: u64, events: Sender<ClientEvent>) {
-        self.calls().insert(id, events);
+    pub(super) fn insert(&self, id: u64, routed: Routed) {
+        self.calls().insert(id, routed);
+    }
+
+    /// The streams of call `id`, if it is in flight and streams.
+    pub(super) fn stream(&self, id: u64) -> Option<Arc<StreamCell>> {
+        self.calls().get(&id).and_then(|r| r.stream.clone())
     }
 
     /// Removes a call; whether it was still there.
     pub(super) fn remove(&self, id: u64) -> bool {
-        let removed = self.calls().remove(&id).is_some();
+        let removed = self.calls().remove(&id);
+        if let Some(cell) = removed.as_ref().and_then(|r| r.stream.as_ref()) {
+            // Whatever still reads or writes the call's streams (work its handler spawned)
+            // stops.
+            cell.end(Status::cancelled("the call is over"));
+        }
+        let removed = removed.is_some();
         if removed {
             self.0
                 .answered
@@ -100,22 +119,22 @@ impl InFlight {
 
     /// Routes a client event to its call, if the call is still in flight.
     pub(super) fn route(&self, id: u64, event: ClientEvent) {
-        if let Some(events) = self.calls().get(&id) {
-            events.send(event);
+        if let Some(routed) = self.calls().get(&id) {
+            routed.events.send(event);
         }
     }
 
     /// Ends a call early, if it is still in flight: it stops and answers with the reason.
     pub(super) fn end(&self, id: u64, reason: EndReason) {
-        if let Some(events) = self.calls().get(&id) {
-            events.end(reason);
+        if let Some(routed) = self.calls().get(&id) {
+            routed.events.end(reason);
         }
     }
 
     /// Ends every call in flight (the connection ended).
     pub(super) fn end_all(&self, reason: EndReason) {
-        for events in self.calls().values() {
-            events.end(reason);
+        for routed in self.calls().values() {
+            routed.events.end(reason);
         }
     }
 }
@@ -162,6 +181,10 @@ pub(super) struct Call {
     pub(super) grants: u8,
     /// The endpoint's metrics.
     pub(super) metrics: Arc<crate::observe::ServerEndpoint>,
+    /// A streaming call's streams.
+    pub(super) stream: Option<Arc<StreamCell>>,
+    /// Bytes of stream messages the client buffers per call (its `stream_window`).
+    pub(super) peer_stream_window: u64,
 }
 
 /// A transfer still under way when the response is sent (a pushed result); awaited after.
@@ -376,10 +399,21 @@ async fn answer(
     call: &mut Call,
     events: &Mailbox<ClientEvent>,
 ) -> (ResponseFrame, Option<Pending>) {
-    let result = if call.endpoint.op.is_inbound() {
-        inbound(call, events).await.map(|r| (r, None))
-    } else {
-        outbound(call, events).await
+    let result = match call.endpoint.stream {
+        StreamKind::Unary if call.endpoint.op.is_inbound() => {
+            inbound(call, events).await.map(|r| (r, None))
+        }
+        StreamKind::Unary => outbound(call, events).await,
+        // Streams live in futures of their own: a unary call's future stays small.
+        StreamKind::Messages { .. } => Box::pin(super::stream::messages(call))
+            .await
+            .map(|r| (r, None)),
+        StreamKind::Bulk { .. } => {
+            let deadline = events.limits().deadline.map(|d| d.at);
+            Box::pin(super::stream::bulk(call, deadline))
+                .await
+                .map(|r| (r, None))
+        }
     };
     result.unwrap_or_else(|status| (error_response(call.id, &status), None))
 }
@@ -411,7 +445,7 @@ pub(super) fn error_response(id: u64, status: &Status) -> ResponseFrame {
     }
 }
 
-fn ok(id: u64, metadata: Bytes, inline_payload: Option<Bytes>) -> ResponseFrame {
+pub(super) fn ok(id: u64, metadata: Bytes, inline_payload: Option<Bytes>) -> ResponseFrame {
     ResponseFrame {
         id,
         metadata,
@@ -443,7 +477,7 @@ async fn inbound(call: &mut Call, events: &Mailbox<ClientEvent>) -> Result<Respo
 }
 
 /// The request, for the handler (which runs once).
-fn take_request(call: &mut Call) -> Result<RawRequest, Status> {
+pub(super) fn take_request(call: &mut Call) -> Result<RawRequest, Status> {
     call.request
         .take()
         .ok_or_else(|| Status::internal("the call's request was already handed out"))

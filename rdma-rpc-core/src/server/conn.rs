@@ -19,11 +19,14 @@ use crate::interceptor::IncomingCall;
 use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{Hello, Kind, RequestFrame, StatusFrame};
 use crate::protocol::mailbox::{call_mailbox, CallLimits, EndReason, Mailbox, Sender};
-use crate::protocol::route::RequestShape;
+use crate::protocol::route::{Incoming, RequestShape};
+use crate::protocol::stream::Direction;
 use crate::protocol::{INITIAL_RECEIVES, PROTOCOL_VERSION};
 use crate::remote::{End, RemoteMemory};
 use crate::service::RawRequest;
+use crate::service::StreamKind;
 use crate::status::Status;
+use crate::stream::{Setup, StreamCell};
 use crate::transport::{Connection, Fencing};
 
 /// Receives a refused client's Hello may use: two of 1 KiB (a Hello is tens of bytes).
@@ -92,8 +95,11 @@ async fn handshake_hello(channel: &FrameChannel, limit: Duration) -> Result<Hell
             reason: "the first frame is not a Hello".into(),
         });
     };
-    if let Some(reason) = crate::protocol::unusable_hello(&hello) {
-        return Err(Error::Protocol { peer, reason });
+    // A peer of another version is told so (by the caller), whatever else its Hello says.
+    if hello.version == PROTOCOL_VERSION {
+        if let Some(reason) = crate::protocol::unusable_hello(&hello) {
+            return Err(Error::Protocol { peer, reason });
+        }
     }
     channel.set_peer(
         hello.credits,
@@ -177,6 +183,7 @@ async fn run(
         slots: Vec::new(),
         pull_writes,
         token: crate::remote::new_token(),
+        stream_window: crate::client::stream_window(cfg.stream_window, cfg.max_frame),
     };
     let remote = RemoteMemory::new(End::new(
         channel.clone(),
@@ -187,6 +194,8 @@ async fn run(
     let negotiated = Negotiated {
         inline_threshold,
         pull_writes,
+        stream_window: ack.stream_window,
+        peer_stream_window: hello.stream_window,
         peer: Arc::from(channel.conn().peer()),
         remote,
     };
@@ -272,7 +281,7 @@ async fn run(
                         );
                         match started {
                             Ok((call, mailbox, events)) => {
-                                calls.insert(id, events);
+                                calls.insert(id, call::Routed { events, stream: call.stream.clone() });
                                 let ep = call.endpoint;
                                 let mut running = match spare.take() {
                                     Some(mut reused) => {
@@ -316,6 +325,21 @@ async fn run(
                         }
                     }
                     Kind::Ack(ack) => calls.route(ack.id, ClientEvent::Ack(ack.reply_to.map(Into::into))),
+                    Kind::Messages(m) => {
+                        if let Some(cell) = calls.stream(m.id) {
+                            broke(&channel, cell.messages(m)).await?;
+                        }
+                    }
+                    Kind::Credit(c) => {
+                        if let Some(cell) = calls.stream(c.id) {
+                            broke(&channel, cell.credit(c.bytes)).await?;
+                        }
+                    }
+                    Kind::Chunks(c) if c.used.is_empty() => {
+                        if let Some(cell) = calls.stream(c.id) {
+                            broke(&channel, cell.offers(c.offers)).await?;
+                        }
+                    }
                     Kind::Cancel(call) => calls.end(call.id, EndReason::Cancelled),
                     Kind::Revoke(r) => negotiated.remote.end().on_revoke(r.offers),
                     Kind::Revoked(r) => negotiated.remote.end().on_revoked(r.offers),
@@ -423,6 +447,19 @@ async fn answer_panic(
     Ok(())
 }
 
+/// Ends the connection if the client broke a stream's rules (`protocol::stream`).
+async fn broke(
+    channel: &FrameChannel,
+    checked: Result<(), crate::protocol::stream::Violation>,
+) -> Result<(), Error> {
+    let Err(violation) = checked else {
+        return Ok(());
+    };
+    let e = channel.malformed(violation.0);
+    goaway(channel, &Status::invalid_argument(e.to_string())).await;
+    Err(e)
+}
+
 fn frame_name(kind: &Kind) -> &'static str {
     match kind {
         Kind::Hello(_) => "Hello",
@@ -437,6 +474,9 @@ fn frame_name(kind: &Kind) -> &'static str {
         Kind::Revoked(_) => "Revoked",
         Kind::Ping(_) => "Ping",
         Kind::Pong(_) => "Pong",
+        Kind::Messages(_) => "Messages",
+        Kind::Credit(_) => "Credit",
+        Kind::Chunks(_) => "Chunks",
     }
 }
 
@@ -444,6 +484,10 @@ fn frame_name(kind: &Kind) -> &'static str {
 struct Negotiated {
     inline_threshold: u32,
     pull_writes: bool,
+    /// Bytes of stream messages this server buffers per call.
+    stream_window: u64,
+    /// Bytes of stream messages the client buffers per call.
+    peer_stream_window: u64,
     /// The client's address, shared by every call's request.
     peer: Arc<str>,
     /// Offers both ways on this connection.
@@ -461,6 +505,8 @@ fn start_call(
     &Negotiated {
         inline_threshold,
         pull_writes,
+        stream_window,
+        peer_stream_window,
         ref peer,
         ref remote,
     }: &Negotiated,
@@ -486,8 +532,43 @@ fn start_call(
         inline_len: req.inline_payload.as_ref().map(|p| p.len()),
         slot: slot.is_some(),
         source: req.source.is_some(),
+        reply_to: req.reply_to.is_some(),
+        offers: req.offers.len(),
     };
-    let incoming = crate::protocol::route::incoming(&ep, &shape, pull_writes)?;
+    let (incoming, stream) = match ep.stream {
+        StreamKind::Unary => (
+            crate::protocol::route::incoming(&ep, &shape, pull_writes)?,
+            None,
+        ),
+        kind => {
+            crate::protocol::route::streaming(&ep, &shape)?;
+            let setup = match kind {
+                StreamKind::Messages {
+                    requests,
+                    responses,
+                } => Setup {
+                    receives: requests.then_some(stream_window),
+                    sends: responses.then_some(peer_stream_window),
+                    ..Setup::default()
+                },
+                StreamKind::Bulk { max_len } => Setup {
+                    offered: Some(if ep.op.is_inbound() {
+                        (Direction::Write, req.payload_len)
+                    } else {
+                        (Direction::Read, max_len)
+                    }),
+                    ..Setup::default()
+                },
+                StreamKind::Unary => Setup::default(),
+            };
+            let cell = StreamCell::new(setup);
+            if !req.offers.is_empty() {
+                cell.offers(req.offers)
+                    .map_err(|v| Status::invalid_argument(format!("{} {}: {v}", ep.op, ep.path)))?;
+            }
+            (Incoming::Nothing, Some(cell))
+        }
+    };
     let mut metadata = crate::metadata::Metadata::from_frames(req.call_metadata)?;
     if !shared.interceptors.is_empty() {
         let mut call = IncomingCall {
@@ -545,6 +626,8 @@ fn start_call(
         inline_threshold: inline_threshold as usize,
         grants: 0,
         metrics: route.metrics.clone(),
+        stream,
+        peer_stream_window,
     };
     Ok((call, events, tx))
 }

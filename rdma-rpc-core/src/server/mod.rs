@@ -17,6 +17,7 @@ mod conn;
 mod listing;
 mod share;
 mod slots;
+mod stream;
 
 pub use admission::ConnectionCount;
 pub(crate) use call::ClientEvent;
@@ -127,6 +128,10 @@ pub struct ServerConfig {
     /// its own task at once and a multi-threaded runtime spreads one connection's calls over
     /// its threads. Default `true`.
     pub inline_handlers: bool,
+    /// Bytes of stream messages this server buffers per call before the client must wait
+    /// for its handler to take some (message streams; see docs/spec.md). At least two
+    /// frames' worth; less is raised to that. Default 256 KiB.
+    pub stream_window: u64,
 }
 
 impl Default for ServerConfig {
@@ -152,6 +157,7 @@ impl Default for ServerConfig {
             handshake_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(30),
             inline_handlers: true,
+            stream_window: 256 << 10,
         }
     }
 }
@@ -286,6 +292,8 @@ impl ServerBuilder {
         shutdown_grace: Duration,
         /// See [`ServerConfig::inline_handlers`].
         inline_handlers: bool,
+        /// See [`ServerConfig::stream_window`].
+        stream_window: u64,
     }
 
     /// Builds the routing table, registers every buffer pool, and binds `addr`.
@@ -424,6 +432,7 @@ impl Routes {
         let mut owner: HashMap<(&'static str, OpKind), &'static str> = HashMap::new();
         for service in services {
             for ep in service.endpoints() {
+                ep.check().map_err(Error::InvalidArgument)?;
                 if let Some(first) = owner.insert((ep.path, ep.op), service.name()) {
                     return Err(Error::InvalidArgument(format!(
                         "endpoint {} {} is registered twice (services {first} and {})",

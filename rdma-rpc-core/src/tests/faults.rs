@@ -95,6 +95,7 @@ pub(crate) async fn unknown_endpoints_wrong_operations_and_oversized_requests_ge
         buffer_size: 64,
         method: "x",
         timeout_ms: None,
+        stream: crate::service::StreamKind::Unary,
     };
     let err = call(&MISSING, 1).await;
     assert_eq!(err.code(), Code::Unimplemented, "{err}");
@@ -106,6 +107,7 @@ pub(crate) async fn unknown_endpoints_wrong_operations_and_oversized_requests_ge
         buffer_size: 1024,
         method: "x",
         timeout_ms: None,
+        stream: crate::service::StreamKind::Unary,
     };
     let err = call(&WRONG_OP, 1).await;
     assert_eq!(err.code(), Code::Unimplemented, "{err}");
@@ -118,6 +120,7 @@ pub(crate) async fn unknown_endpoints_wrong_operations_and_oversized_requests_ge
         buffer_size: 1 << 20,
         method: "x",
         timeout_ms: None,
+        stream: crate::service::StreamKind::Unary,
     };
     let err = call(&TOO_BIG, 4096).await;
     assert_eq!(err.code(), Code::ResourceExhausted, "{err}");

@@ -33,6 +33,7 @@ fn honest_ack() -> Hello {
         slots: Vec::new(),
         pull_writes: false,
         token: 1,
+        stream_window: 256 << 10,
     }
 }
 
@@ -354,6 +355,13 @@ pub(crate) async fn an_unusable_handshake_is_refused_on(b: &Backend) {
                 ..honest_ack()
             },
             "max_frame",
+        ),
+        (
+            Hello {
+                stream_window: 1000,
+                ..honest_ack()
+            },
+            "stream window",
         ),
     ] {
         let addr = server.listener.local_addr();

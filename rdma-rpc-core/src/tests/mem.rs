@@ -24,6 +24,11 @@ use super::hostile::*;
 use super::malicious::*;
 use super::remote::*;
 use super::sessions::*;
+use super::streams::{
+    a_server_streams_a_hundred_thousand_messages_on, a_slow_reader_holds_the_server_back_on,
+    a_slow_write_handler_holds_the_client_back_on, bulk_streams_move_payloads_many_buffers_long_on,
+    clients_stream_and_both_sides_stream_on, dropping_a_stream_cancels_its_call_on,
+};
 use super::{bounded, Backend, Harness};
 use crate::transport::mem::{MemConfig, MemTransport};
 

@@ -60,6 +60,12 @@ macro_rules! with_suite {
             the_server_bounds_calls_that_carry_no_deadline_on,
             a_connection_that_ends_stops_its_handlers_on,
             a_response_over_its_limit_is_known_before_and_refused_after_on,
+            a_server_streams_a_hundred_thousand_messages_on,
+            a_slow_reader_holds_the_server_back_on,
+            clients_stream_and_both_sides_stream_on,
+            dropping_a_stream_cancels_its_call_on,
+            bulk_streams_move_payloads_many_buffers_long_on,
+            a_slow_write_handler_holds_the_client_back_on,
         );
     };
 }
@@ -81,6 +87,7 @@ mod registrations;
 mod remote;
 mod service;
 mod sessions;
+mod streams;
 
 use std::sync::Arc;
 use std::time::Duration;

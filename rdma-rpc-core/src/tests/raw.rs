@@ -79,6 +79,7 @@ impl RawClient {
             credits: 16,
             max_in_flight: 1000,
             inline_threshold: 0,
+            stream_window: 256 << 10,
             ..Default::default()
         }
     }

@@ -53,6 +53,7 @@ const fn send(path: &'static str, method: &'static str) -> EndpointDef {
         buffer_size: 256,
         method,
         timeout_ms: None,
+        stream: crate::service::StreamKind::Unary,
     }
 }
 

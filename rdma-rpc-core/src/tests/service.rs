@@ -64,6 +64,7 @@ pub(crate) static ENDPOINTS: &[EndpointDef] = &[
         buffer_size: MAX,
         method: "blob_write",
         timeout_ms: None,
+        stream: crate::service::StreamKind::Unary,
     },
     EndpointDef {
         path: "/blob",
@@ -71,6 +72,7 @@ pub(crate) static ENDPOINTS: &[EndpointDef] = &[
         buffer_size: MAX,
         method: "blob_read",
         timeout_ms: None,
+        stream: crate::service::StreamKind::Unary,
     },
     EndpointDef {
         path: "/msg",
@@ -78,6 +80,7 @@ pub(crate) static ENDPOINTS: &[EndpointDef] = &[
         buffer_size: MAX,
         method: "msg_send",
         timeout_ms: None,
+        stream: crate::service::StreamKind::Unary,
     },
     EndpointDef {
         path: "/msg",
@@ -85,6 +88,7 @@ pub(crate) static ENDPOINTS: &[EndpointDef] = &[
         buffer_size: MAX,
         method: "msg_receive",
         timeout_ms: None,
+        stream: crate::service::StreamKind::Unary,
     },
     EndpointDef {
         path: "/small",
@@ -92,6 +96,7 @@ pub(crate) static ENDPOINTS: &[EndpointDef] = &[
         buffer_size: 1024,
         method: "small_write",
         timeout_ms: None,
+        stream: crate::service::StreamKind::Unary,
     },
     EndpointDef {
         path: "/panic",
@@ -99,6 +104,7 @@ pub(crate) static ENDPOINTS: &[EndpointDef] = &[
         buffer_size: 64,
         method: "panic_send",
         timeout_ms: None,
+        stream: crate::service::StreamKind::Unary,
     },
     EndpointDef {
         path: "/tiny",
@@ -106,6 +112,7 @@ pub(crate) static ENDPOINTS: &[EndpointDef] = &[
         buffer_size: 4096,
         method: "tiny_receive",
         timeout_ms: None,
+        stream: crate::service::StreamKind::Unary,
     },
 ];
 

@@ -90,6 +90,7 @@ pub(crate) static UNKNOWN: EndpointDef = EndpointDef {
     buffer_size: 64,
     method: "nowhere",
     timeout_ms: None,
+    stream: rdma_rpc_core::StreamKind::Unary,
 };
 
 pub(crate) static ENDPOINTS: &[EndpointDef] = &[EndpointDef {
@@ -98,6 +99,7 @@ pub(crate) static ENDPOINTS: &[EndpointDef] = &[EndpointDef {
     buffer_size: 1 << 20,
     method: "echo",
     timeout_ms: None,
+    stream: rdma_rpc_core::StreamKind::Unary,
 }];
 
 /// Answers a send with the payload's length.
@@ -150,6 +152,7 @@ pub(crate) static STALL: &[EndpointDef] = &[EndpointDef {
     buffer_size: 1024,
     method: "stall",
     timeout_ms: None,
+    stream: rdma_rpc_core::StreamKind::Unary,
 }];
 
 struct CountsDrop(std::sync::Arc<tokio::sync::watch::Sender<usize>>);
@@ -190,6 +193,7 @@ pub(crate) static PANICS: &[EndpointDef] = &[EndpointDef {
     buffer_size: 64,
     method: "panic_send",
     timeout_ms: None,
+    stream: rdma_rpc_core::StreamKind::Unary,
 }];
 
 impl Service for Panics {

@@ -489,8 +489,8 @@ impl Link {
             Remote::Write { src, rkey, addr } => {
                 let len = src.len() as u64;
                 windows
-                    .access(rkey, addr, len, Access::REMOTE_WRITE, |bytes| {
-                        src.copy_to(bytes)
+                    .access(rkey, addr, len, Access::REMOTE_WRITE, |buf, range| {
+                        src.copy_to(&mut buf.as_mut_capacity()[range])
                     })
                     .map_err(|violation| Fault::Access {
                         what: "write",
@@ -510,8 +510,9 @@ impl Link {
                 let n = len as usize;
                 let target = &mut dst.as_mut_capacity()[..n];
                 windows
-                    .access(rkey, addr, len, Access::REMOTE_READ, |bytes| {
-                        target.copy_from_slice(bytes)
+                    // A raw copy: the window may be a read-only view of frozen bytes.
+                    .access(rkey, addr, len, Access::REMOTE_READ, |buf, range| {
+                        buf.copy_out(range.start, target)
                     })
                     .map_err(|violation| Fault::Access {
                         what: "read",
@@ -535,7 +536,8 @@ impl Link {
                     return Err(refused(AccessViolation::Misaligned));
                 }
                 let old = windows
-                    .access(rkey, addr, 8, Access::REMOTE_ATOMIC, |bytes| {
+                    .access(rkey, addr, 8, Access::REMOTE_ATOMIC, |buf, range| {
+                        let bytes = &mut buf.as_mut_capacity()[range];
                         let word: &mut [u8; 8] = bytes.try_into().expect("an 8-byte range");
                         let old = u64::from_ne_bytes(*word);
                         let new = match op {

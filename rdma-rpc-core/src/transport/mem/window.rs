@@ -131,7 +131,7 @@ impl WindowTable {
         addr: u64,
         len: u64,
         need: Access,
-        f: impl FnOnce(&mut [u8]) -> T,
+        f: impl FnOnce(&mut RegisteredBuf, std::ops::Range<usize>) -> T,
     ) -> Result<T, AccessViolation> {
         let window = self
             .table()
@@ -154,7 +154,7 @@ impl WindowTable {
         let mut guard = lock(&window.buf);
         // Revoked after the lookup: the key is gone now.
         let buf = guard.as_mut().ok_or(AccessViolation::UnknownKey)?;
-        Ok(f(&mut buf.as_mut_capacity()[from..to]))
+        Ok(f(buf, from..to))
     }
 }
 
