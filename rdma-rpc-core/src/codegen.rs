@@ -7,14 +7,18 @@ pub use bytes::Bytes;
 pub use prost;
 
 pub use crate::client::Client;
+pub use crate::client::{Download, ReadStream};
 pub use crate::error::Error;
 pub use crate::memory::{Buffer, RegisteredBuf};
 pub use crate::remote::RemoteBuf;
 pub use crate::service::{
-    EndpointDef, IntoRequest, OpKind, RawRequest, Request, ServerCall, Service, StreamKind,
+    EndpointDef, IntoRequest, IntoStreamingRequest, OpKind, RawRequest, Request, ServerCall,
+    Service, StreamKind,
 };
 pub use crate::status::{Code, Status};
+pub use crate::stream::{ChunkSink, Chunks, MessageSink, MessageStream, Streaming};
 pub use crate::transport::BoxFuture;
+pub use futures_core::Stream;
 
 /// Decodes a request message.
 pub fn decode_request<M: prost::Message + Default>(raw: RawRequest) -> Result<Request<M>, Status> {
@@ -107,4 +111,122 @@ where
     let response = Resp::decode(response)
         .map_err(|e| Status::internal(format!("malformed response message: {e}")))?;
     Ok((response, data))
+}
+
+/// The request of a handler whose client streams its messages: the stream, typed, with the
+/// call's metadata, deadline and context.
+pub fn streaming_request<M: prost::Message + Default>(
+    raw: RawRequest,
+    requests: MessageStream,
+) -> Request<Streaming<M>> {
+    Request::from_parts(Streaming::new(requests), raw)
+}
+
+/// Sends a handler's stream of response messages, then answers (the answer of a server
+/// stream carries no message of its own).
+pub async fn send_responses<M, S>(sink: &mut MessageSink, responses: S) -> Result<Bytes, Status>
+where
+    M: prost::Message,
+    S: Stream<Item = Result<M, Status>>,
+{
+    sink.send_all(responses).await?;
+    Ok(Bytes::new())
+}
+
+/// The server streams its responses (the client sends one request message): its messages,
+/// typed.
+pub async fn call_server_stream<Req, Resp>(
+    client: &Client,
+    endpoint: &'static EndpointDef,
+    request: Request<Req>,
+) -> Result<Streaming<Resp>, Status>
+where
+    Req: prost::Message,
+    Resp: prost::Message + Default,
+{
+    let (message, options) = request.into_call();
+    let stream = client
+        .call_raw_server_stream(endpoint, encode_message(&message), None, options)
+        .await?;
+    Ok(Streaming::new(stream))
+}
+
+/// The client streams its requests and the server answers once: the decoded response.
+pub async fn call_client_stream<S, Resp>(
+    client: &Client,
+    endpoint: &'static EndpointDef,
+    request: Request<S>,
+) -> Result<Resp, Status>
+where
+    S: Stream + Send + 'static,
+    S::Item: prost::Message,
+    Resp: prost::Message + Default,
+{
+    let (requests, options) = request.into_call();
+    let response = client
+        .call_raw_client_stream(endpoint, encoded(requests), options)
+        .await?;
+    Resp::decode(response).map_err(|e| Status::internal(format!("malformed response message: {e}")))
+}
+
+/// Both stream: the client's messages go out from a task of their own; the server's come back.
+pub async fn call_bidi_stream<S, Resp>(
+    client: &Client,
+    endpoint: &'static EndpointDef,
+    request: Request<S>,
+) -> Result<Streaming<Resp>, Status>
+where
+    S: Stream + Send + 'static,
+    S::Item: prost::Message,
+    Resp: prost::Message + Default,
+{
+    let (requests, options) = request.into_call();
+    let stream = client
+        .call_raw_server_stream(endpoint, Bytes::new(), Some(encoded(requests)), options)
+        .await?;
+    Ok(Streaming::new(stream))
+}
+
+/// A bulk read as it arrives: its chunks, then its decoded response.
+pub async fn call_read_stream<Req, Resp>(
+    client: &Client,
+    endpoint: &'static EndpointDef,
+    request: Request<Req>,
+) -> Result<Download<Resp>, Status>
+where
+    Req: prost::Message,
+    Resp: prost::Message + Default,
+{
+    let (message, options) = request.into_call();
+    let raw = client
+        .call_raw_read_stream(endpoint, encode_message(&message), options)
+        .await?;
+    Ok(Download::new(raw))
+}
+
+/// Encodes each message of `messages`.
+fn encoded<S>(messages: S) -> crate::client::RequestStream
+where
+    S: Stream + Send + 'static,
+    S::Item: prost::Message,
+{
+    struct Encoded<S>(std::pin::Pin<Box<S>>);
+    impl<S> Stream for Encoded<S>
+    where
+        S: Stream,
+        S::Item: prost::Message,
+    {
+        type Item = Bytes;
+
+        fn poll_next(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Bytes>> {
+            self.0
+                .as_mut()
+                .poll_next(cx)
+                .map(|next| next.map(|m| encode_message(&m)))
+        }
+    }
+    Box::pin(Encoded(Box::pin(messages)))
 }

@@ -31,8 +31,8 @@ pub mod stream;
 pub mod transport;
 
 pub use bytes::Bytes;
-pub use client::ReadStream;
 pub use client::{CallOptions, Client, ClientBuilder, ClientConfig, ClientStats};
+pub use client::{Download, ReadStream};
 pub use error::{Error, Result};
 pub use memory::{
     Access, Buffer, BufferPool, MemoryRegion, RegisteredBuf, SharedBuf, SharedRegion,
@@ -44,8 +44,8 @@ pub use server::{
     ServerHandle,
 };
 pub use service::{
-    CallContext, EndpointDef, IntoRequest, OpKind, RawRequest, Request, ServerCall, Service,
-    StreamKind,
+    CallContext, EndpointDef, IntoRequest, IntoStreamingRequest, OpKind, RawRequest, Request,
+    ServerCall, Service, StreamKind,
 };
 pub use status::{Code, Status};
 pub use stream::{ChunkSink, Chunks, MessageSink, MessageStream, Streaming};

@@ -415,6 +415,45 @@ impl<T> IntoRequest<T> for Request<T> {
     }
 }
 
+/// Anything a client method of a streaming endpoint accepts as its request stream: a
+/// [`Stream`](futures_core::Stream) of messages, or a [`Request`] wrapping one (to set a
+/// deadline or metadata), as tonic's `IntoStreamingRequest`.
+pub trait IntoStreamingRequest {
+    /// The messages.
+    type Message: prost::Message + 'static;
+    /// The stream of them.
+    type Stream: futures_core::Stream<Item = Self::Message> + Send + 'static;
+
+    /// Wraps into a [`Request`].
+    fn into_streaming_request(self) -> Request<Self::Stream>;
+}
+
+impl<S, M> IntoStreamingRequest for S
+where
+    S: futures_core::Stream<Item = M> + Send + 'static,
+    M: prost::Message + 'static,
+{
+    type Message = M;
+    type Stream = S;
+
+    fn into_streaming_request(self) -> Request<S> {
+        Request::new(self)
+    }
+}
+
+impl<S, M> IntoStreamingRequest for Request<S>
+where
+    S: futures_core::Stream<Item = M> + Send + 'static,
+    M: prost::Message + 'static,
+{
+    type Message = M;
+    type Stream = S;
+
+    fn into_streaming_request(self) -> Request<S> {
+        self
+    }
+}
+
 /// A request before its metadata is decoded.
 #[derive(Debug, Clone)]
 #[non_exhaustive]

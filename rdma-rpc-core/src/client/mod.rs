@@ -14,7 +14,7 @@ mod copies;
 mod reconnect;
 mod stream;
 
-pub use stream::{ReadStream, RequestStream};
+pub use stream::{Download, ReadStream, RequestStream};
 
 use std::collections::HashMap;
 use std::fmt;

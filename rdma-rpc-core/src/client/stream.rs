@@ -669,3 +669,55 @@ impl Stream for ReadStream {
         Poll::Pending
     }
 }
+
+/// A bulk read on the client with its response typed: the chunks as they arrive
+/// ([`chunk`](Download::chunk), or as a [`Stream`](futures_core::Stream)), then the server's
+/// response message ([`response`](Download::response)). What generated clients return from
+/// their `*_stream` methods of read streams.
+pub struct Download<R> {
+    raw: ReadStream,
+    _response: std::marker::PhantomData<fn() -> R>,
+}
+
+impl<R> std::fmt::Debug for Download<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Download").field(&self.raw).finish()
+    }
+}
+
+impl<R: prost::Message + Default> Download<R> {
+    /// Decodes the response of `raw` as `R`.
+    pub fn new(raw: ReadStream) -> Download<R> {
+        Download {
+            raw,
+            _response: std::marker::PhantomData,
+        }
+    }
+
+    /// The next chunk; `Ok(None)` once the server answered.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, Status> {
+        self.raw.chunk().await
+    }
+
+    /// The server's response, once every chunk was taken (`None` before).
+    pub fn response(&self) -> Option<Result<R, Status>> {
+        let bytes = self.raw.response()?.clone();
+        Some(
+            R::decode(bytes)
+                .map_err(|e| Status::internal(format!("malformed response message: {e}"))),
+        )
+    }
+
+    /// The untyped stream.
+    pub fn into_raw(self) -> ReadStream {
+        self.raw
+    }
+}
+
+impl<R: prost::Message + Default> Stream for Download<R> {
+    type Item = Result<Bytes, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        Pin::new(&mut self.raw).poll_next(cx)
+    }
+}
