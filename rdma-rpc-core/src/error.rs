@@ -133,6 +133,16 @@ pub enum Error {
         /// The value that exceeded it.
         actual: u64,
     },
+    /// Bytes written into a buffer do not fit it (`RegisteredBuf::fill_from`): in a handler,
+    /// a result larger than its endpoint's buffer, which is the handler's error, not the
+    /// client's.
+    #[error("{len} bytes do not fit a buffer of {capacity} bytes")]
+    DoesNotFit {
+        /// Bytes to write.
+        len: u64,
+        /// The buffer's capacity.
+        capacity: u64,
+    },
     /// A local argument is invalid (a buffer too small, a range outside a buffer, ...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -227,6 +237,10 @@ impl Error {
             Error::Exhausted { what, detail } => Error::Exhausted {
                 what,
                 detail: detail.clone(),
+            },
+            Error::DoesNotFit { len, capacity } => Error::DoesNotFit {
+                len: *len,
+                capacity: *capacity,
             },
             Error::InvalidArgument(s) => Error::InvalidArgument(s.clone()),
             Error::Protocol { peer, reason } => Error::Protocol {

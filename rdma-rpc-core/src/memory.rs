@@ -381,14 +381,14 @@ impl RegisteredBuf {
         unsafe { std::slice::from_raw_parts_mut(self.ptr_at(0), self.capacity) }
     }
 
-    /// Copies `data` in and sets the length. Fails when it does not fit.
+    /// Copies `data` in and sets the length. Fails with [`Error::DoesNotFit`] when it does
+    /// not fit (in a handler, answered as the handler's error, naming the endpoint).
     pub fn fill_from(&mut self, data: &[u8]) -> Result<()> {
         if data.len() > self.capacity() {
-            return Err(Error::InvalidArgument(format!(
-                "{} bytes do not fit a buffer of {} bytes",
-                data.len(),
-                self.capacity()
-            )));
+            return Err(Error::DoesNotFit {
+                len: data.len() as u64,
+                capacity: self.capacity() as u64,
+            });
         }
         self.assert_writable();
         self.copy_in(0, data);

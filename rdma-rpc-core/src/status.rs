@@ -195,7 +195,7 @@ impl From<crate::Error> for Status {
             E::InvalidArgument(_) | E::InvalidAddress { .. } => Code::InvalidArgument,
             E::RemoteAccess { .. } => Code::Aborted,
             E::VersionMismatch { .. } => Code::FailedPrecondition,
-            E::Protocol { .. } => Code::Internal,
+            E::Protocol { .. } | E::DoesNotFit { .. } => Code::Internal,
             _ => Code::Unavailable,
         };
         Status::new(code, e.to_string())

@@ -279,7 +279,8 @@ impl Inner {
         let into = dst.is_some();
         if endpoint.op.is_inbound() && data.len() as u64 > endpoint.buffer_size {
             return Err(Status::invalid_argument(format!(
-                "{} bytes do not fit the {} byte buffer of {} {}",
+                "{} bytes do not fit the {} byte buffer of {} {}: larger payloads need a bulk \
+                 stream (`stream: {{ max_len }}` in the spec)",
                 data.len(),
                 endpoint.buffer_size,
                 endpoint.op,

@@ -359,6 +359,7 @@ impl Client {
             call.id,
             *endpoint,
             inner.peer_stream_window,
+            self.shared.config.transfer_timeout,
         )
     }
 }

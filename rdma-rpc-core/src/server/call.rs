@@ -580,7 +580,8 @@ async fn outbound(
                 buf: &mut buf,
             },
         )
-        .await?;
+        .await
+        .map_err(|status| handlers_overflow(&call.endpoint, status))?;
     let len = buf.len();
     let inline = fits_inline(
         len,
@@ -635,6 +636,28 @@ async fn outbound(
     let mut response = ok(call.id, metadata, None);
     response.pushed_len = len as u64;
     Ok((response, pending))
+}
+
+/// A handler's result that did not fit its buffer (`Error::DoesNotFit`, through
+/// `fill_from`), said as what it is: the handler's error on this endpoint, with the way out.
+pub(super) fn handlers_overflow(ep: &EndpointDef, status: Status) -> Status {
+    let overflow = status.code() == Code::Internal
+        && status.message().contains(" bytes do not fit a buffer of ")
+        && !status.message().contains(ep.path);
+    if !overflow {
+        return status;
+    }
+    let way_out = if ep.is_bulk() {
+        "send it in chunks of at most the buffer size"
+    } else {
+        "larger results need a bulk stream (`stream: { max_len }` in the spec)"
+    };
+    Status::internal(format!(
+        "the handler of {} {} made a result that does not fit the endpoint's buffer: {}; {way_out}",
+        ep.op,
+        ep.path,
+        status.message()
+    ))
 }
 
 /// Polls `f` once, without waiting: its output if it is ready now.

@@ -38,6 +38,7 @@ pub(super) async fn messages(call: &mut Call) -> Result<ResponseFrame, Status> {
             call.id,
             ep,
             call.peer_stream_window,
+            call.transfer_timeout,
         )
     });
     let request = take_request(call)?;
@@ -97,7 +98,8 @@ pub(super) async fn bulk(
                 sink: &mut sink,
             },
         )
-        .await?;
+        .await
+        .map_err(|status| super::call::handlers_overflow(&call.endpoint, status))?;
     let sent = sink.finish().await?;
     let mut response = ok(call.id, metadata, None);
     response.pushed_len = sent;

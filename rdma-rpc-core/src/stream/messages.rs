@@ -222,6 +222,9 @@ pub struct MessageSink {
     scratch: BytesMut,
     /// The sink said its stream ended.
     ended: bool,
+    /// Longest wait for the peer's window (`transfer_timeout`): a peer that takes nothing
+    /// for that long ends the stream.
+    patience: std::time::Duration,
 }
 
 impl std::fmt::Debug for MessageSink {
@@ -243,6 +246,7 @@ impl MessageSink {
         id: u64,
         endpoint: EndpointDef,
         peer_window: u64,
+        patience: std::time::Duration,
     ) -> MessageSink {
         let room = channel
             .peer_max_frame()
@@ -257,6 +261,7 @@ impl MessageSink {
             max_cost: peer_window / 2,
             scratch: BytesMut::new(),
             ended: false,
+            patience,
         }
     }
 
@@ -356,7 +361,18 @@ impl MessageSink {
         }
         let cost = self.batch.cost();
         if cost > 0 {
-            std::future::poll_fn(|cx| self.cell.poll_send(cx, cost)).await?;
+            let room = std::future::poll_fn(|cx| self.cell.poll_send(cx, cost));
+            match tokio::time::timeout(self.patience, room).await {
+                Ok(room) => room?,
+                Err(_) => {
+                    let ep = self.endpoint;
+                    return Err(Status::unavailable(format!(
+                        "the peer took no messages of the stream of {} {} within {:?} \
+                         (transfer_timeout)",
+                        ep.op, ep.path, self.patience
+                    )));
+                }
+            }
         } else if let Some(status) = self.over() {
             return Err(status);
         }

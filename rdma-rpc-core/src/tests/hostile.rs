@@ -13,7 +13,7 @@ use crate::protocol::frames::{Hello, Kind, RequestFrame};
 use crate::service::OpKind;
 use crate::{Access, Code, ServerConfig};
 
-async fn still_serving(h: &Harness) {
+pub(super) async fn still_serving(h: &Harness) {
     let client = h.client().await;
     assert!(
         inbound(&client, BLOB_WRITE, 100_000, 9)

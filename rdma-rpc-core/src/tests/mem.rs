@@ -24,6 +24,10 @@ use super::hostile::*;
 use super::malicious::*;
 use super::remote::*;
 use super::sessions::*;
+use super::stream_rules::{
+    a_client_that_stops_reading_loses_its_stream_on, a_stream_that_never_ends_is_bounded_on,
+    broken_offers_in_a_request_refuse_the_call_on, stream_rule_breakers_lose_their_connection_on,
+};
 use super::streams::{
     a_server_streams_a_hundred_thousand_messages_on, a_slow_reader_holds_the_server_back_on,
     a_slow_write_handler_holds_the_client_back_on, bulk_streams_move_payloads_many_buffers_long_on,

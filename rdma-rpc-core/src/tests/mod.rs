@@ -66,6 +66,10 @@ macro_rules! with_suite {
             dropping_a_stream_cancels_its_call_on,
             bulk_streams_move_payloads_many_buffers_long_on,
             a_slow_write_handler_holds_the_client_back_on,
+            stream_rule_breakers_lose_their_connection_on,
+            broken_offers_in_a_request_refuse_the_call_on,
+            a_stream_that_never_ends_is_bounded_on,
+            a_client_that_stops_reading_loses_its_stream_on,
         );
     };
 }
@@ -87,6 +91,7 @@ mod registrations;
 mod remote;
 mod service;
 mod sessions;
+mod stream_rules;
 mod streams;
 
 use std::sync::Arc;

@@ -81,6 +81,7 @@ pub(crate) const SUM: usize = 1;
 pub(crate) const ECHO: usize = 2;
 pub(crate) const PUT: usize = 3;
 pub(crate) const GET: usize = 4;
+pub(crate) const SMALL: usize = 5;
 
 pub(crate) static ENDPOINTS: &[EndpointDef] = &[
     ep(
@@ -122,6 +123,7 @@ pub(crate) static ENDPOINTS: &[EndpointDef] = &[
         CHUNK,
         StreamKind::Bulk { max_len: MAX_LEN },
     ),
+    ep("/s/small", OpKind::Read, 4096, StreamKind::Unary),
 ];
 
 /// The streaming test service. Counts what its handlers did, for the tests to check.
@@ -314,6 +316,12 @@ impl Service for Streams {
             (GET, ServerCall::OutboundStream { request, sink }) => Box::pin(async move {
                 let ask = decode_request::<Ask>(request)?.into_inner();
                 self.get(ask, sink).await
+            }),
+            (SMALL, ServerCall::Outbound { request, buf }) => Box::pin(async move {
+                let ask = decode_request::<Ask>(request)?.into_inner();
+                buf.fill_from(&pattern(ask.count as usize, ask.seed))
+                    .map_err(Status::from)?;
+                Ok(Bytes::new())
             }),
             (index, call) => mismatched_call("Streams", index, call),
         }
@@ -714,6 +722,56 @@ pub(crate) async fn a_slow_write_handler_holds_the_client_back_on(b: &Backend) {
     let (summary, _) = bounded("the put", put).await.unwrap().unwrap();
     let summary: Summary = prost::Message::decode(summary).unwrap();
     assert!(summary.exact);
+}
+
+/// A handler whose result does not fit (a unary buffer, a stream's `max_len`) fails with its
+/// own error, naming the endpoint and the way out, never with one that blames the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handlers_overflow_is_the_handlers_error_and_names_the_endpoint() {
+    let (h, _) = start(&super::tcp_backend(), ServerConfig::default()).await;
+    let client = h.client().await;
+    let ask = Ask {
+        count: 5000,
+        ..Default::default()
+    };
+    let status = client
+        .call_raw(&ENDPOINTS[SMALL], encode_message(&ask), None, None)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status}");
+    for says in [
+        "the handler of read /s/small",
+        "5000 bytes",
+        "4096",
+        "bulk stream",
+    ] {
+        assert!(status.message().contains(says), "{says:?} in {status}");
+    }
+    assert!(!status.message().contains("invalid argument"), "{status}");
+    let ask = Ask {
+        count: MAX_LEN + 1,
+        ..Default::default()
+    };
+    let status = client
+        .call_raw(&ENDPOINTS[GET], encode_message(&ask), None, None)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status}");
+    for says in ["the handler of read /s/obj", "max_len"] {
+        assert!(status.message().contains(says), "{says:?} in {status}");
+    }
+    // The client's own payload over a unary buffer is the client's error, with the way out.
+    let status = client
+        .call_raw(
+            &super::service::ENDPOINTS[0],
+            Bytes::new(),
+            Some(Bytes::from(vec![0u8; 17 << 20])),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status}");
+    assert!(status.message().contains("bulk stream"), "{status}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
