@@ -73,17 +73,93 @@ pub struct EndpointIr {
     pub method: String,
     /// The method's documentation, if the spec has one.
     pub doc: Option<String>,
-    /// The message the client sends with the request, if typed.
+    /// The message the client sends with the request, if typed; when the client streams
+    /// its requests ([`StreamKind::Messages`] with `requests`), the type of each message of
+    /// its stream.
     pub request: Option<TypeRef>,
-    /// The message the server answers with, if typed.
+    /// The message the server answers with, if typed; when the server streams its responses
+    /// ([`StreamKind::Messages`] with `responses`), the type of each message of its stream.
     pub response: Option<TypeRef>,
     /// How long the client waits for the operation before giving up; `None` means the
     /// runtime's default.
     pub timeout: Option<Duration>,
     /// Whether calls move bytes besides their messages: a send's or write's data, a
     /// receive's or read's result bytes. Without, generated methods take and return messages
-    /// only.
+    /// only. Always `false` for message streams.
     pub payload: bool,
+    /// Whether and how calls stream; always a kind the operation carries.
+    pub stream: StreamKind,
+}
+
+impl EndpointIr {
+    /// The type of each message the client streams, if it streams its requests.
+    pub fn request_stream(&self) -> Option<&TypeRef> {
+        self.stream
+            .streams_requests()
+            .then_some(self.request.as_ref())
+            .flatten()
+    }
+
+    /// The type of each message the server streams, if it streams its responses.
+    pub fn response_stream(&self) -> Option<&TypeRef> {
+        self.stream
+            .streams_responses()
+            .then_some(self.response.as_ref())
+            .flatten()
+    }
+}
+
+/// Whether and how an endpoint's calls stream (`stream:` on write and read endpoints,
+/// `request: { stream: .. }` / `response: { stream: .. }` on send and receive endpoints).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum StreamKind {
+    /// One request message, one response message, and at most one buffer of bytes.
+    #[default]
+    Unary,
+    /// A write or read whose payload moves in chunks of at most the buffer size, several in
+    /// flight, up to `max_len` bytes in all.
+    Bulk {
+        /// The most bytes one call moves; at least the buffer size.
+        max_len: u64,
+    },
+    /// A send or receive that carries a stream of messages one way or both, and no payload.
+    Messages {
+        /// The client streams its request messages.
+        requests: bool,
+        /// The server streams its response messages.
+        responses: bool,
+    },
+}
+
+impl StreamKind {
+    /// Whether calls stream at all.
+    pub fn is_streaming(self) -> bool {
+        self != StreamKind::Unary
+    }
+
+    /// A bulk stream's `max_len`, if this is one.
+    pub fn max_len(self) -> Option<u64> {
+        match self {
+            StreamKind::Bulk { max_len } => Some(max_len),
+            _ => None,
+        }
+    }
+
+    /// Whether the client streams request messages.
+    pub fn streams_requests(self) -> bool {
+        matches!(self, StreamKind::Messages { requests: true, .. })
+    }
+
+    /// Whether the server streams response messages.
+    pub fn streams_responses(self) -> bool {
+        matches!(
+            self,
+            StreamKind::Messages {
+                responses: true,
+                ..
+            }
+        )
+    }
 }
 
 /// An operation type, named from the client's side.
@@ -121,6 +197,11 @@ impl OpKind {
     /// Whether the payload moves by a one-sided RDMA operation (write, read).
     pub fn is_one_sided(self) -> bool {
         matches!(self, OpKind::Write | OpKind::Read)
+    }
+
+    /// Whether bytes flow from the client to the server (send, write).
+    pub fn is_inbound(self) -> bool {
+        matches!(self, OpKind::Send | OpKind::Write)
     }
 }
 

@@ -2,9 +2,9 @@
 //!
 //! This crate is a plain library (no runtime dependencies). It reads a spec — either the
 //! endpoint list of the C++ project doca-cpp (`version: "0.0.1"`) or the extended format
-//! (`version: "rdma-rpc/1"`) with method names, typed messages, enums and timeouts — checks
-//! it, and turns it into a validated intermediate representation, [`ServiceIr`]. The spec
-//! language is documented in `docs/spec.md`.
+//! (`version: "rdma-rpc/1"`) with method names, typed messages, enums, timeouts and
+//! streams — checks it, and turns it into a validated intermediate representation,
+//! [`ServiceIr`]. The spec language is documented in `docs/spec.md`.
 //!
 //! Every problem in a spec is reported in one pass, each as a [`Diagnostic`] with file, line,
 //! column, key and hint:
@@ -68,7 +68,7 @@ pub use diagnostics::{Diagnostic, Diagnostics, Error, Result};
 pub use generate::{generate, generate_tokens, Options};
 pub use ir::{
     EndpointIr, EnumIr, EnumValueIr, FieldIr, FieldLabel, MessageIr, OpKind, ScalarType, ServiceIr,
-    SpecFormat, TypeRef,
+    SpecFormat, StreamKind, TypeRef,
 };
 
 /// The limits a spec must stay within; documented in `docs/spec.md` ("Limits").
@@ -79,6 +79,8 @@ pub mod limits {
     pub const MAX_SPEC_BYTES: usize = 1 << 20;
     /// The largest buffer an endpoint may ask for: 1 GiB.
     pub const MAX_BUFFER_SIZE: u64 = 1 << 30;
+    /// The largest `max_len` of a bulk stream: 1 TiB.
+    pub const MAX_STREAM_LEN: u64 = 1 << 40;
     /// The buffer size of a send or receive endpoint without `buffer` (extended format).
     pub const DEFAULT_MESSAGE_BUFFER_SIZE: u64 = 4096;
     /// The longest endpoint path in bytes (the doca-cpp request frame's limit).

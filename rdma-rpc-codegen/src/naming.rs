@@ -5,7 +5,7 @@
 
 use heck::{ToSnakeCase, ToUpperCamelCase};
 
-use crate::ir::OpKind;
+use crate::ir::{EndpointIr, OpKind};
 
 /// Rust keywords (strict, reserved and edition-dependent) that cannot be plain identifiers.
 const KEYWORDS: &[&str] = &[
@@ -46,6 +46,41 @@ pub fn reserved_method_name(name: &str) -> Option<&'static str> {
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, owner)| *owner)
+}
+
+/// The client methods generated for `ep` besides the one named after it: `<method>_into`
+/// for receive and read endpoints with a payload (the result lands in the caller's buffer)
+/// and `<method>_stream` for bulk read streams (the chunks as they arrive). No other endpoint
+/// may have one of these names.
+///
+/// ```
+/// let ir = rdma_rpc_codegen::parse_spec(
+///     "s.yaml",
+///     "version: \"rdma-rpc/1\"\nendpoints:\n  - { path: /o, type: read, method: get, buffer: { size: 4KiB }, stream: { max_len: 1GiB } }\n",
+/// )
+/// .unwrap();
+/// let extra = rdma_rpc_codegen::naming::extra_client_methods(&ir.endpoints[0]);
+/// assert_eq!(extra, ["get_into", "get_stream"]);
+/// ```
+pub fn extra_client_methods(ep: &EndpointIr) -> Vec<String> {
+    let mut extra = Vec::new();
+    if ep.payload && !ep.op.is_inbound() {
+        extra.push(format!("{}_into", ep.method));
+    }
+    if ep.op == OpKind::Read && ep.stream.max_len().is_some() {
+        extra.push(format!("{}_stream", ep.method));
+    }
+    extra
+}
+
+/// The server trait's associated type for the stream of responses a handler returns:
+/// `list_objects` → `ListObjectsStream` (as tonic-build names them).
+///
+/// ```
+/// assert_eq!(rdma_rpc_codegen::naming::stream_type_name("list_objects"), "ListObjectsStream");
+/// ```
+pub fn stream_type_name(method: &str) -> String {
+    format!("{}Stream", method.to_upper_camel_case())
 }
 
 /// Whether `name` is a Rust keyword.

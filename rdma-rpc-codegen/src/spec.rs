@@ -41,13 +41,36 @@ pub(crate) struct EndpointSpec {
     pub(crate) buffer_size: Option<Sp<u64>>,
     pub(crate) method: Option<Sp<String>>,
     pub(crate) doc: Option<Sp<String>>,
-    pub(crate) request: Option<Sp<String>>,
-    pub(crate) response: Option<Sp<String>>,
+    pub(crate) request: Option<MessageRefSpec>,
+    pub(crate) response: Option<MessageRefSpec>,
     pub(crate) timeout: Option<Sp<Duration>>,
     /// `payload:`, if given.
     pub(crate) payload: Option<Sp<bool>>,
     /// Whether the endpoint has a `buffer` key (valid or not).
     pub(crate) buffer_given: bool,
+    /// `stream:` (a bulk stream), if given.
+    pub(crate) stream: Option<StreamSpec>,
+}
+
+/// An endpoint's `request` or `response`: a message name, or `{ stream: Name }`.
+#[derive(Debug)]
+pub(crate) struct MessageRefSpec {
+    /// The message name; `None` when a stream names none (reported already).
+    pub(crate) name: Option<Sp<String>>,
+    /// The `stream` key (where it is, its key path), when the messages stream
+    /// (`{ stream: Name }`).
+    pub(crate) stream: Option<Sp<()>>,
+}
+
+/// An endpoint's `stream:` mapping (a bulk stream).
+#[derive(Debug)]
+pub(crate) struct StreamSpec {
+    /// Where the `stream` key is.
+    pub(crate) pos: Pos,
+    /// Its key path, `endpoints[i].stream`.
+    pub(crate) key: String,
+    /// `max_len`, when given and valid.
+    pub(crate) max_len: Option<Sp<u64>>,
 }
 
 /// One entry of `messages`.
@@ -115,8 +138,11 @@ const ENDPOINT_KEYS: &[(&str, Avail)] = &[
     ("response", Avail::Extended),
     ("timeout", Avail::Extended),
     ("payload", Avail::Extended),
+    ("stream", Avail::Extended),
 ];
 const BUFFER_KEYS: &[(&str, Avail)] = &[("size", Avail::Both)];
+const STREAM_KEYS: &[(&str, Avail)] = &[("max_len", Avail::Extended)];
+const MESSAGE_REF_KEYS: &[(&str, Avail)] = &[("stream", Avail::Extended)];
 const MESSAGE_KEYS: &[(&str, Avail)] = &[("doc", Avail::Extended), ("fields", Avail::Extended)];
 const FIELD_KEYS: &[(&str, Avail)] = &[
     ("name", Avail::Extended),
@@ -136,7 +162,8 @@ const ENUM_VALUE_KEYS: &[(&str, Avail)] = &[
 /// The known keys of one mapping, after unknown and duplicate keys were reported.
 struct Fields<'a> {
     key: String,
-    entries: Vec<(&'static str, &'a Node)>,
+    /// Each known key with where the key itself is, and its value.
+    entries: Vec<(&'static str, Pos, &'a Node)>,
     /// Keys that an unknown key was suggested as ("did you mean"); not reported missing.
     suggested: Vec<&'a str>,
 }
@@ -145,8 +172,16 @@ impl<'a> Fields<'a> {
     fn get(&self, name: &str) -> Option<(&'a Node, String)> {
         self.entries
             .iter()
-            .find(|(k, _)| *k == name)
-            .map(|(k, node)| (*node, join(&self.key, k)))
+            .find(|(k, _, _)| *k == name)
+            .map(|(k, _, node)| (*node, join(&self.key, k)))
+    }
+
+    /// Where the key `name` itself is (not its value), if present.
+    fn key_pos(&self, name: &str) -> Option<Pos> {
+        self.entries
+            .iter()
+            .find(|(k, _, _)| *k == name)
+            .map(|(_, pos, _)| *pos)
     }
 }
 
@@ -360,7 +395,7 @@ impl Decoder<'_> {
                 );
                 continue;
             }
-            if let Some((_, first)) = fields.entries.iter().find(|(k2, _)| k2 == known) {
+            if let Some((_, _, first)) = fields.entries.iter().find(|(k2, _, _)| k2 == known) {
                 let first_line = first.pos.line;
                 self.sink.error_hint(
                     k.pos,
@@ -370,7 +405,7 @@ impl Decoder<'_> {
                 );
                 continue;
             }
-            fields.entries.push((known, value));
+            fields.entries.push((known, k.pos, value));
         }
         Some(fields)
     }
@@ -477,6 +512,7 @@ impl Decoder<'_> {
             timeout: None,
             payload: None,
             buffer_given: fields.get("buffer").is_some(),
+            stream: None,
         };
         match fields.get("path") {
             Some((n, k)) => ep.path = self.string(n, k),
@@ -516,17 +552,102 @@ impl Decoder<'_> {
         }
         ep.method = fields.get("method").and_then(|(n, k)| self.string(n, k));
         ep.doc = fields.get("doc").and_then(|(n, k)| self.string(n, k));
-        ep.request = fields.get("request").and_then(|(n, k)| self.string(n, k));
-        ep.response = fields.get("response").and_then(|(n, k)| self.string(n, k));
+        ep.request = fields
+            .get("request")
+            .and_then(|(n, k)| self.message_ref(n, k));
+        ep.response = fields
+            .get("response")
+            .and_then(|(n, k)| self.message_ref(n, k));
         ep.timeout = fields.get("timeout").and_then(|(n, k)| self.duration(n, k));
         ep.payload = fields.get("payload").and_then(|(n, k)| self.boolean(n, k));
+        if let Some((n, k)) = fields.get("stream") {
+            let pos = fields.key_pos("stream").unwrap_or(n.pos);
+            ep.stream = self.bulk_stream(n, k, pos);
+        }
         Some(ep)
+    }
+
+    /// Decodes an endpoint's `request` or `response`: a message name, or `{ stream: Name }`
+    /// for a stream of such messages.
+    fn message_ref(&mut self, node: &Node, key: String) -> Option<MessageRefSpec> {
+        match &node.kind {
+            Kind::Str(_) => Some(MessageRefSpec {
+                name: self.string(node, key),
+                stream: None,
+            }),
+            Kind::Map(_) => {
+                let fields = self.fields(node, &key, MESSAGE_REF_KEYS)?;
+                let Some((n, k)) = fields.get("stream") else {
+                    self.missing(
+                        &fields,
+                        node.pos,
+                        "stream",
+                        "a stream names the message each of its items is, e.g. `{ stream: ObjectInfo }`",
+                    );
+                    return None;
+                };
+                let key_pos = fields.key_pos("stream").unwrap_or(n.pos);
+                let name = match &n.kind {
+                    // A null value has no place of its own worth pointing at: its key has.
+                    Kind::Null => {
+                        self.sink.error_hint(
+                            key_pos,
+                            &k,
+                            "a stream must name its message",
+                            "give the message each item of the stream is, one defined under `messages:`, e.g. `stream: ObjectInfo`",
+                        );
+                        None
+                    }
+                    _ => self.string(n, k),
+                };
+                let stream = Sp {
+                    value: (),
+                    pos: key_pos,
+                    key: join(&key, "stream"),
+                };
+                Some(MessageRefSpec {
+                    name,
+                    stream: Some(stream),
+                })
+            }
+            other => {
+                self.sink.error_hint(
+                    node.pos,
+                    &key,
+                    format!(
+                        "`{}` must be a message name or `{{ stream: Message }}`, found {}",
+                        last(&key),
+                        other.describe()
+                    ),
+                    "name a message defined under `messages:`, or a stream of them with `{ stream: Name }`",
+                );
+                None
+            }
+        }
+    }
+
+    /// Decodes an endpoint's `stream:` (a bulk stream); `pos` is where its key is.
+    fn bulk_stream(&mut self, node: &Node, key: String, pos: Pos) -> Option<StreamSpec> {
+        let fields = self.fields(node, &key, STREAM_KEYS)?;
+        let max_len = match fields.get("max_len") {
+            Some((n, k)) => self.size(n, k, Size::StreamLen),
+            None => {
+                self.missing(
+                    &fields,
+                    node.pos,
+                    "max_len",
+                    "give the most bytes one call may move, e.g. `max_len: 1GiB`: the stream moves them in chunks of the buffer size",
+                );
+                None
+            }
+        };
+        Some(StreamSpec { pos, key, max_len })
     }
 
     fn buffer(&mut self, node: &Node, key: &str) -> Option<Sp<u64>> {
         let fields = self.fields(node, key, BUFFER_KEYS)?;
         match fields.get("size") {
-            Some((n, k)) => self.size(n, k),
+            Some((n, k)) => self.size(n, k, Size::Buffer),
             None => {
                 self.missing(
                     &fields,
@@ -564,8 +685,8 @@ impl Decoder<'_> {
         }
     }
 
-    fn size(&mut self, node: &Node, key: String) -> Option<Sp<u64>> {
-        let max = limits::MAX_BUFFER_SIZE;
+    fn size(&mut self, node: &Node, key: String, what: Size) -> Option<Sp<u64>> {
+        let (name, max) = (what.name(), what.max());
         let value = match &node.kind {
             Kind::Int(n) => *n,
             // Integers beyond 64 bits arrive as floats; let the range check report them.
@@ -579,7 +700,7 @@ impl Decoder<'_> {
                 );
                 return None;
             }
-            Kind::Str(text) => match parse_size(text) {
+            Kind::Str(text) => match parse_size(name, text) {
                 Ok(n) => n,
                 Err((message, hint)) => {
                     self.sink.error_hint(node.pos, &key, message, hint);
@@ -591,10 +712,10 @@ impl Decoder<'_> {
                     node.pos,
                     &key,
                     format!(
-                        "buffer size must be a whole number of bytes, found {}",
+                        "{name} must be a whole number of bytes, found {}",
                         other.describe()
                     ),
-                    "write e.g. `4096` or, in the extended format, `4KiB`",
+                    what.example(),
                 );
                 return None;
             }
@@ -603,8 +724,8 @@ impl Decoder<'_> {
             self.sink.error_hint(
                 node.pos,
                 &key,
-                format!("buffer size must be positive, found {value}"),
-                "give the buffer size in bytes, e.g. `4096`",
+                format!("{name} must be positive, found {value}"),
+                what.example(),
             );
             return None;
         }
@@ -613,9 +734,10 @@ impl Decoder<'_> {
                 node.pos,
                 &key,
                 format!(
-                    "buffer size {value} bytes is larger than the maximum of {max} bytes (1 GiB)"
+                    "{name} {value} bytes is larger than the maximum of {max} bytes ({})",
+                    what.max_text()
                 ),
-                "use a smaller buffer and transfer large data in several operations",
+                what.too_large_hint(),
             );
             return None;
         }
@@ -832,6 +954,52 @@ impl Decoder<'_> {
     }
 }
 
+/// Which size a size value gives; they differ in their bounds and wording.
+#[derive(Clone, Copy)]
+enum Size {
+    /// `buffer.size`.
+    Buffer,
+    /// A bulk stream's `max_len`.
+    StreamLen,
+}
+
+impl Size {
+    fn name(self) -> &'static str {
+        match self {
+            Size::Buffer => "buffer size",
+            Size::StreamLen => "stream max_len",
+        }
+    }
+
+    fn max(self) -> u64 {
+        match self {
+            Size::Buffer => limits::MAX_BUFFER_SIZE,
+            Size::StreamLen => limits::MAX_STREAM_LEN,
+        }
+    }
+
+    fn max_text(self) -> &'static str {
+        match self {
+            Size::Buffer => "1 GiB",
+            Size::StreamLen => "1 TiB",
+        }
+    }
+
+    fn example(self) -> &'static str {
+        match self {
+            Size::Buffer => "write e.g. `4096` or, in the extended format, `4KiB`",
+            Size::StreamLen => "write the most bytes one call may move, e.g. `max_len: 1GiB`",
+        }
+    }
+
+    fn too_large_hint(self) -> &'static str {
+        match self {
+            Size::Buffer => "use a smaller buffer and transfer large data in several operations",
+            Size::StreamLen => "move larger data in several calls",
+        }
+    }
+}
+
 /// The last component of a key path, for messages.
 fn last(key: &str) -> &str {
     let tail = key.rsplit('.').next().unwrap_or(key);
@@ -853,18 +1021,19 @@ fn split_number(text: &str) -> Option<(&str, &str)> {
 
 type ParseError = (String, String);
 
-/// Parses an extended-format buffer size: an integer with an optional binary unit.
-fn parse_size(text: &str) -> Result<i128, ParseError> {
-    let units_hint = "write bytes (`4096`) or use a binary unit: `B`, `KiB`, `MiB`, `GiB`";
+/// Parses an extended-format size (`what` names it in messages): an integer with an optional
+/// binary unit.
+fn parse_size(what: &str, text: &str) -> Result<i128, ParseError> {
+    let units_hint = "write bytes (`4096`) or use a binary unit: `B`, `KiB`, `MiB`, `GiB`, `TiB`";
     let Some((number, unit)) = split_number(text) else {
         return Err((
-            format!("buffer size `{text}` is not a size"),
+            format!("{what} `{text}` is not a size"),
             units_hint.to_owned(),
         ));
     };
     let number: i128 = number.replace('_', "").parse().map_err(|_| {
         (
-            format!("buffer size `{text}` is not a size"),
+            format!("{what} `{text}` is not a size"),
             units_hint.to_owned(),
         )
     })?;
@@ -873,6 +1042,7 @@ fn parse_size(text: &str) -> Result<i128, ParseError> {
         "KiB" => 1 << 10,
         "MiB" => 1 << 20,
         "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
         "k" | "K" | "kB" | "KB" | "Kb" | "kb" | "kib" | "Ki" | "KIB" => {
             return Err(ambiguous_unit(text, number, "KiB", 1 << 10));
         }
@@ -881,6 +1051,9 @@ fn parse_size(text: &str) -> Result<i128, ParseError> {
         }
         "G" | "GB" | "Gb" | "gb" | "gib" | "Gi" | "GIB" => {
             return Err(ambiguous_unit(text, number, "GiB", 1 << 30));
+        }
+        "T" | "TB" | "Tb" | "tb" | "tib" | "Ti" | "TIB" => {
+            return Err(ambiguous_unit(text, number, "TiB", 1 << 40));
         }
         _ => {
             return Err((
@@ -966,19 +1139,28 @@ mod tests {
 
     #[test]
     fn sizes() {
-        assert_eq!(parse_size("4KiB"), Ok(4096));
-        assert_eq!(parse_size("4 MiB"), Ok(4 << 20));
-        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
-        assert_eq!(parse_size("512"), Ok(512));
-        assert_eq!(parse_size("512B"), Ok(512));
-        assert_eq!(parse_size("1_024"), Ok(1024));
-        assert_eq!(parse_size("-4KiB"), Ok(-4096));
-        assert!(parse_size("4KB")
+        assert_eq!(parse_size("buffer size", "4KiB"), Ok(4096));
+        assert_eq!(parse_size("buffer size", "4 MiB"), Ok(4 << 20));
+        assert_eq!(parse_size("buffer size", "1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("buffer size", "512"), Ok(512));
+        assert_eq!(parse_size("buffer size", "512B"), Ok(512));
+        assert_eq!(parse_size("buffer size", "1_024"), Ok(1024));
+        assert_eq!(parse_size("buffer size", "-4KiB"), Ok(-4096));
+        assert!(parse_size("buffer size", "4KB")
             .unwrap_err()
             .1
             .contains("`4KiB` (4096 bytes)"));
-        assert!(parse_size("4 parsecs").is_err());
-        assert!(parse_size("KiB").is_err());
+        assert!(parse_size("buffer size", "4 parsecs").is_err());
+        assert!(parse_size("buffer size", "KiB").is_err());
+        assert_eq!(parse_size("stream max_len", "1TiB"), Ok(1 << 40));
+        assert!(parse_size("stream max_len", "1TB")
+            .unwrap_err()
+            .1
+            .contains("`1TiB`"));
+        assert_eq!(
+            parse_size("stream max_len", "1 parsec").unwrap_err().0,
+            "unknown size unit `parsec` in `1 parsec`"
+        );
     }
 
     #[test]

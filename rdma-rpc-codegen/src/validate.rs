@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use crate::diagnostics::Sink;
 use crate::ir::{
     EndpointIr, EnumIr, EnumValueIr, FieldIr, FieldLabel, MessageIr, OpKind, ScalarType, ServiceIr,
-    SpecFormat, TypeRef, REMOTE_BUFFER,
+    SpecFormat, StreamKind, TypeRef, REMOTE_BUFFER,
 };
 use crate::limits;
 use crate::naming;
-use crate::spec::{EndpointSpec, EnumSpec, MessageSpec, Sp, SpecFile};
+use crate::spec::{EndpointSpec, EnumSpec, MessageRefSpec, MessageSpec, Sp, SpecFile};
 use crate::yaml::Pos;
 
 /// The highest protobuf field number.
@@ -308,42 +308,193 @@ fn endpoints(spec: &SpecFile, types: &TypeNames, sink: &mut Sink) -> Vec<Endpoin
             }
         }
         let method_is_sound = sink.diagnostics.len() == problems_before;
-        let request = ep.request.as_ref().and_then(|r| types.message_ref(r, sink));
-        let response = ep
-            .response
-            .as_ref()
-            .and_then(|r| types.message_ref(r, sink));
-        let (Some(path), Some(op), Some((method, _, _))) = (&ep.path, &ep.op, method) else {
+        let message = |r: &MessageRefSpec, sink: &mut Sink| {
+            r.name
+                .as_ref()
+                .and_then(|name| types.message_ref(name, sink))
+        };
+        let request = ep.request.as_ref().and_then(|r| message(r, sink));
+        let response = ep.response.as_ref().and_then(|r| message(r, sink));
+        let (Some(path), Some(op), Some((method, pos, key))) = (&ep.path, &ep.op, method) else {
             continue;
         };
-        let payload = payload(spec.format, ep, op.value, sink);
+        let stream = stream_kind(ep, op.value, sink);
+        let payload = payload(spec.format, ep, op.value, stream, sink);
         if !method_is_sound {
             continue;
         }
-        out.push(EndpointIr {
-            path: path.value.clone(),
-            op: op.value,
-            buffer_size: ep
-                .buffer_size
-                .as_ref()
-                .map_or(limits::DEFAULT_MESSAGE_BUFFER_SIZE, |s| s.value),
-            method,
-            doc: ep.doc.as_ref().map(|d| d.value.clone()),
-            request,
-            response,
-            timeout: ep.timeout.as_ref().map(|t| t.value),
-            payload,
-        });
+        out.push((
+            EndpointIr {
+                path: path.value.clone(),
+                op: op.value,
+                buffer_size: ep
+                    .buffer_size
+                    .as_ref()
+                    .map_or(limits::DEFAULT_MESSAGE_BUFFER_SIZE, |s| s.value),
+                method,
+                doc: ep.doc.as_ref().map(|d| d.value.clone()),
+                request,
+                response,
+                timeout: ep.timeout.as_ref().map(|t| t.value),
+                payload,
+                stream,
+            },
+            pos,
+            key,
+        ));
+    }
+    generated_name_clashes(out, &by_method, sink)
+}
+
+/// Checks the names generated from the endpoints' method names besides the methods: the
+/// clients' `<method>_into` and `<method>_stream`, which must not be another endpoint's
+/// method, and the server trait's `<Method>Stream` types, which must be distinct. An endpoint
+/// whose generated names clash stays out of the IR (its code would not compile).
+fn generated_name_clashes(
+    endpoints: Vec<(EndpointIr, Pos, String)>,
+    methods: &HashMap<String, (u64, &str)>,
+    sink: &mut Sink,
+) -> Vec<EndpointIr> {
+    let mut stream_types: HashMap<String, (u64, String)> = HashMap::new();
+    let mut out = Vec::new();
+    for (ep, pos, key) in endpoints {
+        let mut sound = true;
+        for extra in naming::extra_client_methods(&ep) {
+            if let Some((line, _)) = methods.get(&extra) {
+                sink.error_hint(
+                    pos,
+                    &key,
+                    format!(
+                        "the generated client method `{extra}` of `{}` collides with the method of the endpoint on line {line}",
+                        ep.method
+                    ),
+                    "give one of the endpoints another `method:`",
+                );
+                sound = false;
+            }
+        }
+        if ep.stream.streams_responses() {
+            let ty = naming::stream_type_name(&ep.method);
+            match stream_types.get(&ty) {
+                Some((line, other)) => {
+                    sink.error_hint(
+                        pos,
+                        &key,
+                        format!(
+                            "method `{}` names its stream type `{ty}`, like `{other}` on line {line}",
+                            ep.method
+                        ),
+                        "give one of the endpoints another `method:`",
+                    );
+                    sound = false;
+                }
+                None => {
+                    stream_types.insert(ty, (pos.line, ep.method.clone()));
+                }
+            }
+        }
+        if sound {
+            out.push(ep);
+        }
     }
     out
 }
 
+/// How an endpoint's calls stream, checked against its operation: a bulk stream
+/// (`stream: { max_len }`) on write and read, message streams (`request: { stream: .. }`,
+/// `response: { stream: .. }`) on send and receive. A kind the operation does not carry is
+/// reported and left out, so that the IR of an invalid spec still generates code the runtime
+/// accepts.
+fn stream_kind(ep: &EndpointSpec, op: OpKind, sink: &mut Sink) -> StreamKind {
+    let requests = ep.request.as_ref().and_then(|r| r.stream.as_ref());
+    let responses = ep.response.as_ref().and_then(|r| r.stream.as_ref());
+    if op.is_one_sided() {
+        for stream in [requests, responses].into_iter().flatten() {
+            sink.error_hint(
+                stream.pos,
+                &stream.key,
+                format!("a `{op}` endpoint has no message streams"),
+                format!(
+                    "message streams are for send and receive endpoints; a `{op}` endpoint streams \
+                     its bytes with `stream: {{ max_len: .. }}` and names its messages plainly \
+                     (`{}: Name`)",
+                    last(stream.key.trim_end_matches(".stream"))
+                ),
+            );
+        }
+        let Some(bulk) = &ep.stream else {
+            return StreamKind::Unary;
+        };
+        let buffer = ep.buffer_size.as_ref().map(|b| b.value);
+        let max_len = match (&bulk.max_len, buffer) {
+            (Some(max_len), Some(buffer)) if max_len.value < buffer => {
+                sink.error_hint(
+                    max_len.pos,
+                    &max_len.key,
+                    format!(
+                        "stream max_len {} bytes is smaller than the buffer size {buffer} bytes",
+                        max_len.value
+                    ),
+                    "`max_len` bounds the whole stream and the buffer one chunk of it: give `max_len` at least the buffer size",
+                );
+                buffer
+            }
+            (Some(max_len), _) => max_len.value,
+            // Reported already; the buffer's size keeps the kind sound.
+            (None, _) => buffer.unwrap_or(limits::DEFAULT_MESSAGE_BUFFER_SIZE),
+        };
+        return StreamKind::Bulk { max_len };
+    }
+    if let Some(bulk) = &ep.stream {
+        sink.error_hint(
+            bulk.pos,
+            &bulk.key,
+            format!("a `{op}` endpoint has no bulk stream"),
+            "bulk streams are for write and read endpoints; stream messages with \
+             `request: { stream: T }` / `response: { stream: T }`",
+        );
+    }
+    if requests.is_none() && responses.is_none() {
+        return StreamKind::Unary;
+    }
+    StreamKind::Messages {
+        requests: requests.is_some(),
+        responses: responses.is_some(),
+    }
+}
+
 /// Whether an endpoint's calls move bytes besides their messages. Said with `payload:`;
 /// otherwise, in the extended format, a send or receive without a `buffer` moves none (its
-/// messages are the call); every other endpoint does.
-fn payload(format: SpecFormat, ep: &EndpointSpec, op: OpKind, sink: &mut Sink) -> bool {
+/// messages are the call); every other endpoint does. Message streams never do.
+fn payload(
+    format: SpecFormat,
+    ep: &EndpointSpec,
+    op: OpKind,
+    stream: StreamKind,
+    sink: &mut Sink,
+) -> bool {
+    if let StreamKind::Messages { .. } = stream {
+        if let Some(given) = ep.payload.as_ref().filter(|p| p.value) {
+            sink.error_hint(
+                given.pos,
+                &given.key,
+                "a message-streaming endpoint carries no payload: `payload: true` does not fit it",
+                "its messages are the call; remove `payload`, and move bulk bytes through a \
+                 `write` or `read` endpoint (with `stream: { max_len: .. }` for large ones)",
+            );
+        }
+        return false;
+    }
     if let Some(given) = &ep.payload {
-        if !given.value && op.is_one_sided() {
+        if !given.value && stream.max_len().is_some() {
+            sink.error_hint(
+                given.pos,
+                &given.key,
+                "a bulk stream moves bytes: `payload: false` does not fit it",
+                "remove `payload: false`; for an endpoint that carries messages only, use \
+                 `type: send` or `type: receive`",
+            );
+        } else if !given.value && op.is_one_sided() {
             sink.error_hint(
                 given.pos,
                 &given.key,

@@ -445,3 +445,229 @@ fn payload_false_on_a_one_sided_endpoint() {
         errors(&src)
     );
 }
+
+#[test]
+fn bulk_stream_on_a_two_sided_endpoint() {
+    let src = format!("{EXT_HEAD}  - path: /a\n    type: send\n    stream:\n      max_len: 1GiB\n");
+    let d = find(&src, "a `send` endpoint has no bulk stream");
+    assert_at(&d, 5, 5, "endpoints[0].stream");
+    assert_eq!(
+        d.hint.as_deref(),
+        Some(
+            "bulk streams are for write and read endpoints; stream messages with \
+             `request: { stream: T }` / `response: { stream: T }`"
+        )
+    );
+    find(
+        &src.replace("type: send", "type: receive"),
+        "a `receive` endpoint has no bulk stream",
+    );
+}
+
+#[test]
+fn message_stream_on_a_one_sided_endpoint() {
+    let src = format!(
+        "{EXT_HEAD}  - path: /a\n    type: write\n    buffer: {{ size: 4KiB }}\n    request: {{ stream: Line }}\n    response:\n      stream: Line\nmessages:\n  Line: {{}}\n"
+    );
+    let all = errors(&src);
+    assert_eq!(all.len(), 2, "{all:#?}");
+    let d = &all[0];
+    assert_eq!(d.message, "a `write` endpoint has no message streams");
+    assert_at(d, 6, 16, "endpoints[0].request.stream");
+    let hint = d.hint.as_deref().unwrap();
+    assert!(hint.contains("`stream: { max_len: .. }`"), "{hint}");
+    assert!(hint.contains("(`request: Name`)"), "{hint}");
+    assert_at(&all[1], 8, 7, "endpoints[0].response.stream");
+    assert!(all[1]
+        .hint
+        .as_deref()
+        .unwrap()
+        .contains("(`response: Name`)"));
+    let read = errors(&src.replace("type: write", "type: read"));
+    assert!(
+        read.iter()
+            .all(|d| d.message == "a `read` endpoint has no message streams"),
+        "{read:#?}"
+    );
+}
+
+#[test]
+fn bulk_stream_limits() {
+    let ep = |max_len: &str| {
+        format!(
+            "{EXT_HEAD}  - path: /a\n    type: read\n    buffer: {{ size: 4MiB }}\n    stream:\n      max_len: {max_len}\n"
+        )
+    };
+    parse_spec("test.yaml", &ep("4MiB")).expect("max_len may equal the buffer");
+    parse_spec("test.yaml", &ep("1TiB")).expect("1 TiB is the limit");
+    let d = find(
+        &ep("1MiB"),
+        "stream max_len 1048576 bytes is smaller than the buffer size 4194304 bytes",
+    );
+    assert_at(&d, 7, 16, "endpoints[0].stream.max_len");
+    assert!(d
+        .hint
+        .as_deref()
+        .unwrap()
+        .contains("at least the buffer size"));
+    let d = find(
+        &ep("2TiB"),
+        "stream max_len 2199023255552 bytes is larger than the maximum of 1099511627776 bytes (1 TiB)",
+    );
+    assert_at(&d, 7, 16, "endpoints[0].stream.max_len");
+    find(&ep("0"), "stream max_len must be positive, found 0");
+    let d = find(&ep("1GB"), "ambiguous size unit in `1GB`");
+    assert_eq!(
+        d.hint.as_deref(),
+        Some("did you mean `1GiB` (1073741824 bytes)? sizes use binary units only")
+    );
+    let d = find(
+        &ep("1 gigabyte"),
+        "unknown size unit `gigabyte` in `1 gigabyte`",
+    );
+    assert_at(&d, 7, 16, "endpoints[0].stream.max_len");
+    find(&ep("lots"), "stream max_len `lots` is not a size");
+    find(
+        &ep("[1]"),
+        "stream max_len must be a whole number of bytes, found a list",
+    );
+}
+
+#[test]
+fn bulk_stream_without_max_len() {
+    let src = format!(
+        "{EXT_HEAD}  - path: /a\n    type: write\n    buffer: {{ size: 4MiB }}\n    stream: {{}}\n"
+    );
+    let d = find(&src, "missing key `max_len`");
+    assert_at(&d, 6, 13, "endpoints[0].stream.max_len");
+    assert!(d.hint.as_deref().unwrap().contains("`max_len: 1GiB`"));
+    // A misspelling is reported once, as a misspelling.
+    let src = src.replace("stream: {}", "stream: { maxlen: 1GiB }");
+    let all = errors(&src);
+    assert_eq!(all.len(), 1, "{all:#?}");
+    assert_eq!(all[0].message, "unknown key `maxlen`");
+    assert_eq!(all[0].hint.as_deref(), Some("did you mean `max_len`?"));
+    let d = find(
+        &src.replace("{ maxlen: 1GiB }", "1GiB"),
+        "expected a mapping, found a string",
+    );
+    assert_at(&d, 6, 13, "endpoints[0].stream");
+    assert_eq!(
+        d.hint.as_deref(),
+        Some("write it as a mapping with the keys `max_len`")
+    );
+}
+
+#[test]
+fn streamed_messages_must_be_declared_messages() {
+    let src = format!(
+        "{EXT_HEAD}  - path: /a\n    type: receive\n    response: {{ stream: ObjectInf }}\n  - path: /b\n    type: send\n    request:\n      stream:\n  - path: /c\n    type: send\n    request: {{ stream: uint64 }}\n  - path: /d\n    type: send\n    request: {{ steam: ObjectInfo }}\n  - path: /e\n    type: send\n    request: {{}}\n  - path: /f\n    type: send\n    response: [ObjectInfo]\nmessages:\n  ObjectInfo: {{}}\n"
+    );
+    let d = find(&src, "unknown message type `ObjectInf`");
+    assert_at(&d, 5, 25, "endpoints[0].response.stream");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `ObjectInfo`?"));
+    let d = find(&src, "a stream must name its message");
+    assert_at(&d, 9, 7, "endpoints[1].request.stream");
+    assert!(d.hint.as_deref().unwrap().contains("`stream: ObjectInfo`"));
+    let d = find(
+        &src,
+        "`stream` must name a message, but `uint64` is a scalar type",
+    );
+    assert_at(&d, 12, 24, "endpoints[2].request.stream");
+    let d = find(&src, "unknown key `steam`");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `stream`?"));
+    let d = find(&src, "missing key `stream`");
+    assert_at(&d, 18, 14, "endpoints[4].request.stream");
+    let d = find(
+        &src,
+        "`response` must be a message name or `{ stream: Message }`, found a list",
+    );
+    assert_at(&d, 21, 15, "endpoints[5].response");
+    assert_eq!(errors(&src).len(), 6, "{:#?}", errors(&src));
+}
+
+#[test]
+fn payload_contradicting_a_stream() {
+    let src = format!(
+        "{EXT_HEAD}  - path: /a\n    type: send\n    payload: true\n    request: {{ stream: M }}\n  - path: /b\n    type: write\n    buffer: {{ size: 4KiB }}\n    stream: {{ max_len: 1MiB }}\n    payload: false\nmessages:\n  M: {{}}\n"
+    );
+    let d = find(
+        &src,
+        "a message-streaming endpoint carries no payload: `payload: true` does not fit it",
+    );
+    assert_at(&d, 5, 14, "endpoints[0].payload");
+    assert!(d
+        .hint
+        .as_deref()
+        .unwrap()
+        .starts_with("its messages are the call"));
+    let d = find(
+        &src,
+        "a bulk stream moves bytes: `payload: false` does not fit it",
+    );
+    assert_at(&d, 11, 14, "endpoints[1].payload");
+    // One diagnostic for it, not the general one of `payload: false` on a write as well.
+    assert_eq!(errors(&src).len(), 2, "{:#?}", errors(&src));
+    // `payload: false` on a message stream says what is so anyway; a `buffer` there bounds
+    // the request and response messages and gives no payload.
+    let ok = src
+        .replace(
+            "payload: true",
+            "payload: false\n    buffer: { size: 1KiB }",
+        )
+        .replace("    payload: false\nmessages", "messages");
+    let ir = parse_spec("test.yaml", &ok).unwrap();
+    assert!(!ir.endpoints[0].payload);
+    assert_eq!(ir.endpoints[0].buffer_size, 1024);
+}
+
+#[test]
+fn streams_in_the_doca_cpp_format() {
+    let src = format!(
+        "{DOCA_HEAD}  - path: /a\n    type: write\n    buffer: {{ size: 4096 }}\n    stream: {{ max_len: 1073741824 }}\n  - path: /b\n    type: send\n    buffer: {{ size: 64 }}\n    request: {{ stream: M }}\n"
+    );
+    let all = errors(&src);
+    assert_eq!(all.len(), 2, "{all:#?}");
+    let d = find(
+        &src,
+        "key `stream` is not part of the doca-cpp format (version \"0.0.1\")",
+    );
+    assert_at(&d, 6, 5, "endpoints[0].stream");
+    assert_eq!(
+        d.hint.as_deref(),
+        Some("use `version: \"rdma-rpc/1\"` for the extended format")
+    );
+    let d = find(
+        &src,
+        "key `request` is not part of the doca-cpp format (version \"0.0.1\")",
+    );
+    assert_at(&d, 10, 5, "endpoints[1].request");
+}
+
+#[test]
+fn names_generated_for_streams_must_not_clash() {
+    // `list_` and `list` both name their stream type `ListStream`.
+    let src = format!(
+        "{EXT_HEAD}  - path: /a\n    type: receive\n    method: list\n    response: {{ stream: M }}\n  - path: /b\n    type: receive\n    method: list_\n    response: {{ stream: M }}\nmessages:\n  M: {{}}\n"
+    );
+    let d = find(
+        &src,
+        "method `list_` names its stream type `ListStream`, like `list` on line 5",
+    );
+    assert_at(&d, 9, 13, "endpoints[1].method");
+    // A bulk read's client has `<method>_stream` (and `<method>_into`) besides `<method>`.
+    let src = format!(
+        "{EXT_HEAD}  - path: /a\n    type: read\n    method: get\n    buffer: {{ size: 4KiB }}\n    stream: {{ max_len: 1MiB }}\n  - path: /b\n    type: send\n    method: get_stream\n  - path: /c\n    type: send\n    method: get_into\n"
+    );
+    let all = errors(&src);
+    assert_eq!(all.len(), 2, "{all:#?}");
+    let d = find(
+        &src,
+        "the generated client method `get_stream` of `get` collides with the method of the endpoint on line 8",
+    );
+    assert_at(&d, 5, 13, "endpoints[0].method");
+    find(
+        &src,
+        "the generated client method `get_into` of `get` collides with the method of the endpoint on line 11",
+    );
+}

@@ -1,8 +1,8 @@
-//! Unit tests on the IR built from the two example specs in `specs/`.
+//! Unit tests on the IR built from the example specs in `specs/` and from small specs.
 
 use std::time::Duration;
 
-use rdma_rpc_codegen::{FieldLabel, OpKind, ScalarType, SpecFormat, TypeRef};
+use rdma_rpc_codegen::{FieldLabel, OpKind, ScalarType, SpecFormat, StreamKind, TypeRef};
 
 fn spec(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -247,4 +247,101 @@ fn payloads_follow_the_buffer_unless_said() {
     )
     .unwrap();
     assert!(doca.endpoints[0].payload);
+}
+
+#[test]
+fn object_store_streams() {
+    let ir = rdma_rpc_codegen::load_spec(spec("object_store.yaml")).unwrap();
+    assert_eq!(ir.name, "ObjectStore");
+    let message = |name: &str| Some(TypeRef::Message(name.into()));
+    let endpoints: Vec<_> = ir
+        .endpoints
+        .iter()
+        .map(|e| (e.method.as_str(), e.op, e.buffer_size, e.stream, e.payload))
+        .collect();
+    let messages = |requests, responses| StreamKind::Messages {
+        requests,
+        responses,
+    };
+    assert_eq!(
+        endpoints,
+        [
+            (
+                "put_object",
+                OpKind::Write,
+                4 << 20,
+                StreamKind::Bulk { max_len: 1 << 30 },
+                true
+            ),
+            (
+                "get_object",
+                OpKind::Read,
+                4 << 20,
+                StreamKind::Bulk { max_len: 1 << 30 },
+                true
+            ),
+            (
+                "list_objects",
+                OpKind::Receive,
+                4096,
+                messages(false, true),
+                false
+            ),
+            (
+                "append_log",
+                OpKind::Send,
+                4096,
+                messages(true, false),
+                false
+            ),
+            ("watch", OpKind::Send, 4096, messages(true, true), false),
+            (
+                "delete_object",
+                OpKind::Send,
+                4096,
+                StreamKind::Unary,
+                false
+            ),
+        ]
+    );
+    // The streamed types, and the plain messages beside them.
+    let list = &ir.endpoints[2];
+    assert_eq!(list.request, message("ListRequest"));
+    assert_eq!(list.request_stream(), None);
+    assert_eq!(list.response_stream(), message("ObjectInfo").as_ref());
+    assert_eq!(list.timeout, Some(Duration::from_secs(30)));
+    let append = &ir.endpoints[3];
+    assert_eq!(append.request_stream(), message("LogLine").as_ref());
+    assert_eq!(append.response, message("AppendSummary"));
+    assert_eq!(append.response_stream(), None);
+    let watch = &ir.endpoints[4];
+    assert_eq!(watch.request_stream(), message("WatchRequest").as_ref());
+    assert_eq!(watch.response_stream(), message("ObjectEvent").as_ref());
+    let put = &ir.endpoints[0];
+    assert_eq!(put.stream.max_len(), Some(1 << 30));
+    assert_eq!((put.request_stream(), put.response_stream()), (None, None));
+    let info = ir.message("ObjectInfo").unwrap();
+    let fields: Vec<_> = info.fields.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(fields, ["key", "size", "crc32c"]);
+}
+
+#[test]
+fn message_streams_without_messages_on_the_other_side() {
+    // A server stream needs no request message, a client stream no response message.
+    let src = "version: \"rdma-rpc/1\"\nendpoints:\n\
+        - { path: /ticks, type: receive, response: { stream: Tick } }\n\
+        - { path: /log, type: send, request: { stream: Tick } }\n\
+        messages:\n  Tick: {}\n";
+    let ir = rdma_rpc_codegen::parse_spec("t.yaml", src).unwrap();
+    let ticks = &ir.endpoints[0];
+    assert_eq!(
+        (&ticks.request, ticks.stream.streams_responses()),
+        (&None, true)
+    );
+    let log = &ir.endpoints[1];
+    assert_eq!(
+        (&log.response, log.stream.streams_requests()),
+        (&None, true)
+    );
+    assert!(!log.stream.streams_responses());
 }
