@@ -9,6 +9,7 @@ fn main() -> Result<(), rdma_rpc_codegen::Error> {
     rdma_rpc_codegen::configure().compile(&[
         specs.join("doca_cpp_endpoints.yaml"),
         specs.join("kv_store.yaml"),
+        specs.join("object_store.yaml"),
         specs.join("bench.yaml"),
         specs.join("storage_service.yaml"),
         specs.join("storage_target.yaml"),

@@ -9,6 +9,7 @@ use rdma_rpc_codegen::{generate, load_spec_named, Options};
 const SPECS: &[&str] = &[
     "doca_cpp_endpoints",
     "kv_store",
+    "object_store",
     "storage_service",
     "storage_target",
 ];

@@ -20,7 +20,7 @@ use heck::ToShoutySnakeCase;
 use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::{quote, ToTokens};
 
-use crate::ir::{EndpointIr, OpKind, ScalarType, ServiceIr, TypeRef};
+use crate::ir::{EndpointIr, OpKind, ScalarType, ServiceIr, StreamKind, TypeRef};
 use crate::naming;
 
 /// What to generate besides the messages and the endpoint table.
@@ -137,6 +137,7 @@ fn endpoint_table(ir: &ServiceIr) -> TokenStream {
         let op = op_variant(ep.op);
         let size = Literal::u64_unsuffixed(ep.buffer_size);
         let method = &ep.method;
+        let stream = stream_kind(ep.stream);
         let timeout = match ep.timeout {
             Some(t) => {
                 let ms = Literal::u64_unsuffixed(timeout_ms(t));
@@ -151,7 +152,7 @@ fn endpoint_table(ir: &ServiceIr) -> TokenStream {
                 buffer_size: #size,
                 method: #method,
                 timeout_ms: #timeout,
-                stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
+                stream: #stream,
             }
         }
     });
@@ -160,6 +161,60 @@ fn endpoint_table(ir: &ServiceIr) -> TokenStream {
         pub const #name: &[::rdma_rpc_core::codegen::EndpointDef] = &[#(#entries),*];
     }
 }
+
+/// The runtime's `StreamKind` of an endpoint, as an expression.
+fn stream_kind(kind: StreamKind) -> TokenStream {
+    match kind {
+        StreamKind::Unary => quote!(::rdma_rpc_core::codegen::StreamKind::Unary),
+        StreamKind::Bulk { max_len } => {
+            let max_len = Literal::u64_unsuffixed(max_len);
+            quote!(::rdma_rpc_core::codegen::StreamKind::Bulk { max_len: #max_len })
+        }
+        StreamKind::Messages {
+            requests,
+            responses,
+        } => quote! {
+            ::rdma_rpc_core::codegen::StreamKind::Messages {
+                requests: #requests,
+                responses: #responses,
+            }
+        },
+    }
+}
+
+/// The shape of an endpoint's generated handler and client methods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// One message each way, with the bytes of its payload (if it has one) in or out.
+    Unary,
+    /// Message streams: the client's (`requests`), the server's (`responses`), or both.
+    Messages { requests: bool, responses: bool },
+    /// A bulk write stream: the handler takes the payload in chunks.
+    BulkWrite,
+    /// A bulk read stream: the handler sends the payload in chunks.
+    BulkRead,
+}
+
+pub(crate) fn shape(ep: &EndpointIr) -> Shape {
+    match ep.stream {
+        StreamKind::Unary => Shape::Unary,
+        StreamKind::Messages {
+            requests,
+            responses,
+        } => Shape::Messages {
+            requests,
+            responses,
+        },
+        // Validation keeps bulk streams to write and read.
+        StreamKind::Bulk { .. } if ep.op.is_inbound() => Shape::BulkWrite,
+        StreamKind::Bulk { .. } => Shape::BulkRead,
+    }
+}
+
+/// The size rule of stream messages, for the docs of message-streaming methods.
+pub(crate) const FRAME_RULE: &str =
+    "Each stream message must fit one frame: the connection's `max_frame` (16 KiB by\n\
+     default) less a few bytes; a larger one fails the call with `RESOURCE_EXHAUSTED`.";
 
 fn op_variant(op: OpKind) -> Ident {
     ident(match op {
@@ -249,7 +304,26 @@ pub(crate) fn endpoint_doc(ep: &EndpointIr, extra: &str) -> TokenStream {
         ep.op,
         size_text(ep.buffer_size)
     ));
+    match ep.stream {
+        StreamKind::Unary => {}
+        StreamKind::Bulk { max_len } => text.push_str(&format!(
+            ", bulk stream of at most {} in chunks of the buffer",
+            size_text(max_len)
+        )),
+        StreamKind::Messages {
+            requests,
+            responses,
+        } => text.push_str(match (requests, responses) {
+            (true, true) => ", message streams both ways",
+            (true, false) => ", client-streaming messages",
+            _ => ", server-streaming messages",
+        }),
+    }
     match ep.timeout {
+        Some(t) if ep.stream.is_streaming() => text.push_str(&format!(
+            ", timeout {} for the whole call.",
+            duration_text(t)
+        )),
         Some(t) => text.push_str(&format!(", timeout {}.", duration_text(t))),
         None => text.push('.'),
     }
@@ -261,8 +335,13 @@ pub(crate) fn endpoint_doc(ep: &EndpointIr, extra: &str) -> TokenStream {
 }
 
 /// `4194304` → `4 MiB`, `1000` → `1000 bytes`.
-fn size_text(bytes: u64) -> String {
-    for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+pub(crate) fn size_text(bytes: u64) -> String {
+    for (unit, size) in [
+        ("TiB", 1u64 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ] {
         if bytes >= size && bytes.is_multiple_of(size) {
             return format!("{} {unit}", bytes / size);
         }

@@ -4,8 +4,11 @@
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
-use super::{doc_attrs, endpoint_doc, ident, message_type, table_name};
+use super::{
+    doc_attrs, endpoint_doc, ident, message_type, shape, size_text, table_name, Shape, FRAME_RULE,
+};
 use crate::ir::{EndpointIr, OpKind, ServiceIr};
+use crate::naming;
 
 pub(super) fn generate(ir: &ServiceIr) -> TokenStream {
     let service_trait = service_trait(ir);
@@ -16,8 +19,60 @@ pub(super) fn generate(ir: &ServiceIr) -> TokenStream {
     }
 }
 
-/// What a handler's arguments mean, by operation.
-fn handler_doc(op: OpKind, payload: bool) -> &'static str {
+/// What a handler's arguments and result mean.
+fn handler_doc(ep: &EndpointIr) -> String {
+    let max_len = size_text(ep.stream.max_len().unwrap_or(ep.buffer_size));
+    match shape(ep) {
+        Shape::Unary => unary_handler_doc(ep.op, ep.payload).to_owned(),
+        Shape::Messages {
+            requests,
+            responses,
+        } => {
+            let mut text = String::new();
+            if requests {
+                text.push_str(
+                    "`request` holds the client's stream of messages: take them with\n\
+                     `request.get_mut().message().await` (or read it as a `Stream`) until it\n\
+                     ends with `None`. The client sends only while this side's window\n\
+                     (`stream_window`) has room, so a handler that takes them slowly holds the\n\
+                     client back.\n",
+                );
+            }
+            if responses {
+                text.push_str(
+                    "Return the stream of response messages: the server sends each one as the\n\
+                     stream yields it, packed into frames, and only while the client's window\n\
+                     has room, so a client that reads slowly holds the stream back. An `Err`\n\
+                     item ends the call with that status, after the messages before it.\n",
+                );
+            } else {
+                text.push_str("The response message is the whole answer.\n");
+            }
+            text.push_str(FRAME_RULE);
+            text
+        }
+        Shape::BulkWrite => format!(
+            "`chunks` brings the payload as the handler takes it: `chunks.chunk().await` (or\n\
+             read it as a `Stream`) until `None`; `chunks.len()` is the total the client\n\
+             declared, at most {max_len}. Each chunk is at most the buffer size, read from the\n\
+             client's memory by RDMA a few ahead, and a lease of one of the path's pooled\n\
+             buffers: dropping it frees the buffer for the next chunk, so copy what you keep.\n\
+             A handler that takes chunks slowly makes the client wait."
+        ),
+        Shape::BulkRead => format!(
+            "Send the result into `sink` in chunks of at most the buffer size\n\
+             (`sink.chunk_size()`), at most {max_len} in all: fill a pooled buffer from\n\
+             `sink.buffer().await?` and `sink.send(buf).await?` it, or copy with\n\
+             `sink.send_bytes(&data).await?`. Each chunk is RDMA-written into a window the\n\
+             client offered; `send` waits while the client has none free, so a client that\n\
+             reads slowly holds the handler back. The response message follows the last\n\
+             chunk."
+        ),
+    }
+}
+
+/// What a unary handler's arguments mean, by operation.
+fn unary_handler_doc(op: OpKind, payload: bool) -> &'static str {
     match op {
         OpKind::Send | OpKind::Receive if !payload => {
             "The request message is the whole call: no bytes come with it, and the response\n\
@@ -63,11 +118,32 @@ fn service_trait(ir: &ServiceIr) -> TokenStream {
     let doc = doc_attrs(&doc);
     let methods = ir.endpoints.iter().map(|ep| {
         let method = ident(&ep.method);
-        let doc = endpoint_doc(ep, handler_doc(ep.op, ep.payload));
-        let request = message_type(ep.request.as_ref());
-        let response = message_type(ep.response.as_ref());
+        let doc = endpoint_doc(ep, &handler_doc(ep));
+        let mut request = message_type(ep.request.as_ref());
+        if ep.stream.streams_requests() {
+            request = quote!(::rdma_rpc_core::codegen::Streaming<#request>);
+        }
+        let mut response = message_type(ep.response.as_ref());
+        // A handler that streams its responses returns a stream of its own choosing, named by
+        // an associated type (tonic-build's shape).
+        let mut stream_type = quote!();
+        if ep.stream.streams_responses() {
+            let name = ident(&naming::stream_type_name(&ep.method));
+            let doc = doc_attrs(&format!(
+                "The stream of response messages that [`{}`](Self::{}) returns.",
+                ep.method, ep.method
+            ));
+            stream_type = quote! {
+                #doc
+                type #name: ::rdma_rpc_core::codegen::Stream<
+                    Item = ::core::result::Result<#response, ::rdma_rpc_core::codegen::Status>,
+                > + ::core::marker::Send + 'static;
+            };
+            response = quote!(Self::#name);
+        }
         let payload = payload_param(ep);
         quote! {
+            #stream_type
             #doc
             fn #method(
                 &self,
@@ -87,20 +163,16 @@ fn service_trait(ir: &ServiceIr) -> TokenStream {
 }
 
 /// The handler's second parameter (with its comma): the bytes moved in, the buffer to fill,
-/// or none for an endpoint without payload.
+/// the chunks of a bulk stream or where to send them, or none for an endpoint without payload.
 fn payload_param(ep: &EndpointIr) -> TokenStream {
-    if !ep.payload {
-        quote!()
-    } else if is_inbound(ep.op) {
-        quote!(data: ::rdma_rpc_core::codegen::Bytes,)
-    } else {
-        quote!(buf: &mut ::rdma_rpc_core::codegen::RegisteredBuf,)
+    match shape(ep) {
+        Shape::BulkWrite => quote!(chunks: ::rdma_rpc_core::codegen::Chunks,),
+        Shape::BulkRead => quote!(sink: &mut ::rdma_rpc_core::codegen::ChunkSink,),
+        Shape::Messages { .. } => quote!(),
+        Shape::Unary if !ep.payload => quote!(),
+        Shape::Unary if ep.op.is_inbound() => quote!(data: ::rdma_rpc_core::codegen::Bytes,),
+        Shape::Unary => quote!(buf: &mut ::rdma_rpc_core::codegen::RegisteredBuf,),
     }
-}
-
-/// Send and write move bytes from the client to the server; receive and read the other way.
-pub(super) fn is_inbound(op: OpKind) -> bool {
-    matches!(op, OpKind::Send | OpKind::Write)
 }
 
 fn adapter(ir: &ServiceIr) -> TokenStream {
@@ -115,53 +187,24 @@ fn adapter(ir: &ServiceIr) -> TokenStream {
     ));
     let arms = ir.endpoints.iter().enumerate().map(|(index, ep)| {
         let index = Literal::usize_unsuffixed(index);
-        let method = ident(&ep.method);
-        let request = message_type(ep.request.as_ref());
-        let (pattern, payload, refuse) = match (is_inbound(ep.op), ep.payload) {
-            (true, true) => (quote!(Inbound { request, data }), quote!(, data), quote!()),
-            (false, true) => (quote!(Outbound { request, buf }), quote!(, buf), quote!()),
-            // A client that sends bytes anyway (not a generated one) is told, and the
-            // handler does not run.
-            (true, false) => {
-                let refusal = format!(
-                    "{} {} carries no payload: send the request message alone",
-                    ep.op, ep.path
-                );
-                (
-                    quote!(Inbound { request, data }),
-                    quote!(),
-                    quote! {
-                        if !data.is_empty() {
-                            return ::core::result::Result::Err(
-                                ::rdma_rpc_core::codegen::Status::invalid_argument(#refusal),
-                            );
-                        }
-                    },
-                )
-            }
-            (false, false) => (quote!(Outbound { request, .. }), quote!(), quote!()),
-        };
-        // Without a response message the handler returns `()`; binding that to a variable
-        // would trip clippy's `let_unit_value` in crates that `include!` this code.
-        let respond = if ep.response.is_some() {
-            quote! {
-                let response = self.inner.#method(request #payload).await?;
-                ::core::result::Result::Ok(::rdma_rpc_core::codegen::encode_message(&response))
-            }
-        } else {
-            quote! {
-                self.inner.#method(request #payload).await?;
-                ::core::result::Result::Ok(::rdma_rpc_core::codegen::encode_message(&()))
-            }
-        };
-        quote! {
-            (#index, ::rdma_rpc_core::codegen::ServerCall::#pattern) => {
-                ::std::boxed::Box::pin(async move {
-                    #refuse
-                    let request = ::rdma_rpc_core::codegen::decode_request::<#request>(request)?;
-                    #respond
-                })
-            }
+        match shape(ep) {
+            Shape::Unary => unary_arm(index, ep),
+            Shape::Messages {
+                requests,
+                responses,
+            } => messages_arm(index, ep, requests, responses),
+            Shape::BulkWrite => bulk_arm(
+                index,
+                ep,
+                quote!(InboundStream { request, chunks }),
+                quote!(chunks),
+            ),
+            Shape::BulkRead => bulk_arm(
+                index,
+                ep,
+                quote!(OutboundStream { request, sink }),
+                quote!(sink),
+            ),
         }
     });
     quote! {
@@ -221,6 +264,132 @@ fn adapter(ir: &ServiceIr) -> TokenStream {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The arm of a unary endpoint: decode the request, run the handler with the bytes or the
+/// buffer (or neither, without payload), encode the response.
+fn unary_arm(index: Literal, ep: &EndpointIr) -> TokenStream {
+    let request = message_type(ep.request.as_ref());
+    let (pattern, args, refuse) = match (ep.op.is_inbound(), ep.payload) {
+        (true, true) => (
+            quote!(Inbound { request, data }),
+            quote!(request, data),
+            quote!(),
+        ),
+        (false, true) => (
+            quote!(Outbound { request, buf }),
+            quote!(request, buf),
+            quote!(),
+        ),
+        // A client that sends bytes anyway (not a generated one) is told, and the
+        // handler does not run.
+        (true, false) => {
+            let refusal = format!(
+                "{} {} carries no payload: send the request message alone",
+                ep.op, ep.path
+            );
+            (
+                quote!(Inbound { request, data }),
+                quote!(request),
+                quote! {
+                    if !data.is_empty() {
+                        return ::core::result::Result::Err(
+                            ::rdma_rpc_core::codegen::Status::invalid_argument(#refusal),
+                        );
+                    }
+                },
+            )
+        }
+        (false, false) => (quote!(Outbound { request, .. }), quote!(request), quote!()),
+    };
+    let respond = respond(ep, args);
+    quote! {
+        (#index, ::rdma_rpc_core::codegen::ServerCall::#pattern) => {
+            ::std::boxed::Box::pin(async move {
+                #refuse
+                let request = ::rdma_rpc_core::codegen::decode_request::<#request>(request)?;
+                #respond
+            })
+        }
+    }
+}
+
+/// Runs the handler with `args` and encodes the response message it returns.
+fn respond(ep: &EndpointIr, args: TokenStream) -> TokenStream {
+    let method = ident(&ep.method);
+    // Without a response message the handler returns `()`; binding that to a variable
+    // would trip clippy's `let_unit_value` in crates that `include!` this code.
+    if ep.response.is_some() {
+        quote! {
+            let response = self.inner.#method(#args).await?;
+            ::core::result::Result::Ok(::rdma_rpc_core::codegen::encode_message(&response))
+        }
+    } else {
+        quote! {
+            self.inner.#method(#args).await?;
+            ::core::result::Result::Ok(::rdma_rpc_core::codegen::encode_message(&()))
+        }
+    }
+}
+
+/// The arm of a message-streaming endpoint: the client's messages typed into the request (or
+/// its request message decoded), then the handler's stream of messages sent (or its response
+/// message encoded).
+fn messages_arm(index: Literal, ep: &EndpointIr, requests: bool, responses: bool) -> TokenStream {
+    let method = ident(&ep.method);
+    let request_type = message_type(ep.request.as_ref());
+    let some = quote!(::core::option::Option::Some);
+    let streams = match (requests, responses) {
+        (true, true) => quote!(requests: #some(requests), responses: #some(sink)),
+        (true, false) => quote!(requests: #some(requests), ..),
+        (false, _) => quote!(responses: #some(sink), ..),
+    };
+    let request = if requests {
+        quote! {
+            let request =
+                ::rdma_rpc_core::codegen::streaming_request::<#request_type>(request, requests);
+        }
+    } else {
+        quote! {
+            let request = ::rdma_rpc_core::codegen::decode_request::<#request_type>(request)?;
+        }
+    };
+    let answer = if responses {
+        quote! {
+            let stream = self.inner.#method(request).await?;
+            ::rdma_rpc_core::codegen::send_responses(sink, stream).await
+        }
+    } else {
+        respond(ep, quote!(request))
+    };
+    quote! {
+        (#index, ::rdma_rpc_core::codegen::ServerCall::Streaming { request, #streams }) => {
+            ::std::boxed::Box::pin(async move {
+                #request
+                #answer
+            })
+        }
+    }
+}
+
+/// The arm of a bulk stream: decode the request, run the handler with the chunks or the sink
+/// (`pattern` binds `request` and `arg`), encode the response.
+fn bulk_arm(
+    index: Literal,
+    ep: &EndpointIr,
+    pattern: TokenStream,
+    arg: TokenStream,
+) -> TokenStream {
+    let request = message_type(ep.request.as_ref());
+    let respond = respond(ep, quote!(request, #arg));
+    quote! {
+        (#index, ::rdma_rpc_core::codegen::ServerCall::#pattern) => {
+            ::std::boxed::Box::pin(async move {
+                let request = ::rdma_rpc_core::codegen::decode_request::<#request>(request)?;
+                #respond
+            })
         }
     }
 }

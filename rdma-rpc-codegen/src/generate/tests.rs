@@ -195,3 +195,50 @@ fn idents_never_panic() {
     let code = generate(&ir, &Options::default());
     assert!(code.contains("pub trait not_a_name"), "{code}");
 }
+
+#[test]
+fn streams_shape_the_methods() {
+    let src = "version: \"rdma-rpc/1\"\nservice: S\nendpoints:\n\
+        - { path: /w, type: write, method: put, buffer: { size: 1MiB }, stream: { max_len: 1TiB } }\n\
+        - { path: /r, type: read, method: get, buffer: { size: 1MiB }, stream: { max_len: 2MiB }, timeout: 3s }\n\
+        - { path: /l, type: receive, method: list_all, response: { stream: M } }\n\
+        - { path: /c, type: send, method: sum, request: { stream: M } }\n\
+        - { path: /b, type: send, method: echo, request: { stream: M }, response: { stream: M } }\n\
+        messages:\n  M: {}\n";
+    let code = code(src, &Options::default());
+    for item in [
+        "StreamKind::Bulk {\n            max_len: 1099511627776,\n        }",
+        "StreamKind::Messages {\n            requests: false,\n            responses: true,\n        }",
+        "chunks: ::rdma_rpc_core::codegen::Chunks,",
+        "sink: &mut ::rdma_rpc_core::codegen::ChunkSink,",
+        "type ListAllStream: ::rdma_rpc_core::codegen::Stream<",
+        "type EchoStream: ::rdma_rpc_core::codegen::Stream<",
+        "pub async fn get_stream(",
+        "pub async fn get_into<",
+        "::rdma_rpc_core::codegen::call_server_stream(",
+        "::rdma_rpc_core::codegen::call_client_stream(",
+        "::rdma_rpc_core::codegen::call_bidi_stream(",
+        "::rdma_rpc_core::codegen::call_read_stream(",
+        "buffer of 1 MiB, bulk stream of at most 1 TiB in chunks of the buffer.",
+        "bulk stream of at most 2 MiB in chunks of the buffer, timeout 3 s for the whole call.",
+        "server-streaming messages.",
+        "client-streaming messages.",
+        "message streams both ways.",
+    ] {
+        assert!(code.contains(item), "missing `{item}` in\n{code}");
+    }
+    // No `_into` or `_stream` besides the bulk read's; no stream type for the client stream.
+    assert_eq!(code.matches("_into<").count(), 1);
+    assert_eq!(code.matches("pub async fn ").count(), 5 + 2 + 1);
+    assert!(!code.contains("SumStream"));
+    // A client-only crate gets no stream types (they belong to the server trait).
+    let client = self::code(
+        src,
+        &Options {
+            build_server: false,
+            ..Options::default()
+        },
+    );
+    assert!(!client.contains("ListAllStream"));
+    assert!(client.contains("pub async fn list_all("));
+}

@@ -9,6 +9,11 @@ pub mod kv {
     include!("../../../../rdma-rpc-codegen/tests/golden/kv_store.rs");
 }
 
+/// The object store (every kind of stream).
+pub mod objects {
+    include!("../../../../rdma-rpc-codegen/tests/golden/object_store.rs");
+}
+
 /// The doca-cpp endpoints.
 pub mod doca {
     include!("../../../../rdma-rpc-codegen/tests/golden/doca_cpp_endpoints.rs");
@@ -16,4 +21,5 @@ pub mod doca {
 
 fn main() {
     assert_eq!(kv::KV_STORE_ENDPOINTS.len(), doca::DOCA_CPP_ENDPOINTS_ENDPOINTS.len());
+    assert_eq!(objects::OBJECT_STORE_ENDPOINTS.len(), 6);
 }
