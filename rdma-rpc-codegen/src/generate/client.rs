@@ -208,15 +208,26 @@ fn outbound(ep: &EndpointIr, endpoint: &TokenStream) -> TokenStream {
     let response = message_type(ep.response.as_ref());
     let into_request = into_request();
     let method_into = format_ident!("{}_into", ep.method);
-    let doc_into = doc_attrs(&format!(
-        "As [`{}`](Self::{}), but the bytes land in `dst`, memory registered once: a \
-         lease of a `MemoryRegion` (over DOCA copied in from the connection's bounce \
-         memory, which the server writes; the server never reaches `dst`) or of a \
-         `SharedRegion` shared with the connection (written in place). Nothing is \
-         registered per call. Returns the response and `dst` holding the bytes; a \
-         result larger than `dst` fails with `OUT_OF_RANGE`.",
-        ep.method, ep.method
-    ));
+    let doc_into = doc_attrs(&if shape(ep) == Shape::BulkRead {
+        format!(
+            "As [`{}`](Self::{}), but each chunk is copied into `dst` as it arrives, from \
+             its start: memory registered once (a lease of a `MemoryRegion` or of a \
+             `SharedRegion`), so no buffer of the stream's size is allocated. Returns the \
+             response and `dst` holding the bytes; a stream larger than `dst` fails with \
+             `OUT_OF_RANGE` and the call is cancelled.",
+            ep.method, ep.method
+        )
+    } else {
+        format!(
+            "As [`{}`](Self::{}), but the bytes land in `dst`, memory registered once: a \
+             lease of a `MemoryRegion` (over DOCA copied in from the connection's bounce \
+             memory, which the server writes; the server never reaches `dst`) or of a \
+             `SharedRegion` shared with the connection (written in place). Nothing is \
+             registered per call. Returns the response and `dst` holding the bytes; a \
+             result larger than `dst` fails with `OUT_OF_RANGE`.",
+            ep.method, ep.method
+        )
+    });
     let stream = (shape(ep) == Shape::BulkRead).then(|| {
         let method_stream = format_ident!("{}_stream", ep.method);
         let doc_stream = doc_attrs(&format!(

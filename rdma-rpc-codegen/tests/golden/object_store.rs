@@ -572,7 +572,7 @@ impl ObjectStoreClient {
             )
             .await
     }
-    /// As [`get_object`](Self::get_object), but the bytes land in `dst`, memory registered once: a lease of a `MemoryRegion` (over DOCA copied in from the connection's bounce memory, which the server writes; the server never reaches `dst`) or of a `SharedRegion` shared with the connection (written in place). Nothing is registered per call. Returns the response and `dst` holding the bytes; a result larger than `dst` fails with `OUT_OF_RANGE`.
+    /// As [`get_object`](Self::get_object), but each chunk is copied into `dst` as it arrives, from its start: memory registered once (a lease of a `MemoryRegion` or of a `SharedRegion`), so no buffer of the stream's size is allocated. Returns the response and `dst` holding the bytes; a stream larger than `dst` fails with `OUT_OF_RANGE` and the call is cancelled.
     pub async fn get_object_into<B: ::rdma_rpc_core::codegen::Buffer>(
         &self,
         request: impl ::rdma_rpc_core::codegen::IntoRequest<GetObjectRequest>,
