@@ -19,3 +19,9 @@ pub mod storage_service {
 pub mod storage_target {
     rdma_rpc_core::include_spec!("storage_target");
 }
+
+/// `specs/object_store.yaml`: an object store whose objects move as bulk streams, with
+/// message streams for listings, the log and change notifications.
+pub mod object_store {
+    rdma_rpc_core::include_spec!("object_store");
+}

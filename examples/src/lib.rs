@@ -7,5 +7,6 @@ pub mod generated;
 pub mod hand_written;
 pub mod kv;
 pub mod logging;
+pub mod object_store;
 pub mod report;
 pub mod storage;

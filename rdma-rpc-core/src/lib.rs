@@ -34,6 +34,9 @@ pub use bytes::Bytes;
 pub use client::{CallOptions, Client, ClientBuilder, ClientConfig, ClientStats};
 pub use client::{Download, ReadStream};
 pub use error::{Error, Result};
+/// The `Stream` trait (of `futures-core`) that streaming handlers return and clients send:
+/// any `Stream` works (`tokio-stream`, `futures`, `async-stream`, a hand-written one).
+pub use futures_core::Stream;
 pub use memory::{
     Access, Buffer, BufferPool, MemoryRegion, RegisteredBuf, SharedBuf, SharedRegion,
 };

@@ -6,4 +6,5 @@ pub mod grpc;
 pub mod measure;
 pub mod report;
 pub mod service;
+pub mod streams;
 pub mod tcp_baseline;

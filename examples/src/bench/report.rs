@@ -9,6 +9,15 @@ use super::copy_baseline::CopyRates;
 use super::measure::{Latency, Throughput};
 use crate::report::size;
 
+/// `a / b` for the table, or `-` without a baseline.
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 {
+        format!("{:.2}", a / b)
+    } else {
+        "-".into()
+    }
+}
+
 /// A chart line: name, colour, and (payload size, p50 latency in us, GB/s) points.
 type Series<'a> = (&'a str, &'a str, Vec<(usize, f64, f64)>);
 
@@ -100,6 +109,8 @@ pub struct Results {
     /// Results landed in a caller's lease (`read_bytes_into`, 64 KiB to 16 MiB), once warm:
     /// registrations and imports per call (DOCA over the software provider only).
     pub read_into: Option<RegistrationCost>,
+    /// Bulk and message streams (`None` in results of runs before streams).
+    pub streams: Option<super::streams::StreamFigures>,
     /// Peak resident memory of the whole run, MiB.
     pub peak_rss_mib: f64,
     /// The issue's targets.
@@ -166,13 +177,6 @@ impl Results {
         let _ = writeln!(out, "{}", "-".repeat(124));
         for r in &self.rows {
             let grpc = self.grpc_for(r);
-            let ratio = |a: f64, b: f64| {
-                if b > 0.0 {
-                    format!("{:.2}", a / b)
-                } else {
-                    "-".into()
-                }
-            };
             let per_call = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
             let _ = writeln!(
                 out,
@@ -200,6 +204,63 @@ impl Results {
                  (DOCA's costly steps, counted by the software provider); results landed in a \
                  caller's lease (read_bytes_into, 64 KiB to 16 MiB): {:.2} and {:.2} over {} calls",
                 c.registrations_per_call, c.imports_per_call, c.calls
+            );
+        }
+        if let Some(st) = &self.streams {
+            let one = |op: &str| {
+                self.rows
+                    .iter()
+                    .find(|r| r.op == op && r.size == 4 << 20)
+                    .map(|r| r.one_connection.gb_per_s)
+            };
+            let vs =
+                |streamed: f64, op: &str| one(op).map_or("-".into(), |base| ratio(streamed, base));
+            let _ = writeln!(
+                out,
+                "\nstreams, {} MiB through an endpoint of 4 MiB buffers (next to 4 MiB calls with {} \
+                 in flight and raw TCP bulk, measured above):",
+                st.object_bytes >> 20,
+                self.depth
+            );
+            for (what, gb, op) in [
+                (
+                    "write, from a region (in place)",
+                    st.write_gb_per_s,
+                    "write",
+                ),
+                (
+                    "write, from plain bytes (staged)",
+                    st.write_staged_gb_per_s,
+                    "write",
+                ),
+                ("read, chunk by chunk", st.read_gb_per_s, "read"),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "  {what:<34} {gb:>7.3} GB/s  {:>7} of 4 MiB {op} calls  {:>7} of raw TCP bulk",
+                    vs(gb, op),
+                    ratio(gb, self.tcp_bulk_gb_per_s)
+                );
+            }
+            let _ = writeln!(
+                out,
+                "  memory growth while streaming (server and client, one process): {:.0} MiB; \
+                 the stream path's pool budget {:.0} MiB, client windows {:.0} MiB",
+                st.rss_growth_mib, st.pool_budget_mib, st.client_windows_mib
+            );
+            let unary = self
+                .rows
+                .iter()
+                .find(|r| r.op == "send" && r.size == 64)
+                .map(|r| r.one_connection.calls_per_s);
+            let _ = writeln!(
+                out,
+                "  {} messages of 64 B in one server stream: {:.0} messages/s ({} of 64 B send calls/s \
+                 with {} in flight)",
+                st.messages,
+                st.messages_per_s,
+                unary.map_or("-".into(), |u| ratio(st.messages_per_s, u)),
+                self.depth
             );
         }
         let _ = writeln!(out, "\ngRPC (tonic) baseline:");

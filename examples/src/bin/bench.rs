@@ -31,12 +31,16 @@ use bytes::Bytes;
 use examples::bench::measure::{latency, peak_rss_mib, throughput, BenchError, Progress};
 use examples::bench::report::{GrpcRow, OpRow, RegistrationCost, Results, Target};
 use examples::bench::service::{BenchClient, BenchServer, Len, Sink};
+use examples::bench::streams::{self, StreamSink};
 use examples::bench::tcp_baseline;
 use examples::bench::{copy_baseline, grpc};
 use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport, ProgressMode};
 use rdma_rpc_core::transport::Transport;
 use rdma_rpc_core::{Client, Server};
 use tokio::runtime::{Builder, Handle};
+
+/// The server's pool budget per path.
+const POOL_BUDGET: usize = 128 << 20;
 
 const SIZES: [usize; 6] = [64, 4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20];
 const OPS: [&str; 4] = ["send", "receive", "write", "read"];
@@ -226,7 +230,7 @@ async fn call(client: &BenchClient, op: &str, data: &Bytes) -> Result<(), BenchE
 }
 
 async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
-    let steps = 4 + SIZES.len() * (OPS.len() * 3 + 4);
+    let steps = 5 + SIZES.len() * (OPS.len() * 3 + 4);
     let mut progress = Progress::new(steps);
 
     // The 64 B round-trip baseline is taken in blocks: one now and one right before each
@@ -253,9 +257,10 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
     let server_transport = chosen.clone();
     let serving = server.spawn(async move {
         let mut builder = Server::builder()
-            .pool_budget(128 << 20)
+            .pool_budget(POOL_BUDGET)
             .max_in_flight(256)
-            .add_service(BenchServer::new(Sink));
+            .add_service(BenchServer::new(Sink))
+            .add_service(StreamSink);
         if let Some(t) = server_transport {
             builder = builder.transport(t);
         }
@@ -394,6 +399,20 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
         into(into_sizes[turn % into_sizes.len()])
     })
     .await?;
+    let object = if o.quick { 64 << 20 } else { 1 << 30 };
+    let messages = if o.quick { 20_000 } else { 100_000 };
+    progress.step(&format!(
+        "rdma-rpc streams: {} MiB each way through 4 MiB buffers, {messages} messages of 64 B",
+        object >> 20
+    ));
+    let stream_figures = streams::measure(
+        client.inner(),
+        object,
+        messages,
+        POOL_BUDGET,
+        rdma_rpc_core::ClientConfig::default().stream_depth,
+    )
+    .await?;
     serving.abort();
     ping.close().await?;
     let tcp_round_trip = examples::bench::measure::Latency::of(tcp_samples);
@@ -482,6 +501,7 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
         grpc: grpc_rows,
         rows,
         read_into,
+        streams: Some(stream_figures),
         peak_rss_mib: peak_rss_mib(),
         targets: Vec::new(),
     };
@@ -600,6 +620,43 @@ fn targets(r: &Results) -> Vec<Target> {
                 vs,
                 ">= 2",
                 vs >= 2.0,
+            );
+        }
+    }
+    if let Some(s) = &r.streams {
+        for (op, streamed) in [("write", s.write_gb_per_s), ("read", s.read_gb_per_s)] {
+            if let Some(x) = row(op, 4 << 20) {
+                let ratio = streamed / x.one_connection.gb_per_s;
+                target(
+                    format!(
+                        "{} MiB streamed {op} / 4 MiB {op} calls with {} in flight",
+                        s.object_bytes >> 20,
+                        r.depth
+                    ),
+                    ratio,
+                    ">= 0.8",
+                    ratio >= 0.8,
+                );
+            }
+        }
+        let budget = s.pool_budget_mib + s.client_windows_mib;
+        let ratio = s.rss_growth_mib / budget;
+        target(
+            "memory growth while streaming / (pool budget + client windows)".into(),
+            ratio,
+            "<= 1",
+            ratio <= 1.0,
+        );
+        if let Some(x) = row("send", 64) {
+            let ratio = s.messages_per_s / x.one_connection.calls_per_s;
+            target(
+                format!(
+                    "streamed 64 B messages/s / 64 B send calls/s with {} in flight",
+                    r.depth
+                ),
+                ratio,
+                ">= 2",
+                ratio >= 2.0,
             );
         }
     }

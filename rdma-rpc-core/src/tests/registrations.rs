@@ -7,7 +7,8 @@
 //! (through the connection's bounce memory) and in a lease of a shared region (in place);
 //! writes from bytes frozen from a lease; remote buffers offered by the client (read, written,
 //! updated by atomics; leases of a plain region and of a shared one) and by a handler (read by
-//! the client). The grant route (`pull_writes: Some(false)`) is refused over DOCA at bind.
+//! the client); bulk streams both ways (from plain bytes and from a lease) and message streams
+//! both ways. The grant route (`pull_writes: Some(false)`) is refused over DOCA at bind.
 //!
 //! The tests use the device `mlx5_1`, which no other test of this process uses, and run one at
 //! a time, so the counters see only their work (client and server together).
@@ -20,6 +21,7 @@ use bytes::Bytes;
 use super::e2e::{req, BLOB_READ, BLOB_WRITE, MSG_RECEIVE, MSG_SEND};
 use super::remote::{self, Remote, RemoteRequest, COUNT, PULL, PUSH, RECLAIM};
 use super::service::{TestRequest, TestResponse, ENDPOINTS};
+use super::streams;
 use super::{bounded, pattern, Backend, Harness, TestService};
 use crate::codegen::encode_message;
 use crate::memory::{Access, MemoryRegion, RegisteredBuf, SharedRegion};
@@ -70,8 +72,11 @@ async fn fixture(oob: bool, progress: ProgressMode) -> Fixture {
         pool_share_percent: 100,
         ..ServerConfig::default()
     };
-    let h =
-        Harness::start_serving(&backend, config, service.clone(), |b| b.add_service(remote)).await;
+    let h = Harness::start_serving(&backend, config, service.clone(), |b| {
+        b.add_service(remote)
+            .add_service(streams::Streams::default())
+    })
+    .await;
     let client = h.client().await;
     let shared = SharedRegion::new(4 << 20).unwrap();
     let share = client
@@ -121,6 +126,12 @@ enum Route {
     OfferAtomic,
     /// The handler lends its memory, the client reads it, the handler revokes.
     HandlerLends,
+    /// A bulk write stream of `len` bytes, from plain bytes (staged) or from a lease.
+    StreamWrite { len: usize, frozen: bool },
+    /// A bulk read stream of `len` bytes.
+    StreamRead(usize),
+    /// A server stream of this many messages, and a client stream of as many.
+    Messages(u64),
 }
 
 /// Every route, one call at a time: inline, slot and pulled payloads; inline, pushed and
@@ -147,6 +158,16 @@ const EVERY_ROUTE: &[Route] = &[
     Route::LendRead { shared: true },
     Route::OfferWrite { shared: true },
     Route::HandlerLends,
+    Route::StreamWrite {
+        len: 3 << 20,
+        frozen: false,
+    },
+    Route::StreamWrite {
+        len: 1 << 20,
+        frozen: true,
+    },
+    Route::StreamRead(3 << 20),
+    Route::Messages(5000),
 ];
 
 /// Whether eight workers take `route` at once. A worker holds at most one window of a size at
@@ -155,9 +176,15 @@ const EVERY_ROUTE: &[Route] = &[
 /// order of other workers' calls (inline results, which reset the size a client learned, and
 /// the grown one), and the handler's offers (one per service at a time).
 fn concurrent(route: &Route) -> bool {
+    // Streams are left out too: their handlers do not wait at the test service's gate.
     !matches!(
         route,
-        Route::Outbound(_, 64) | Route::Outbound(_, 1_500_000) | Route::HandlerLends
+        Route::Outbound(_, 64)
+            | Route::Outbound(_, 1_500_000)
+            | Route::HandlerLends
+            | Route::StreamWrite { .. }
+            | Route::StreamRead(_)
+            | Route::Messages(_)
     )
 }
 
@@ -293,8 +320,95 @@ async fn run(f: &Fixture, route: Route, slot: usize, seed: u32, gated: bool) -> 
                 .unwrap();
             return 3;
         }
+        Route::StreamWrite { len, frozen } => {
+            let data = if frozen {
+                let mut lease = f.region.lease(base, len).unwrap();
+                lease.as_mut_slice().copy_from_slice(&pattern(len, seed));
+                lease.freeze()
+            } else {
+                Bytes::from(pattern(len, seed))
+            };
+            let ask = streams::Ask {
+                seed,
+                ..Default::default()
+            };
+            let (summary, _) = client
+                .call_raw(
+                    &streams::ENDPOINTS[streams::PUT],
+                    encode_message(&ask),
+                    Some(data),
+                    None,
+                )
+                .await
+                .unwrap();
+            let summary: streams::Summary = prost::Message::decode(summary).unwrap();
+            assert!(summary.exact, "streamed {len} bytes (frozen: {frozen})");
+        }
+        Route::StreamRead(len) => {
+            let ask = streams::Ask {
+                count: len as u64,
+                seed,
+                ..Default::default()
+            };
+            let (_, got) = client
+                .call_raw(
+                    &streams::ENDPOINTS[streams::GET],
+                    encode_message(&ask),
+                    None,
+                    None,
+                )
+                .await
+                .unwrap();
+            assert!(got == pattern(len, seed), "read a stream of {len} bytes");
+        }
+        Route::Messages(n) => {
+            let ask = streams::Ask {
+                count: n,
+                pad: 40,
+                ..Default::default()
+            };
+            let mut listed = streams::list(client, ask).await.unwrap();
+            let mut got = 0;
+            while listed.message().await.unwrap().is_some() {
+                got += 1;
+            }
+            assert_eq!(got, n, "listed");
+            let items: Vec<Bytes> = (0..n)
+                .map(|seq| {
+                    encode_message(&streams::Item {
+                        seq,
+                        pad: vec![1; 40],
+                    })
+                })
+                .collect();
+            let summary = client
+                .call_raw_client_stream(
+                    &streams::ENDPOINTS[streams::SUM],
+                    Box::pin(VecStream(items.into())),
+                    None,
+                )
+                .await
+                .unwrap();
+            let summary: streams::Summary = prost::Message::decode(summary).unwrap();
+            assert_eq!(summary.count, n, "summed");
+            return 2;
+        }
     }
     1
+}
+
+/// The messages of a client stream.
+struct VecStream(std::collections::VecDeque<Bytes>);
+
+impl futures_core::Stream for VecStream {
+    type Item = Bytes;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Bytes>> {
+        std::task::Poll::Ready(self.0.pop_front())
+    }
 }
 
 async fn inbound(client: &Client, ep: usize, data: Bytes, seed: u32, gated: bool) {
