@@ -81,3 +81,13 @@ impl<T: Send + 'static> Drop for Watched<T> {
         }
     }
 }
+
+/// Polls `f` once, without waiting: its output if it is ready now (an operation a transport
+/// refused when it was posted has failed already).
+pub(crate) fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::pin::Pin::new(f).poll(&mut cx) {
+        std::task::Poll::Ready(output) => Some(output),
+        std::task::Poll::Pending => None,
+    }
+}

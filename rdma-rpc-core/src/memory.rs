@@ -686,7 +686,9 @@ impl fmt::Debug for BufferPool {
 /// Beyond that, [`acquire`](Self::acquire) registers a one-off buffer (so a caller that keeps
 /// many results never waits), which is counted and logged once: a registration per call on
 /// RDMA hardware, the sign of a budget set too low; [`try_acquire`](Self::try_acquire) refuses
-/// instead. [`reserve`](Self::reserve) makes a class's first slab up front.
+/// instead. [`reserve`](Self::reserve) makes a class's first slab up front. A class with no
+/// free buffer takes a free one of a larger class (up to 16 times its size) before it grows:
+/// memory already pinned beats a new registration.
 pub(crate) struct StagingPools {
     budget: usize,
     classes: Mutex<Vec<Arc<StagingClass>>>,
@@ -695,6 +697,9 @@ pub(crate) struct StagingPools {
     /// One-off buffers registered beyond the budget.
     one_offs: std::sync::atomic::AtomicU64,
 }
+
+/// A free staging buffer: its slab and its offset in it.
+type FreeBuf = (Arc<Region>, usize);
 
 struct StagingClass {
     size: usize,
@@ -755,6 +760,10 @@ const STAGING_ACCESS: Access =
 
 /// Smallest staging class.
 const MIN_STAGING: usize = 4096;
+
+/// How much larger a free staging buffer may be than the class asked for and still serve
+/// (instead of the class registering a new slab).
+const FALL_UPWARD: usize = 16;
 
 impl StagingPools {
     /// The budget of each size class.
@@ -854,21 +863,45 @@ impl StagingPools {
         }))
     }
 
+    /// A free buffer of a class larger than `size` (by at most [`FALL_UPWARD`] times), the
+    /// smallest first.
+    fn larger_free(&self, size: usize) -> Option<(Arc<StagingClass>, FreeBuf)> {
+        let mut larger: Vec<Arc<StagingClass>> = self
+            .classes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|c| c.size > size && c.size <= size * FALL_UPWARD)
+            .cloned()
+            .collect();
+        larger.sort_by_key(|c| c.size);
+        larger.into_iter().find_map(|c| {
+            let free = c.state().free.pop()?;
+            Some((c, free))
+        })
+    }
+
     /// A pooled buffer with capacity of at least `len` bytes and data length 0, or `None` when
     /// its class already has every buffer the budget allows out.
     pub(crate) fn try_acquire(&self, len: usize) -> Result<Option<RegisteredBuf>> {
         self.acquired
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let class = self.class(len)?;
-        let found = {
-            let mut state = class.state();
-            match state.free.pop() {
-                Some(free) => Some(free),
+        let free = class.state().free.pop();
+        let (class, found) = match free {
+            Some(free) => (class, Some(free)),
+            // Memory already pinned beats a new registration: a free buffer of a larger
+            // class (up to `FALL_UPWARD` times the size) serves before the class grows.
+            None => match self.larger_free(class.size) {
+                Some((larger, free)) => (larger, Some(free)),
                 None => {
+                    let mut state = class.state();
                     let count = state.created.max(1);
-                    class.grow(&mut state, count)?
+                    let grown = class.grow(&mut state, count)?;
+                    drop(state);
+                    (class, grown)
                 }
-            }
+            },
         };
         Ok(found.map(|(region, start)| RegisteredBuf {
             region,
@@ -965,11 +998,16 @@ mod tests {
         assert_eq!(d.capacity(), 4096);
         assert_eq!(staging.one_offs(), 1, "counted");
         drop((b, c, d));
-        assert_eq!(staging.acquire(5000).unwrap().capacity(), 8192);
+        // Held to the end: a free 8 KiB buffer would serve 4 KiB requests (see
+        // `staging_falls_upward_before_it_registers`).
+        let big = staging.acquire(5000).unwrap();
+        assert_eq!(big.capacity(), 8192);
         // A discarded exposed buffer is not reused, and its class may make another.
         let e = staging.acquire(4096).unwrap();
         let f = staging.acquire(4096).unwrap();
         let gone = e.addr();
+        // Kept alive, so that its address cannot come back as a new allocation.
+        let _slab = e.region().clone();
         e.region().expose();
         e.discard();
         let g = staging
@@ -981,7 +1019,34 @@ mod tests {
             staging.try_acquire(4096).unwrap().is_none(),
             "f and g are out"
         );
-        drop((f, g));
+        drop((f, g, big));
+    }
+
+    #[test]
+    fn staging_falls_upward_before_it_registers() {
+        let staging = StagingPools::new(1 << 20);
+        let slab = staging.reserve(16 << 10, 4).unwrap().expect("room");
+        // The 8 KiB class has nothing: free 16 KiB buffers serve it, no slab is made.
+        let small: Vec<_> = (0..4).map(|_| staging.acquire(5000).unwrap()).collect();
+        assert!(small.iter().all(|b| Arc::ptr_eq(b.region(), &slab)));
+        assert!(small.iter().all(|b| b.capacity() == 16 << 10));
+        // Those are out: the 8 KiB class grows now, with buffers of its own size.
+        let grown = staging.acquire(5000).unwrap();
+        assert!(!Arc::ptr_eq(grown.region(), &slab));
+        assert_eq!(grown.capacity(), 8 << 10);
+        drop(small);
+        // Given back to their own class, and served again.
+        let again = staging.acquire(16 << 10).unwrap();
+        assert!(Arc::ptr_eq(again.region(), &slab));
+        // Never more than FALL_UPWARD times larger.
+        let far = StagingPools::new(1 << 20);
+        let big = far.reserve(128 << 10, 1).unwrap().expect("room");
+        let other = far.acquire(4096).unwrap();
+        assert!(
+            !Arc::ptr_eq(other.region(), &big),
+            "32 times larger: not used"
+        );
+        drop((grown, again, other));
     }
 
     #[test]

@@ -63,17 +63,24 @@ impl Drop for CallGuard<'_> {
         if self.done {
             return;
         }
-        let mut calls = lock(&self.inner.calls);
-        let Some(entry) = calls.get_mut(&self.id) else {
+        self.inner
+            .abandon(self.id, std::mem::take(&mut self.windows));
+    }
+}
+
+impl Inner {
+    /// The caller gave up on call `id` before its response: the server is told (`Cancel`),
+    /// and the call's entry (its in-flight permit, and `windows`, which the server may still
+    /// write or read) stays until the server's response arrives.
+    pub(super) fn abandon(&self, id: u64, windows: impl IntoIterator<Item = Grant>) {
+        let mut calls = lock(&self.calls);
+        let Some(entry) = calls.get_mut(&id) else {
             return; // the response already came, or the connection is gone
         };
-        // Keep the entry (its in-flight permit and the windows the server may still write or
-        // read) until the server's response arrives.
         entry.events = None;
-        entry.hold.append(&mut self.windows);
+        entry.hold.extend(windows);
         drop(calls);
-        let channel = self.inner.channel.clone();
-        let id = self.id;
+        let channel = self.channel.clone();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
                 let _ = channel.send(Kind::Cancel(CallId { id })).await;

@@ -14,7 +14,6 @@
 //!   transport fences) and a fresh window is offered in its place.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -26,7 +25,7 @@ use futures_core::Stream;
 use super::{lock, CallOptions, Client, Entry, Inner};
 use crate::memory::Access;
 use crate::protocol::frames::{
-    CallId, ChunksFrame, DescriptorFrame, Kind, RequestFrame, ResponseFrame, WindowOffer,
+    ChunksFrame, DescriptorFrame, Kind, RequestFrame, ResponseFrame, WindowOffer,
 };
 use crate::protocol::stream::{Direction, Window};
 use crate::service::EndpointDef;
@@ -52,19 +51,8 @@ impl Drop for OpenCall {
         }
         self.cell
             .end(Status::cancelled("the call was cancelled by the client"));
-        let mut calls = lock(&self.inner.calls);
-        let Some(entry) = calls.get_mut(&self.id) else {
-            return; // the connection is gone
-        };
-        entry.hold.extend(self.windows.drain().map(|(_, w)| w));
-        drop(calls);
-        let channel = self.inner.channel.clone();
-        let id = self.id;
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let _ = channel.send(Kind::Cancel(CallId { id })).await;
-            });
-        }
+        let windows = self.windows.drain().map(|(_, w)| w);
+        self.inner.abandon(self.id, windows);
     }
 }
 
@@ -337,7 +325,7 @@ impl Client {
                 call,
                 endpoint: *endpoint,
                 window,
-                deadline: deadline.map(|at| Box::pin(tokio::time::sleep_until(at))),
+                deadline: crate::stream::StreamDeadline::at(deadline),
                 response: None,
                 done: false,
                 next: None,
@@ -492,7 +480,7 @@ pub struct ReadStream {
     call: OpenCall,
     endpoint: EndpointDef,
     window: usize,
-    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    deadline: crate::stream::StreamDeadline,
     response: Option<Bytes>,
     done: bool,
     next: Option<crate::transport::BoxFuture<'static, ChunkOutcome>>,
@@ -657,17 +645,14 @@ impl Stream for ReadStream {
                 }
             });
         }
-        if let Some(deadline) = self.deadline.as_mut() {
-            if deadline.as_mut().poll(cx).is_ready() {
+        let ep = self.endpoint;
+        match self.deadline.passed(cx, &ep) {
+            Some(status) => {
                 self.done = true;
-                let ep = self.endpoint;
-                return Poll::Ready(Some(Err(Status::deadline_exceeded(format!(
-                    "{} {} did not complete within its deadline",
-                    ep.op, ep.path
-                )))));
+                Poll::Ready(Some(Err(status)))
             }
+            None => Poll::Pending,
         }
-        Poll::Pending
     }
 }
 

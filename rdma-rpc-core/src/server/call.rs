@@ -623,7 +623,7 @@ async fn outbound(
         .write(SendData::Registered(buf), &dst, None);
     // A write the transport refused when it was posted (its queue full) has failed already:
     // answer with that, never with a success whose bytes were not sent.
-    let pending = match poll_once(&mut pushed) {
+    let pending = match crate::bounded::poll_once(&mut pushed) {
         Some(Err(e)) => {
             return Err(Status::unavailable(format!(
                 "the result of {} bytes could not be pushed: {e}",
@@ -658,15 +658,6 @@ pub(super) fn handlers_overflow(ep: &EndpointDef, status: Status) -> Status {
         ep.path,
         status.message()
     ))
-}
-
-/// Polls `f` once, without waiting: its output if it is ready now.
-fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match std::pin::Pin::new(f).poll(&mut cx) {
-        std::task::Poll::Ready(output) => Some(output),
-        std::task::Poll::Pending => None,
-    }
 }
 
 /// A buffer of the endpoint's pool, within this connection's share of it, waiting no longer

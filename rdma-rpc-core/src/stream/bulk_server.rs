@@ -309,7 +309,7 @@ impl ChunkSink {
             .conn()
             .write(SendData::Registered(buf), &dst, None);
         // Refused when posted (its queue full): failed now, never reported as sent.
-        let pending = match poll_once(&mut write) {
+        let pending = match crate::bounded::poll_once(&mut write) {
             Some(Err(e)) => {
                 return Err(Status::unavailable(format!(
                     "writing a chunk of the stream of {} failed: {e}",
@@ -374,14 +374,5 @@ impl ChunkSink {
             self.stream.what(),
             status.message()
         ))
-    }
-}
-
-/// Polls `f` once, without waiting: its output if it is ready now.
-fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match std::pin::Pin::new(f).poll(&mut cx) {
-        std::task::Poll::Ready(output) => Some(output),
-        std::task::Poll::Pending => None,
     }
 }

@@ -1,7 +1,6 @@
 //! Message streams: the incoming side ([`MessageStream`], typed as [`Streaming`]) and the
 //! outgoing side ([`MessageSink`]), the same on the client and the server.
 
-use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -33,7 +32,7 @@ pub struct MessageStream {
     /// cancels it); nothing on the server, whose call task owns the call.
     _call: Option<Box<dyn Send>>,
     /// When the call's deadline passes (client).
-    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    deadline: super::StreamDeadline,
     done: bool,
 }
 
@@ -63,7 +62,7 @@ impl MessageStream {
             id,
             endpoint,
             _call: None,
-            deadline: None,
+            deadline: super::StreamDeadline::at(None),
             done: false,
         }
     }
@@ -75,7 +74,7 @@ impl MessageStream {
         deadline: Option<tokio::time::Instant>,
     ) -> MessageStream {
         self._call = Some(call);
-        self.deadline = deadline.map(|at| Box::pin(tokio::time::sleep_until(at)));
+        self.deadline = super::StreamDeadline::at(deadline);
         self
     }
 
@@ -127,17 +126,14 @@ impl Stream for MessageStream {
             }
             Poll::Pending => {}
         }
-        if let Some(deadline) = self.deadline.as_mut() {
-            if deadline.as_mut().poll(cx).is_ready() {
+        let ep = self.endpoint;
+        match self.deadline.passed(cx, &ep) {
+            Some(status) => {
                 self.done = true;
-                let ep = self.endpoint;
-                return Poll::Ready(Some(Err(Status::deadline_exceeded(format!(
-                    "{} {} did not complete within its deadline",
-                    ep.op, ep.path
-                )))));
+                Poll::Ready(Some(Err(status)))
             }
+            None => Poll::Pending,
         }
-        Poll::Pending
     }
 }
 
@@ -239,6 +235,27 @@ impl std::fmt::Debug for MessageSink {
     }
 }
 
+/// Most bytes of staging one stream reserves for its frames in flight.
+const MAX_FRAME_RESERVE: usize = 8 << 20;
+
+/// Registers, before the first frame, the staging the frames of a stream with `window` bytes
+/// of credit can hold in flight at once (a frame is released when its send completes, which
+/// on a busy sender can trail the peer's credit): frames larger than half a frame size fit
+/// `window` twice over, the smaller ones fall upward into them (see
+/// [`reserve_sends`](crate::transport::Connection::reserve_sends)). Without it the pool
+/// would grow while streaming whenever sends completed later than they did before.
+fn reserve_frames(channel: &FrameChannel, window: u64) {
+    let frame = channel.peer_max_frame().max(1);
+    let bytes = usize::try_from(window)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(2)
+        .min(MAX_FRAME_RESERVE);
+    let count = bytes / frame + 2;
+    if let Err(e) = channel.conn().reserve_sends(frame, count) {
+        tracing::debug!(error = %e, frame, count, "stream frames not reserved");
+    }
+}
+
 impl MessageSink {
     pub(crate) fn new(
         cell: Arc<StreamCell>,
@@ -251,6 +268,7 @@ impl MessageSink {
         let room = channel
             .peer_max_frame()
             .saturating_sub(MESSAGES_FRAME_OVERHEAD);
+        reserve_frames(&channel, peer_window);
         MessageSink {
             cell,
             channel,

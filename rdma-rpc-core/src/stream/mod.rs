@@ -26,3 +26,31 @@ pub(crate) use bulk_server::{Reader, ServerStream};
 pub(crate) use cell::{Setup, StreamCell};
 pub use chunks::Chunks;
 pub use messages::{MessageSink, MessageStream, Streaming};
+
+/// A stream's deadline on the client: the call's, for a stream the caller holds after the
+/// call returned it.
+pub(crate) struct StreamDeadline(Option<std::pin::Pin<Box<tokio::time::Sleep>>>);
+
+impl StreamDeadline {
+    pub(crate) fn at(deadline: Option<tokio::time::Instant>) -> StreamDeadline {
+        StreamDeadline(deadline.map(|at| Box::pin(tokio::time::sleep_until(at))))
+    }
+
+    /// The status of a stream of `endpoint` past its deadline, once it passed (the task is
+    /// woken then).
+    pub(crate) fn passed(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        endpoint: &crate::service::EndpointDef,
+    ) -> Option<crate::status::Status> {
+        let sleep = self.0.as_mut()?;
+        std::future::Future::poll(sleep.as_mut(), cx)
+            .is_ready()
+            .then(|| {
+                crate::status::Status::deadline_exceeded(format!(
+                    "{} {} did not complete within its deadline",
+                    endpoint.op, endpoint.path
+                ))
+            })
+    }
+}

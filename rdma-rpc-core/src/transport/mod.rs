@@ -450,6 +450,16 @@ pub trait Connection: Send + Sync + fmt::Debug + 'static {
         Ok(())
     }
 
+    /// Registers now what `count` sends of up to `len` bytes of plain (unregistered) bytes,
+    /// in flight together, need to be staged (DOCA: buffers of the transport's staging pool),
+    /// so that none registers later. For a sender that knows its bound, such as a message
+    /// stream (its window over its frame size). Transports that stage nothing do nothing (the
+    /// default).
+    fn reserve_sends(&self, len: usize, count: usize) -> Result<()> {
+        let _ = (len, count);
+        Ok(())
+    }
+
     /// A fenced, write-only window of `buf[..len]` for a result the peer writes: as
     /// [`grant_fenced`](Self::grant_fenced), except that the window's bytes start unspecified
     /// and only the prefix the revoker names ([`Grant::revoke_written`]) reaches `buf`

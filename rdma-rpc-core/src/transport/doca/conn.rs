@@ -273,6 +273,14 @@ impl Connection for DocaConnection {
         self.windows.reserve(len, count, access)
     }
 
+    fn reserve_sends(&self, len: usize, count: usize) -> Result<()> {
+        let engine = self.engine();
+        if let Some(slab) = engine.staging.reserve(len, count)? {
+            super::reg::mmap_of(&engine.dev, &slab, Access::LOCAL_WRITE)?;
+        }
+        Ok(())
+    }
+
     fn grant_result(&self, buf: RegisteredBuf, len: usize) -> Result<Grant> {
         let access = Access::REMOTE_WRITE;
         self.can_grant(&buf, 0, len, access)?;
