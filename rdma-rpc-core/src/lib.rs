@@ -41,7 +41,7 @@ pub use memory::{
     Access, Buffer, BufferPool, MemoryRegion, RegisteredBuf, SharedBuf, SharedRegion,
 };
 pub use metadata::Metadata;
-pub use remote::{Offer, RemoteBuf, RemoteMemory, Share};
+pub use remote::{Offer, RegionOffer, RemoteBuf, RemoteMemory, Share};
 pub use server::{
     BoundServer, ConnectionCount, ConnectionInfo, PoolInfo, Server, ServerBuilder, ServerConfig,
     ServerHandle,

@@ -289,6 +289,13 @@ impl RegisteredBuf {
         Ok(buf)
     }
 
+    /// A view of all of `region`, returned to nothing when dropped: what an offer of a whole
+    /// shared region ([`Share::offer_all`](crate::Share::offer_all)) holds, while local code
+    /// keeps leasing parts of the region.
+    pub(crate) fn view_of(region: Arc<Region>) -> RegisteredBuf {
+        RegisteredBuf::whole(region, None)
+    }
+
     /// A buffer over all of `region`, empty.
     fn whole(region: Arc<Region>, pool: Option<Arc<dyn Recycle>>) -> RegisteredBuf {
         RegisteredBuf {

@@ -484,7 +484,8 @@ impl RemoteMemory {
             .map_err(Status::from)?;
         Ok(Share {
             _guard: guard,
-            len: region.len(),
+            region: region.clone(),
+            memory: self.clone(),
             access,
         })
     }
@@ -660,16 +661,70 @@ fn check_remote(access: Access, registered: Access, what: &str) -> Result<(), St
 /// registration for this connection goes once no offer of it is left).
 pub struct Share {
     _guard: ShareGuard,
-    len: usize,
+    region: SharedRegion,
+    memory: RemoteMemory,
     access: Access,
 }
 
 impl fmt::Debug for Share {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Share")
-            .field("len", &self.len)
+            .field("len", &self.region.len())
             .field("access", &self.access)
             .finish()
+    }
+}
+
+impl Share {
+    /// Offers the whole shared region to the peer with `access` (within the share's rights),
+    /// for as long as the returned [`RegionOffer`] lives, while local code goes on leasing
+    /// parts of the region: the peer then reaches any part by offset in one handle, sent once
+    /// (NVIDIA's storage application sends its I/O memory's export at `init_storage`, and
+    /// offsets in each I/O). Nothing is registered, exported or copied beyond the share
+    /// itself, and no offer or revocation is needed per use.
+    ///
+    /// The peer may read (and, with [`Access::REMOTE_WRITE`], write) any byte of the region
+    /// while the offer lasts, as the share already allowed it over DOCA: local code reaches
+    /// the bytes through [`SharedBuf`](crate::SharedBuf) copies only.
+    pub fn offer_all(&self, access: Access) -> Result<RegionOffer, Status> {
+        if !self.access.contains(access) {
+            return Err(Status::invalid_argument(format!(
+                "offering the whole region with {access:?} needs a share with those rights \
+                 (this one has {:?})",
+                self.access
+            )));
+        }
+        let whole = RegisteredBuf::view_of(self.region.region().clone());
+        Ok(RegionOffer {
+            offer: self.memory.offer(whole, access)?,
+        })
+    }
+}
+
+/// The whole of a shared region offered to the peer of one connection
+/// ([`Share::offer_all`]): one handle for all of it. Revoke it (or drop it) before the share
+/// ends.
+pub struct RegionOffer {
+    offer: Offer<RegisteredBuf>,
+}
+
+impl fmt::Debug for RegionOffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("RegionOffer").field(&self.offer).finish()
+    }
+}
+
+impl RegionOffer {
+    /// The handle to send to the peer (in a `remote_buffer` field), once: its uses name parts
+    /// of the region by offset.
+    pub fn handle(&self) -> RemoteBuf {
+        self.offer.handle()
+    }
+
+    /// Revokes the offer: the peer finishes its uses in flight and confirms (see
+    /// [`Offer::revoke`]).
+    pub async fn revoke(self) {
+        drop(self.offer.revoke().await);
     }
 }
 

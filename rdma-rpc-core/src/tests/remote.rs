@@ -498,6 +498,48 @@ pub(crate) async fn shared_regions_are_lent_in_place_and_copied_locally_on(b: &B
             "the result landed in the lease"
         );
     }
+    // The whole region in one handle, offered once, used by offset while local code leases
+    // and copies parts of it.
+    let all = share.offer_all(rw).unwrap();
+    assert!(
+        share.offer_all(Access::REMOTE_ATOMIC).is_err(),
+        "no more rights than the share"
+    );
+    let handle = all.handle();
+    assert_eq!(handle.len(), 1 << 20);
+    for round in 0..3u32 {
+        let at = 300_000 + round as usize * 10_000;
+        let mut part = region.lease(at, 5000).unwrap();
+        part.write(&pattern(5000, 10 + round)).unwrap();
+        let pulled = call(
+            &shared_with,
+            PULL,
+            req(&handle, at as u64, 5000, 10 + round),
+        )
+        .await
+        .unwrap();
+        assert!(
+            pulled.exact,
+            "the handler read the part at {at} through the whole"
+        );
+        call(
+            &shared_with,
+            PUSH,
+            req(&handle, at as u64 + 100, 3000, 20 + round),
+        )
+        .await
+        .unwrap();
+        let mut got = vec![0u8; 3000];
+        part.read_at(100, &mut got).unwrap();
+        assert!(got == pattern(3000, 20 + round), "written in place at {at}");
+    }
+    all.revoke().await;
+    assert!(
+        call(&shared_with, PULL, req(&handle, 0, 100, 1))
+            .await
+            .is_err(),
+        "a revoked whole-region offer reaches nothing"
+    );
     drop(share);
     assert_eq!(region.leased(), 0, "every lease came back");
 }
