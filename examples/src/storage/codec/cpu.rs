@@ -1,5 +1,5 @@
-//! The [`Codec`] that runs on the CPU: LZ4 (`lz4_flex`), Reed–Solomon (`reed-solomon-simd`)
-//! and CRC32 (`crc32fast`), in the caller's buffers and this thread's scratch.
+//! The [`Codec`] that runs on the CPU: LZ4 (`lz4_flex`), the parity (XOR) and CRC32
+//! (`crc32fast`), in the caller's buffers and this thread's scratch.
 
 use super::format::{geometry, Geometry};
 use super::scratch::Scratch;
@@ -7,8 +7,8 @@ use super::{read, write, Codec, CodecError, Half};
 
 /// The CPU implementation of [`Codec`] for one block size.
 ///
-/// It keeps no state besides the block size: the working space (an LZ4 buffer and the
-/// Reed–Solomon coders) belongs to each calling thread and is reused for every block, so a
+/// It keeps no state besides the block size: the working space (an LZ4 buffer and a shard
+/// for recovery reads) belongs to each calling thread and is reused for every block, so a
 /// call allocates nothing once the thread has coded a block of this size (see the
 /// [module docs](super#allocation)). Cheap to clone; one value may serve every thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -155,14 +155,6 @@ pub enum CodecError {
         /// What is wrong.
         reason: String,
     },
-    /// The Reed–Solomon library refused to encode or decode.
-    #[error("block {index}: Reed-Solomon coding failed: {detail}")]
-    Erasure {
-        /// The block index.
-        index: u64,
-        /// The library's message.
-        detail: String,
-    },
     /// A data half rebuilt from the other half and the parity does not have the checksum that
     /// the other halves record for it.
     #[error(
@@ -207,14 +199,4 @@ pub enum CodecError {
         /// The checksum of the decoded block.
         found: u32,
     },
-}
-
-impl CodecError {
-    /// [`CodecError::Erasure`] from the Reed–Solomon library's error.
-    pub(super) fn erasure(index: u64, e: reed_solomon_simd::Error) -> CodecError {
-        CodecError::Erasure {
-            index,
-            detail: e.to_string(),
-        }
-    }
 }

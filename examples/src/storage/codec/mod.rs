@@ -1,13 +1,14 @@
 //! The block codec of the storage offload application: pure and I/O-free. It keeps no state
-//! of its own besides per-thread working space reused from block to block
-//! (`reed-solomon-simd` builds its Galois-field tables once per process).
+//! of its own besides per-thread working space reused from block to block.
 //!
 //! A block of at most `B` bytes (the block size, even, given at run time) is
 //!
 //! 1. LZ4-compressed (block format); when that does not make it smaller it is stored raw,
 //! 2. prefixed with a [`HEADER_LEN`]-byte metadata header,
 //! 3. cut into two *shards* of `L` bytes each (header and payload, zero-padded),
-//! 4. protected by a third, Reed–Solomon parity shard (2 original + 1 recovery shard),
+//! 4. protected by a third, parity shard, `data 1 shard ⊕ data 2 shard`: the recovery shard
+//!    of the Reed–Solomon code of `reed-solomon-simd` 3 with 2 original shards and 1 recovery
+//!    shard, which for that shape is XOR (the tests prove it against the library),
 //! 5. and each of the three shards gets a [`TRAILER_LEN`]-byte trailer with its identity and
 //!    its CRC32, making the three *halves* `data 1`, `data 2` and `parity` that the three
 //!    storage targets keep.
@@ -21,14 +22,14 @@
 //!
 //! so `2·L ≥ HEADER_LEN + B` holds any block, compressible or not (an incompressible block is
 //! stored raw, so the payload never exceeds `B`). `S` is a multiple of 64 (a cache line; friendly
-//! to RDMA and to storage alignment) and `L ≡ 32 (mod 64)` is even, which is what
-//! `reed-solomon-simd` 3 requires of a shard (non-zero, even length; it pads to 64 internally).
+//! to RDMA and to storage alignment) and `L ≡ 32 (mod 64)` is even, so a shard is one that
+//! `reed-solomon-simd` 3 takes (non-zero, even length; it pads to 64 internally).
 //! For `B` = 4 KiB, `S` = 2112; for `B` = 1 MiB, `S` = 524 352.
 //!
 //! # Format, version 1 (all integers little-endian)
 //!
 //! The *stream* is `data 1 shard ‖ data 2 shard` (`2·L` bytes): the header, the payload, then
-//! zeros.
+//! zeros. The parity shard is the two data shards XORed byte by byte.
 //!
 //! | stream offset | size | header field                                         |
 //! |---------------|------|------------------------------------------------------|
@@ -80,9 +81,9 @@
 //!
 //! Each thread keeps a scratch space that every call reuses: a buffer for the LZ4 output when
 //! encoding, which also makes an LZ4 payload that spans both data shards contiguous when
-//! decoding (both grow to `1.1·B + 20` bytes at most), and a Reed–Solomon encoder and decoder
-//! with their working space (a few shards). A rebuilt shard is read where the decoder left it,
-//! not copied. LZ4's hash table lives on the stack (`lz4_flex` without `alloc`). So:
+//! decoding (both grow to `1.1·B + 20` bytes at most), and a shard (`L` bytes) where a
+//! recovery read rebuilds the lost data shard. The parity itself is written straight into the
+//! parity half. LZ4's hash table lives on the stack (`lz4_flex` without `alloc`). So:
 //!
 //! - [`CpuCodec`]'s methods allocate nothing per block once the thread has coded a block of
 //!   the codec's size (its first call, or the first after a larger block size, grows the
@@ -276,7 +277,7 @@ pub fn decode(
 }
 
 /// The recovery read: decodes block number `index` from one data half (`surviving`, which is
-/// `surviving_is`) and the parity half, rebuilding the missing data half with Reed–Solomon.
+/// `surviving_is`) and the parity half, rebuilding the missing data half's shard from them.
 ///
 /// Checks the surviving half and the parity (length, checksum, slot, block index, same
 /// write), checks the rebuilt half against the checksum both record for it, then decodes as
@@ -290,16 +291,11 @@ pub fn recover(
 ) -> Result<Vec<u8>, CodecError> {
     let g = geometry(block_size)?;
     Scratch::with(|scratch| {
-        let Scratch { lz4, decoder, .. } = scratch;
-        read::with_rebuilt(
-            index,
-            surviving,
-            surviving_is,
-            parity,
-            g,
-            decoder,
-            |s1, s2, _| read::unpack_to_vec(index, s1, s2, g, lz4),
-        )
+        let Scratch { lz4, rebuilt } = scratch;
+        let shard = Scratch::grown(rebuilt, g.shard);
+        let (s1, s2) =
+            read::rebuild(index, surviving, surviving_is, parity, g, shard)?.stream(shard);
+        read::unpack_to_vec(index, s1, s2, g, lz4)
     })
 }
 
@@ -314,21 +310,10 @@ pub fn rebuild_half(
     block_size: usize,
 ) -> Result<Vec<u8>, CodecError> {
     let g = geometry(block_size)?;
-    Scratch::with(|scratch| {
-        read::with_rebuilt(
-            index,
-            surviving,
-            surviving_is,
-            parity,
-            g,
-            &mut scratch.decoder,
-            |_, _, rebuilt| {
-                let mut half = vec![0u8; g.half];
-                half[..g.shard].copy_from_slice(rebuilt.shard);
-                let slot = rebuilt.half.into();
-                seal(&mut half, rebuilt.hasher, slot, index, g, &rebuilt.group);
-                Ok(half)
-            },
-        )
-    })
+    let mut half = vec![0u8; g.half];
+    let shard = &mut half[..g.shard];
+    let rebuilt = read::rebuild(index, surviving, surviving_is, parity, g, shard)?;
+    let slot = rebuilt.half.into();
+    seal(&mut half, rebuilt.hasher, slot, index, g, &rebuilt.group);
+    Ok(half)
 }

@@ -3,7 +3,6 @@
 //! and checked against the checksum they record for it, then the same.
 
 use crc32fast::Hasher;
-use reed_solomon_simd::ReedSolomonDecoder;
 
 use super::erasure;
 use super::format::{read_stream, shard_hasher, verify, Geometry, Header};
@@ -37,16 +36,10 @@ pub(super) fn recover_into(
     scratch: &mut Scratch,
 ) -> Result<usize, CodecError> {
     check_output(index, g, out)?;
-    let Scratch { lz4, decoder, .. } = scratch;
-    with_rebuilt(
-        index,
-        surviving,
-        surviving_is,
-        parity,
-        g,
-        decoder,
-        |s1, s2, _| unpack_into(index, s1, s2, g, out, lz4),
-    )
+    let Scratch { lz4, rebuilt } = scratch;
+    let shard = Scratch::grown(rebuilt, g.shard);
+    let (s1, s2) = rebuild(index, surviving, surviving_is, parity, g, shard)?.stream(shard);
+    unpack_into(index, s1, s2, g, out, lz4)
 }
 
 /// Refuses an output buffer that cannot take every block of geometry `g`.
@@ -81,31 +74,43 @@ pub(super) fn open<'a>(
     Ok((&data1[..g.shard], &data2[..g.shard]))
 }
 
-/// What a rebuilt data shard comes with.
+/// What a data shard rebuilt by [`rebuild`] comes with.
 #[derive(Debug)]
 pub(super) struct Rebuilt<'a> {
-    /// The rebuilt shard (in the decoder's working space).
-    pub(super) shard: &'a [u8],
-    /// Which data half it is the shard of.
+    /// The surviving half's shard.
+    pub(super) surviving: &'a [u8],
+    /// Which data half the rebuilt shard is the shard of.
     pub(super) half: Half,
-    /// A hasher that has seen the shard.
+    /// A hasher that has seen the rebuilt shard.
     pub(super) hasher: Hasher,
     /// The group the surviving half and the parity record.
     pub(super) group: [u32; 3],
 }
 
+impl<'a> Rebuilt<'a> {
+    /// The stream (`s1`, `s2`) that the surviving shard and `shard`, the rebuilt one, make.
+    pub(super) fn stream<'b>(&self, shard: &'b [u8]) -> (&'b [u8], &'b [u8])
+    where
+        'a: 'b,
+    {
+        match self.half {
+            Half::Data1 => (shard, self.surviving),
+            Half::Data2 => (self.surviving, shard),
+        }
+    }
+}
+
 /// Checks that `surviving` (the `surviving_is` half) and `parity` are intact halves of one
-/// write of block `index`, rebuilds the other data half's shard, checks it against the
-/// checksum they record for it, and gives `f` the stream (`s1`, `s2`) and the rebuilt shard.
-pub(super) fn with_rebuilt<R>(
+/// write of block `index`, rebuilds the other data half's shard into `shard` (a shard long),
+/// and checks it against the checksum they record for it.
+pub(super) fn rebuild<'a>(
     index: u64,
-    surviving: &[u8],
+    surviving: &'a [u8],
     surviving_is: Half,
     parity: &[u8],
     g: Geometry,
-    decoder: &mut Option<ReedSolomonDecoder>,
-    f: impl FnOnce(&[u8], &[u8], Rebuilt<'_>) -> Result<R, CodecError>,
-) -> Result<R, CodecError> {
+    shard: &mut [u8],
+) -> Result<Rebuilt<'a>, CodecError> {
     let group = verify(surviving, surviving_is.into(), index, g)?;
     let parity_group = verify(parity, Slot::Parity, index, g)?;
     if group != parity_group {
@@ -116,31 +121,24 @@ pub(super) fn with_rebuilt<R>(
         });
     }
     let surviving = &surviving[..g.shard];
-    let parity = &parity[..g.shard];
-    erasure::rebuild(decoder, index, surviving, surviving_is, parity, |shard| {
-        let half = surviving_is.other();
-        let hasher = shard_hasher(shard);
-        let expected = group[Slot::from(half).group_pos()];
-        let found = hasher.clone().finalize();
-        if found != expected {
-            return Err(CodecError::ReconstructionMismatch {
-                index,
-                half,
-                expected,
-                found,
-            });
-        }
-        let (s1, s2) = match surviving_is {
-            Half::Data1 => (surviving, shard),
-            Half::Data2 => (shard, surviving),
-        };
-        let rebuilt = Rebuilt {
-            shard,
+    erasure::rebuild_into(surviving, &parity[..g.shard], shard);
+    let half = surviving_is.other();
+    let hasher = shard_hasher(shard);
+    let expected = group[Slot::from(half).group_pos()];
+    let found = hasher.clone().finalize();
+    if found != expected {
+        return Err(CodecError::ReconstructionMismatch {
+            index,
             half,
-            hasher,
-            group,
-        };
-        f(s1, s2, rebuilt)
+            expected,
+            found,
+        });
+    }
+    Ok(Rebuilt {
+        surviving,
+        half,
+        hasher,
+        group,
     })
 }
 

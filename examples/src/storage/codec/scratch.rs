@@ -3,8 +3,6 @@
 
 use std::cell::RefCell;
 
-use reed_solomon_simd::{ReedSolomonDecoder, ReedSolomonEncoder};
-
 /// What coding a block needs besides the caller's buffers. Every buffer only grows (to the
 /// largest block size the thread has coded); all of it is freed when the thread exits.
 #[derive(Default)]
@@ -12,19 +10,24 @@ pub(super) struct Scratch {
     /// The LZ4 output when encoding; an LZ4 payload that spans both data shards, made
     /// contiguous, when decoding.
     pub(super) lz4: Vec<u8>,
-    /// The Reed–Solomon encoder, with its working space.
-    pub(super) encoder: Option<ReedSolomonEncoder>,
-    /// The Reed–Solomon decoder, with its working space (where a rebuilt shard is read from).
-    pub(super) decoder: Option<ReedSolomonDecoder>,
+    /// The data shard a recovery read rebuilds from the other one and the parity.
+    pub(super) rebuilt: Vec<u8>,
 }
 
 impl Scratch {
     const fn new() -> Scratch {
         Scratch {
             lz4: Vec::new(),
-            encoder: None,
-            decoder: None,
+            rebuilt: Vec::new(),
         }
+    }
+
+    /// The first `len` bytes of `buf`, which grows (zeroed) to `len` first if it is shorter.
+    pub(super) fn grown(buf: &mut Vec<u8>, len: usize) -> &mut [u8] {
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        &mut buf[..len]
     }
 
     /// Runs `f` with this thread's scratch. Should `f` ever run while the thread's scratch is

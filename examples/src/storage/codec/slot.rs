@@ -19,14 +19,6 @@ impl Half {
             Half::Data2 => Half::Data1,
         }
     }
-
-    /// Index of this half's shard among the Reed–Solomon original shards.
-    pub(super) fn shard_index(self) -> usize {
-        match self {
-            Half::Data1 => 0,
-            Half::Data2 => 1,
-        }
-    }
 }
 
 impl fmt::Display for Half {

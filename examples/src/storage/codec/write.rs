@@ -41,7 +41,7 @@ pub(super) fn encode_into(
             });
         }
     }
-    let Scratch { lz4, encoder, .. } = scratch;
+    let lz4 = &mut scratch.lz4;
 
     // lz4_flex wants room for the worst case before it starts.
     let room = lz4_flex::block::get_maximum_output_size(block.len());
@@ -63,7 +63,7 @@ pub(super) fn encode_into(
     );
     write_stream(s1, s2, HEADER_LEN, payload);
     zero_stream_from(s1, s2, HEADER_LEN + payload.len());
-    erasure::parity_into(encoder, index, s1, s2, &mut parity[..g.shard])?;
+    erasure::parity_into(s1, s2, &mut parity[..g.shard]);
     seal_all([data1, data2, parity], index, g);
     Ok(Stored {
         payload_len: payload.len(),
