@@ -1,7 +1,7 @@
 //! The storage application end to end, in one process: three targets, the service and the
 //! initiator over TCP, `mem://` and DOCA (software provider). Blocks of several sizes are
 //! written and read back byte for byte; recovery reads, a target lost mid-run, corrupt halves
-//! and control commands out of order.
+//! and control commands out of order; callers without the secrets refused.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,12 +9,13 @@ use std::time::Duration;
 use examples::generated::storage_service::{
     BlockIo, InitStorage, StorageCommand, StorageServiceClient,
 };
+use examples::storage::auth::Secret;
 use examples::storage::cluster::{Cluster, ClusterConfig};
 use examples::storage::initiator::{self, block_contents, InitiatorConfig};
 use examples::storage::service::ServiceConfig;
 use examples::storage::target;
 use rdma_rpc_core::transport::{transport_for, Transport};
-use rdma_rpc_core::{Access, Code, MemoryRegion, Status};
+use rdma_rpc_core::{Access, Code, RegionOffer, Share, SharedRegion, Status};
 
 fn config(block_size: usize, block_count: u64, recovery_every: u64) -> ClusterConfig {
     ClusterConfig {
@@ -23,8 +24,20 @@ fn config(block_size: usize, block_count: u64, recovery_every: u64) -> ClusterCo
         service: ServiceConfig {
             recovery_every,
             control_timeout: Duration::from_secs(5),
+            cores: 2,
+            codec: None,
+            target_secret: Secret::random(),
         },
+        service_secret: Secret::random(),
     }
+}
+
+/// One connection per core of the initiator (2).
+async fn clients(cluster: &Cluster) -> Vec<rdma_rpc_core::Client> {
+    vec![
+        cluster.client().await.unwrap(),
+        cluster.client().await.unwrap(),
+    ]
 }
 
 fn initiator(block_size: usize, blocks: u64) -> InitiatorConfig {
@@ -52,8 +65,7 @@ async fn start(scheme: &str, config: &ClusterConfig) -> Cluster {
 async fn round_trip(scheme: &str, sizes: &[usize], blocks: u64) {
     for &size in sizes {
         let cluster = start(scheme, &config(size, blocks, 5)).await;
-        let client = cluster.client().await.unwrap();
-        let report = initiator::run(client, &initiator(size, blocks))
+        let report = initiator::run_on(clients(&cluster).await, &initiator(size, blocks))
             .await
             .unwrap();
         assert_eq!((report.write.count, report.read.count), (blocks, blocks));
@@ -96,11 +108,12 @@ async fn no_io_registers_memory_over_doca_once_warm() {
     let cluster = Cluster::start(Arc::new(doca.clone()), bind, &config(64 << 10, 200, 5))
         .await
         .unwrap();
-    let client = cluster.client().await.unwrap();
     let read = doca.clone();
     let mut setup = initiator(64 << 10, 200);
     setup.counters = Some(Arc::new(move || read.counters()));
-    let report = initiator::run(client, &setup).await.unwrap();
+    let report = initiator::run_on(clients(&cluster).await, &setup)
+        .await
+        .unwrap();
     for (name, cost) in [("write", report.write_cost), ("read", report.read_cost)] {
         let cost = cost.expect("counted");
         assert!(cost.ios >= 100, "{name}: {cost:?}");
@@ -135,9 +148,9 @@ async fn a_target_lost_mid_run_loses_nothing(scheme: &str) {
     let blocks = 40;
     let cluster = start(scheme, &config(16 << 10, blocks, 0)).await;
     let stored = cluster.targets[1].stored(10);
-    let client = cluster.client().await.unwrap();
+    let clients = clients(&cluster).await;
     let run =
-        tokio::spawn(async move { initiator::run(client, &initiator(16 << 10, blocks)).await });
+        tokio::spawn(async move { initiator::run_on(clients, &initiator(16 << 10, blocks)).await });
     stored.await;
     cluster.kill_target(1);
     let report = run.await.unwrap().unwrap();
@@ -154,62 +167,83 @@ async fn a_target_lost_mid_run_loses_nothing(scheme: &str) {
     );
 }
 
-async fn write(
-    stub: &StorageServiceClient,
-    client: &rdma_rpc_core::Client,
-    region: &MemoryRegion,
-    block: u64,
-    len: usize,
-) -> Result<(), Status> {
-    let mut buf = region.lease(0, len).unwrap();
-    buf.as_mut_slice()
-        .copy_from_slice(&block_contents(block, len));
-    let offer = client.remote_memory().offer(buf, Access::REMOTE_READ)?;
-    let io = BlockIo {
+/// An initiator's I/O memory on one connection: shared and offered whole once.
+struct Io {
+    region: SharedRegion,
+    offer: Option<(Share, RegionOffer)>,
+}
+
+impl Io {
+    fn new(client: &rdma_rpc_core::Client, len: usize) -> Io {
+        let region = SharedRegion::new(len).unwrap();
+        let rw = Access::REMOTE_READ | Access::REMOTE_WRITE;
+        let share = client.remote_memory().share(&region, rw).unwrap();
+        let offer = share.offer_all(rw).unwrap();
+        Io {
+            region,
+            offer: Some((share, offer)),
+        }
+    }
+
+    fn init(&self, block_size: usize, transactions: u32) -> InitStorage {
+        InitStorage {
+            core_count: 1,
+            transactions_per_core: transactions,
+            block_size: block_size as u32,
+            io_memory: self.offer.as_ref().map(|(_, offer)| offer.handle()),
+        }
+    }
+}
+
+async fn write(stub: &StorageServiceClient, io: &Io, block: u64, len: usize) -> Result<(), Status> {
+    io.region
+        .lease(0, len)
+        .unwrap()
+        .write_at(0, &block_contents(block, len))
+        .unwrap();
+    let request = BlockIo {
         block,
-        buffer: Some(offer.handle()),
+        offset: 0,
         length: len as u32,
     };
-    let done = stub.write_block(io).await;
-    offer.revoke().await;
-    done.map(drop)
+    stub.write_block(request).await.map(drop)
 }
 
 async fn read(
     stub: &StorageServiceClient,
-    client: &rdma_rpc_core::Client,
-    region: &MemoryRegion,
+    io: &Io,
     block: u64,
     len: usize,
 ) -> Result<(bool, Vec<u8>), Status> {
-    let buf = region.lease(0, len).unwrap();
-    let offer = client.remote_memory().offer(buf, Access::REMOTE_WRITE)?;
-    let io = BlockIo {
+    io.region
+        .lease(0, len)
+        .unwrap()
+        .write_at(0, &vec![0; len])
+        .unwrap();
+    let request = BlockIo {
         block,
-        buffer: Some(offer.handle()),
+        offset: 0,
         length: len as u32,
     };
-    let done = stub.read_block(io).await;
-    let buf = offer.revoke().await.unwrap();
-    Ok((done?.recovered, buf.as_slice().to_vec()))
+    let done = stub.read_block(request).await?;
+    let mut bytes = vec![0; len];
+    io.region
+        .lease(0, len)
+        .unwrap()
+        .read_at(0, &mut bytes)
+        .unwrap();
+    Ok((done.recovered, bytes))
 }
 
-async fn ready(
-    cluster: &Cluster,
-    block_size: usize,
-) -> (StorageServiceClient, rdma_rpc_core::Client) {
+async fn ready(cluster: &Cluster, block_size: usize) -> (StorageServiceClient, Io) {
     let client = cluster.client().await.unwrap();
     let stub = StorageServiceClient::new(client.clone());
-    let init = InitStorage {
-        core_count: 1,
-        transactions_per_core: 2,
-        block_size: block_size as u32,
-    };
-    stub.init_storage(init).await.unwrap();
+    let io = Io::new(&client, block_size);
+    stub.init_storage(io.init(block_size, 2)).await.unwrap();
     initiator::control(&stub, StorageCommand::Start)
         .await
         .unwrap();
-    (stub, client)
+    (stub, io)
 }
 
 /// A corrupt data half is rebuilt from the parity; a corrupt parity behind it is caught by its
@@ -227,24 +261,23 @@ async fn corrupt_halves_are_detected_by_checksum_over_doca() {
 async fn corrupt_halves_are_detected_by_checksum(scheme: &str) {
     let len = 8192;
     let cluster = start(scheme, &config(len, 8, 0)).await;
-    let (stub, client) = ready(&cluster, len).await;
-    let region = MemoryRegion::new(len).unwrap();
+    let (stub, io) = ready(&cluster, len).await;
     for block in 0..4 {
-        write(&stub, &client, &region, block, len).await.unwrap();
+        write(&stub, &io, block, len).await.unwrap();
     }
     target::corrupt(&cluster.targets[0], 1, 100).unwrap();
-    let (recovered, bytes) = read(&stub, &client, &region, 1, len).await.unwrap();
+    let (recovered, bytes) = read(&stub, &io, 1, len).await.unwrap();
     assert!(recovered, "data 1 failed its checksum: rebuilt from parity");
     assert_eq!(bytes, block_contents(1, len));
     target::corrupt(&cluster.targets[1], 2, 7).unwrap();
     target::corrupt(&cluster.targets[2], 2, 7).unwrap();
-    let status = read(&stub, &client, &region, 2, len).await.unwrap_err();
+    let status = read(&stub, &io, 2, len).await.unwrap_err();
     assert_eq!(status.code(), Code::DataLoss, "{status}");
     assert!(
         status.message().contains("block 2") && status.message().contains("parity"),
         "{status}"
     );
-    let (recovered, bytes) = read(&stub, &client, &region, 3, len).await.unwrap();
+    let (recovered, bytes) = read(&stub, &io, 3, len).await.unwrap();
     assert!(!recovered);
     assert_eq!(bytes, block_contents(3, len), "other blocks are untouched");
 }
@@ -255,16 +288,13 @@ async fn control_commands_out_of_order_are_refused() {
     let cluster = start("tcp://", &config(len, 4, 0)).await;
     let client = cluster.client().await.unwrap();
     let stub = StorageServiceClient::new(client.clone());
-    let region = MemoryRegion::new(len).unwrap();
+    let io = Io::new(&client, len);
     let refused = |r: Result<(), Status>, what: &str| {
         let status = r.unwrap_err();
         assert_eq!(status.code(), Code::FailedPrecondition, "{what}: {status}");
         status.message().to_owned()
     };
-    let why = refused(
-        write(&stub, &client, &region, 0, len).await,
-        "a write before init",
-    );
+    let why = refused(write(&stub, &io, 0, len).await, "a write before init");
     assert!(why.contains("init_storage"), "{why}");
     refused(
         initiator::control(&stub, StorageCommand::Start).await,
@@ -274,16 +304,15 @@ async fn control_commands_out_of_order_are_refused() {
         initiator::control(&stub, StorageCommand::Stop).await,
         "stop before start",
     );
-    let init = InitStorage {
-        core_count: 1,
-        transactions_per_core: 1,
-        block_size: len as u32,
+    let init = io.init(len, 1);
+    let without = InitStorage {
+        io_memory: None,
+        ..init.clone()
     };
+    let status = stub.init_storage(without).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status}");
     stub.init_storage(init.clone()).await.unwrap();
-    let why = refused(
-        write(&stub, &client, &region, 0, len).await,
-        "a write before start",
-    );
+    let why = refused(write(&stub, &io, 0, len).await, "a write before start");
     assert!(why.contains("start"), "{why}");
     initiator::control(&stub, StorageCommand::Start)
         .await
@@ -293,12 +322,12 @@ async fn control_commands_out_of_order_are_refused() {
         initiator::control(&stub, StorageCommand::Start).await,
         "start twice",
     );
-    write(&stub, &client, &region, 0, len).await.unwrap();
+    write(&stub, &io, 0, len).await.unwrap();
     initiator::control(&stub, StorageCommand::Shutdown)
         .await
         .unwrap();
     // Refused by the service, or by the server that is going down with it.
-    let after = write(&stub, &client, &region, 1, len).await.unwrap_err();
+    let after = write(&stub, &io, 1, len).await.unwrap_err();
     assert!(
         matches!(after.code(), Code::FailedPrecondition | Code::Unavailable),
         "a write after shutdown: {after}"
@@ -363,7 +392,7 @@ async fn black_hole_proxy(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_never_answers_cannot_keep_a_targets_blocks() {
     use examples::generated::storage_target::{
-        Command, HalfIo, StorageTargetClient, StorageTargetServer, TargetControl,
+        Command, HalfIo, StorageTargetClient, StorageTargetServer, TargetControl, TargetInit,
     };
     use examples::storage::codec::Slot;
     use examples::storage::target::{Target, TargetConfig};
@@ -382,35 +411,46 @@ async fn a_peer_that_never_answers_cannot_keep_a_targets_blocks() {
     let mut start = TargetControl::default();
     start.set_command(Command::Start);
     stub.control(start).await.unwrap();
-    let region = MemoryRegion::new(1 << 20).unwrap();
+    let region = SharedRegion::new(1 << 20).unwrap();
     let half = config.half_size;
-    let write_half = |client: rdma_rpc_core::Client, block: u64, at: usize| {
+    // Each connection shares and offers the region once and tells the target (`init`).
+    let init = |client: rdma_rpc_core::Client| {
         let region = region.clone();
         async move {
-            let lease = region.lease(at, half).unwrap();
-            let stub = StorageTargetClient::new(client.clone());
-            let (done, _) = client
-                .remote_memory()
-                .lend(lease, Access::REMOTE_READ, |handle| async move {
-                    let io = HalfIo {
-                        block,
-                        buffer: Some(handle),
-                        length: half as u32,
-                    };
-                    stub.write_half(io).await
-                })
-                .await?;
-            done.map(drop)
+            let rw = Access::REMOTE_READ | Access::REMOTE_WRITE;
+            let share = client.remote_memory().share(&region, rw).unwrap();
+            let offer = share.offer_all(rw).unwrap();
+            let memory = Some(offer.handle());
+            StorageTargetClient::new(client)
+                .init(TargetInit { memory })
+                .await
+                .unwrap();
+            (share, offer)
         }
     };
+    let write_half = |client: rdma_rpc_core::Client, block: u64, at: usize| async move {
+        let io = HalfIo {
+            block,
+            offset: at as u64,
+            length: half as u32,
+        };
+        StorageTargetClient::new(client)
+            .write_half(io)
+            .await
+            .map(drop)
+    };
+    let _legit_memory = init(legit.clone()).await;
 
     // The attacker: 32 connections through a proxy that, once they are up, stops passing
     // anything the target sends: 4 calls each (what the credits of a connection that hears
     // nothing allow), 128 in all, whose reads are never answered.
     let (via, cut, closed) = black_hole_proxy(addr.clone()).await;
     let mut attackers = Vec::new();
+    let mut attacker_memory = Vec::new();
     for _ in 0..32 {
-        attackers.push(rdma_rpc_core::Client::connect(&via).await.unwrap());
+        let attacker = rdma_rpc_core::Client::connect(&via).await.unwrap();
+        attacker_memory.push(init(attacker.clone()).await);
+        attackers.push(attacker);
     }
     cut.store(true, std::sync::atomic::Ordering::SeqCst);
     let attack: Vec<_> = (0..128u64)
@@ -453,4 +493,116 @@ async fn a_peer_that_never_answers_cannot_keep_a_targets_blocks() {
     for call in attack {
         call.abort();
     }
+}
+
+/// The attacks a hostile client made on a running cluster, over every transport: shutting a
+/// target down through `/target/control`, reading another client's stored half through
+/// `/target/io/read`, and driving the service without its initiator's secret. Each is refused
+/// (`UNAUTHENTICATED` without a secret, `PERMISSION_DENIED` with another tier's), nothing
+/// changes, and the storage goes on serving its initiator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_service_reaches_targets_and_only_its_initiator_the_service() {
+    for scheme in ["tcp://", "mem://", "doca://"] {
+        refuses_strangers(scheme).await;
+    }
+    let violations = doca_sys::take_contract_violations();
+    assert!(
+        violations.is_empty(),
+        "DOCA contract violations: {violations:#?}"
+    );
+}
+
+async fn refuses_strangers(scheme: &str) {
+    use examples::generated::storage_target::{
+        Command, HalfIo, StorageTargetClient, TargetControl, TargetInit,
+    };
+    let (len, blocks) = (8192, 16);
+    let setup = config(len, blocks, 0);
+    let cluster = start(scheme, &setup).await;
+    let (stub, io) = ready(&cluster, len).await;
+    for block in 0..4 {
+        write(&stub, &io, block, len).await.unwrap();
+    }
+    let connect = |addr: String, secret: Option<Secret>| {
+        let transport = cluster.transport.clone();
+        async move {
+            let mut builder = rdma_rpc_core::Client::builder().transport(transport);
+            if let Some(secret) = secret {
+                builder = builder.interceptor(secret.present());
+            }
+            builder.connect(&addr).await.unwrap()
+        }
+    };
+    let refused = |r: Result<(), Status>, code: Code, what: &str| {
+        let status = r.expect_err(what);
+        assert_eq!(status.code(), code, "{scheme} {what}: {status}");
+    };
+    // A stranger, and the initiator's own secret, at a target.
+    for (secret, code) in [
+        (None, Code::Unauthenticated),
+        (Some(setup.service_secret.clone()), Code::PermissionDenied),
+    ] {
+        let stranger = connect(cluster.target_addrs[0].clone(), secret).await;
+        let target = StorageTargetClient::new(stranger.clone());
+        let mut shutdown = TargetControl::default();
+        shutdown.set_command(Command::Shutdown);
+        refused(target.control(shutdown).await, code, "a target shut down");
+        // Its own memory to read another client's half into.
+        let region = SharedRegion::new(1 << 20).unwrap();
+        let rw = Access::REMOTE_READ | Access::REMOTE_WRITE;
+        let share = stranger.remote_memory().share(&region, rw).unwrap();
+        let offer = share.offer_all(rw).unwrap();
+        let init = TargetInit {
+            memory: Some(offer.handle()),
+        };
+        refused(target.init(init).await, code, "a target's init");
+        let io = HalfIo {
+            block: 1,
+            offset: 0,
+            length: cluster.targets[0].half_size() as u32,
+        };
+        refused(
+            target.read_half(io).await.map(drop),
+            code,
+            "a stored half read",
+        );
+        let mut bytes = vec![0; 64];
+        region.lease(0, 64).unwrap().read_at(0, &mut bytes).unwrap();
+        assert!(bytes.iter().all(|&b| b == 0), "nothing was written");
+    }
+    // A stranger, and the targets' secret, at the service.
+    for (secret, code) in [
+        (None, Code::Unauthenticated),
+        (
+            Some(setup.service.target_secret.clone()),
+            Code::PermissionDenied,
+        ),
+    ] {
+        let stranger = connect(cluster.service_addr.clone(), secret).await;
+        let service = StorageServiceClient::new(stranger.clone());
+        let other = Io::new(&stranger, len);
+        refused(
+            service.init_storage(other.init(len, 1)).await,
+            code,
+            "the service's init",
+        );
+        let io = BlockIo {
+            block: 1,
+            offset: 0,
+            length: len as u32,
+        };
+        refused(service.read_block(io).await.map(drop), code, "a block read");
+        refused(
+            initiator::control(&service, StorageCommand::Shutdown).await,
+            code,
+            "the service shut down",
+        );
+    }
+    // Nothing changed: the initiator reads what it wrote, and writes more.
+    for block in 0..4 {
+        let (recovered, bytes) = read(&stub, &io, block, len).await.unwrap();
+        assert!(!recovered, "{scheme}: every target kept serving");
+        assert_eq!(bytes, block_contents(block, len));
+    }
+    write(&stub, &io, 5, len).await.unwrap();
 }

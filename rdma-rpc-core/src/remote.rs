@@ -459,6 +459,14 @@ impl RemoteMemory {
         }
     }
 
+    /// Whether `handle` was offered by this connection's peer (and so is usable here, until
+    /// revoked): for a service that keeps long-lived handles from several connections, such
+    /// as whole regions offered once ([`Share::offer_all`]), to find the one of the
+    /// connection a request came on.
+    pub fn holds(&self, handle: &RemoteBuf) -> bool {
+        lock(&self.end.holder).offered_here(handle.connection)
+    }
+
     pub(crate) fn end(&self) -> &Arc<End> {
         &self.end
     }

@@ -2,16 +2,24 @@
 //! loopback. Exits 0 when every block was read back exactly.
 //!
 //! `cargo run --release -p examples --bin storage-demo -- [--transport tcp|mem|doca]
-//! [--block-size 64KiB] [--blocks 2000] [--cores 2] [--transactions-per-core 8]
+//! [--block-size 64KiB] [--blocks 2000] [--cores N] [--transactions-per-core 8]
 //! [--trigger-recovery-read-every-n 10] [--kill-target-after N] [--control-timeout 5s]`.
 //! `--kill-target-after N` takes the data 2 target off the network once it has stored N
-//! halves: later writes are degraded, reads are rebuilt from data 1 and the parity.
+//! halves: later writes are degraded, reads are rebuilt from data 1 and the parity. `--cores`
+//! (default: this machine's) is the data paths: initiator connections, and the service's
+//! connections to each target.
+//!
+//! After the run it measures, in the same process and printed next to the storage figures:
+//! the codec alone on one core over the same blocks, raw TCP bulk and a memory copy, with the
+//! ratios the targets are set in (docs/bench/storage.txt).
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use examples::generated::storage_service::{StorageCommand, StorageServiceClient};
+use examples::storage::auth::Secret;
 use examples::storage::cluster::{Cluster, ClusterConfig};
+use examples::storage::codec::{baseline, CpuCodec};
 use examples::storage::flags::{self, Flags};
 use examples::storage::initiator::{self, CostCounters, InitiatorConfig};
 use examples::storage::service::ServiceConfig;
@@ -20,7 +28,7 @@ use rdma_rpc_core::transport::{transport_for, Transport};
 use std::sync::Arc;
 
 const USAGE: &str = "usage: storage-demo [--transport tcp|mem|doca (tcp)] [--block-size SIZE \
-(64KiB)] [--blocks N (2000)] [--cores N (2)] [--transactions-per-core N (8)] \
+(64KiB)] [--blocks N (2000)] [--cores N (this machine's)] [--transactions-per-core N (8)] \
 [--trigger-recovery-read-every-n N (10)] [--kill-target-after N] [--control-timeout DURATION (5s)]";
 
 async fn run() -> Result<(), String> {
@@ -45,13 +53,19 @@ async fn run() -> Result<(), String> {
     };
     let block_size = flags.size("--block-size", 64 << 10)?;
     let blocks = flags.number("--blocks", 2000)?;
+    let cores = (flags.number("--cores", flags::cores() as u64)? as usize).max(1);
     let config = ClusterConfig {
         block_size,
         block_count: blocks,
         service: ServiceConfig {
             recovery_every: flags.number("--trigger-recovery-read-every-n", 10)?,
             control_timeout: flags.duration("--control-timeout", Duration::from_secs(5))?,
+            cores,
+            codec: None,
+            // Every part runs here: fresh secrets for this run.
+            target_secret: Secret::random(),
         },
+        service_secret: Secret::random(),
     };
     // Over DOCA the transport is made here, so that the report can say what each I/O cost in
     // memory registrations and imports (every part of the demo runs in this process).
@@ -72,19 +86,20 @@ async fn run() -> Result<(), String> {
         cluster.target_addrs.join(", "),
         cluster.service_addr
     );
-    let client = cluster.client().await.map_err(|s| s.to_string())?;
+    let mut clients = Vec::new();
+    for _ in 0..cores {
+        clients.push(cluster.client().await.map_err(|s| s.to_string())?);
+    }
+    let client = clients[0].clone();
     let initiator_config = InitiatorConfig {
         block_size,
         blocks,
-        cores: flags.number("--cores", 2)? as u32,
+        cores: cores as u32,
         transactions_per_core: flags.number("--transactions-per-core", 8)? as u32,
         progress: true,
         counters: doca.map(|t| Arc::new(move || t.counters()) as CostCounters),
     };
-    let run = {
-        let client = client.clone();
-        tokio::spawn(async move { initiator::run(client, &initiator_config).await })
-    };
+    let run = tokio::spawn(async move { initiator::run_on(clients, &initiator_config).await });
     if let Some(n) = flags.get("--kill-target-after") {
         let n: u64 = n
             .parse()
@@ -98,17 +113,13 @@ async fn run() -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .map_err(|s| s.to_string())?;
     print!("{}", report.table());
-    // The baseline, measured now on the same machine: a plain TCP stream of 4 MiB writes.
-    let bulk =
-        examples::bench::tcp_baseline::bulk_stream(&tokio::runtime::Handle::current(), 4 << 20, 64)
-            .await
-            .map_err(|e| format!("measuring raw TCP bulk: {e}"))?;
     println!(
-        "raw TCP bulk, same machine, same run: {:.2} GB/s (storage write {:.2}x, read {:.2}x of it)",
-        bulk / 1e9,
-        report.write.gb_per_s() * 1e9 / bulk,
-        report.read.gb_per_s() * 1e9 / bulk
+        "round trips one after the other per I/O: write 4 (the call, the RDMA read of the block, \
+         the three target calls in parallel, each with its RDMA read), read 4 (the call, the two \
+         data target calls in parallel, each with its RDMA write, the RDMA write of the block); \
+         calls per I/O: write 4, read 3 (4 on a recovery read)"
     );
+    print!("{}", baselines(&report, block_size, blocks).await?);
     println!("all {blocks} blocks verified");
     let stub = StorageServiceClient::new(client);
     initiator::control(&stub, StorageCommand::Shutdown)
@@ -118,6 +129,59 @@ async fn run() -> Result<(), String> {
         .await
         .map_err(|_| "the service and targets did not stop within 30 s".to_owned())?;
     Ok(())
+}
+
+/// The same-run baselines and the storage figures' ratios to them.
+async fn baselines(
+    report: &initiator::Report,
+    block_size: usize,
+    blocks: u64,
+) -> Result<String, String> {
+    // The codec alone on one core, over the blocks the run wrote (at most 256 of them).
+    let codec = CpuCodec::new(block_size).map_err(|e| e.to_string())?;
+    let sample: Vec<Vec<u8>> = (0..blocks.min(256))
+        .map(|i| initiator::block_contents(i, block_size))
+        .collect();
+    let codec_alone = tokio::task::spawn_blocking(move || {
+        baseline::measure(&codec, &sample, Duration::from_millis(500))
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    // A plain TCP stream of 4 MiB writes, and one thread copying memory.
+    let bulk =
+        examples::bench::tcp_baseline::bulk_stream(&tokio::runtime::Handle::current(), 4 << 20, 64)
+            .await
+            .map_err(|e| format!("measuring raw TCP bulk: {e}"))?
+            / 1e9;
+    let copy = examples::bench::copy_baseline::measure(8, 64, 1 << 30);
+    let (write, read) = (report.write.gb_per_s(), report.read.gb_per_s());
+    let (codec_write, codec_read) = (
+        codec_alone.write_bytes_per_sec / 1e9,
+        codec_alone.read_bytes_per_sec / 1e9,
+    );
+    let mut out = String::from("same run, same machine (GB/s of blocks):\n");
+    out.push_str(&format!(
+        "  codec alone, one core: write {codec_write:.2} (compress, split, parity, checksums), \
+         read {codec_read:.2} (verify, decompress), recovery read {:.2}\n",
+        codec_alone.recover_bytes_per_sec / 1e9
+    ));
+    out.push_str(&format!("  raw TCP bulk: {bulk:.2}\n"));
+    out.push_str(&format!(
+        "  memory copy, one thread: {:.2} among 8 MiB, {:.2} among 64 MiB\n",
+        copy.few_gb_per_s, copy.many_gb_per_s
+    ));
+    out.push_str(&format!(
+        "storage ÷ codec alone: write {:.2}, read {:.2}\n",
+        write / codec_write,
+        read / codec_read
+    ));
+    out.push_str(&format!(
+        "storage ÷ min(codec alone, raw TCP bulk): write {:.2}, read {:.2} (tcp:// target 0.7; \
+         mem:// target 0.8 of codec alone)\n",
+        write / codec_write.min(bulk),
+        read / codec_read.min(bulk)
+    ));
+    Ok(out)
 }
 
 #[tokio::main]

@@ -9,13 +9,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use examples::generated::storage_target::StorageTargetServer;
+use examples::storage::auth::{Secret, TARGET_SECRET_ENV};
 use examples::storage::codec::Slot;
 use examples::storage::flags::{self, Flags};
 use examples::storage::target::{Target, TargetConfig};
 use rdma_rpc_core::Server;
 
 const USAGE: &str = "usage: storage-target --listen ADDR --slot data1|data2|parity \
-[--block-size SIZE (64KiB)] [--block-count N (4096)]";
+[--block-size SIZE (64KiB)] [--block-count N (4096)] [--secret S (or STORAGE_TARGET_SECRET)]";
 
 fn slot(s: &str) -> Result<Slot, String> {
     match s {
@@ -28,11 +29,18 @@ fn slot(s: &str) -> Result<Slot, String> {
 
 async fn run() -> Result<(), String> {
     let flags = Flags::parse(
-        &["--listen", "--slot", "--block-size", "--block-count"],
+        &[
+            "--listen",
+            "--slot",
+            "--block-size",
+            "--block-count",
+            "--secret",
+        ],
         USAGE,
     )?;
     let listen = flags.required("--listen")?;
     let slot = slot(&flags.required("--slot")?)?;
+    let secret = Secret::from_flag_or_env(flags.get("--secret"), "--secret", TARGET_SECRET_ENV)?;
     let config = TargetConfig::new(
         slot,
         flags.size("--block-size", 64 << 10)?,
@@ -42,6 +50,7 @@ async fn run() -> Result<(), String> {
     let target = Arc::new(Target::new(config).map_err(|s| s.message().to_owned())?);
     let server = Server::builder()
         .transfer_timeout(examples::storage::target::IO_TIMEOUT)
+        .interceptor(secret.require("their storage service"))
         .add_service(StorageTargetServer::new(target.clone()))
         .bind(&listen)
         .await

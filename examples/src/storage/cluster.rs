@@ -8,6 +8,7 @@ use rdma_rpc_core::{Client, Server, Status};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::auth::Secret;
 use super::codec::Slot;
 use super::service::{Service, ServiceConfig};
 use super::target::{Target, TargetConfig};
@@ -21,8 +22,10 @@ pub struct ClusterConfig {
     pub block_size: usize,
     /// Blocks each target holds.
     pub block_count: u64,
-    /// The service's behaviour.
+    /// The service's behaviour (and the target secret it presents, which the targets check).
     pub service: ServiceConfig,
+    /// What the service takes calls with: the initiator presents it ([`Cluster::client`]).
+    pub service_secret: Secret,
 }
 
 /// A running cluster.
@@ -37,6 +40,7 @@ pub struct Cluster {
     target_tasks: Vec<JoinHandle<rdma_rpc_core::Result<()>>>,
     /// The service's address (the initiator connects here).
     pub service_addr: String,
+    service_secret: Secret,
     service_task: JoinHandle<rdma_rpc_core::Result<()>>,
 }
 
@@ -82,6 +86,12 @@ impl Cluster {
             let server = Server::builder()
                 .transport(transport.clone())
                 .transfer_timeout(super::target::IO_TIMEOUT)
+                .interceptor(
+                    config
+                        .service
+                        .target_secret
+                        .require("their storage service"),
+                )
                 .add_service(StorageTargetServer::new(target.clone()))
                 .bind(bind)
                 .await
@@ -103,6 +113,7 @@ impl Cluster {
             Arc::new(Service::connect(transport.clone(), addr_refs, config.service.clone()).await?);
         let server = Server::builder()
             .transport(transport.clone())
+            .interceptor(config.service_secret.require("its initiator"))
             .add_service(StorageServiceServer::new(service.clone()))
             .bind(bind)
             .await
@@ -116,14 +127,16 @@ impl Cluster {
             kills: three(kills),
             target_tasks: tasks,
             service_addr,
+            service_secret: config.service_secret.clone(),
             service_task,
         })
     }
 
-    /// A client of the service.
+    /// A client of the service, presenting its secret.
     pub async fn client(&self) -> Result<Client, Status> {
         Client::builder()
             .transport(self.transport.clone())
+            .interceptor(self.service_secret.present())
             .connect(&self.service_addr)
             .await
             .map_err(|e| Status::unavailable(format!("the service: {e}")))

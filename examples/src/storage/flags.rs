@@ -37,6 +37,11 @@ pub async fn serve_until(
         .map_err(|e| e.to_string())
 }
 
+/// This machine's cores (what `--cores` defaults to): one data path each.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Parsed flags.
 #[derive(Debug)]
 pub struct Flags {

@@ -1,6 +1,8 @@
-//! The initiator: writes blocks from its registered memory, reads them back into it, and
-//! checks every byte. Each I/O offers the block's window of its memory for that call only;
-//! the service reaches it with one RDMA read (write) or one RDMA write (read).
+//! The initiator: writes blocks from its registered I/O memory, reads them back into it, and
+//! checks every byte. The I/O memory is shared with and offered whole to the service once per
+//! connection (`init_storage`); each I/O names its block's place in it by offset, and the
+//! service reaches it with one RDMA read (write) or one RDMA write (read). One connection per
+//! core, each with its transactions in flight.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -8,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use rdma_rpc_core::transport::doca::Counters;
-use rdma_rpc_core::{Access, Client, MemoryRegion, RegisteredBuf, Status};
+use rdma_rpc_core::{Access, Client, SharedBuf, SharedRegion, Status};
 
 use crate::generated::storage_service::{
-    BlockDone, BlockIo, InitStorage, StorageCommand, StorageControl, StorageServiceClient,
+    BlockIo, InitStorage, StorageCommand, StorageControl, StorageServiceClient,
 };
 
 /// Reads the transport's cost counters (`DocaTransport::counters`: memory registrations,
@@ -182,14 +184,25 @@ impl Report {
     }
 }
 
+/// Distinct block contents; block `index` is template `index % TEMPLATES` with its index in
+/// the first 8 bytes, so that contents are made once and every block still differs.
+const TEMPLATES: u64 = 64;
+
 /// The bytes of block `index`: text that compresses, with a stretch of noise that does not
-/// (the first KiB of every 4 KiB), so both the ratio and the checks mean something.
+/// (the first KiB of every 4 KiB), so both the ratio and the checks mean something; the first
+/// 8 bytes are the index.
 pub fn block_contents(index: u64, len: usize) -> Vec<u8> {
+    let mut out = template(index % TEMPLATES, len);
+    stamp(&mut out, index);
+    out
+}
+
+fn template(seed: u64, len: usize) -> Vec<u8> {
     const PAGE: usize = 4096;
     const NOISE: usize = 1024;
-    let line = format!("block {index:>10}: the quick brown fox jumps over the lazy dog. ");
+    let line = format!("block {seed:>10}: the quick brown fox jumps over the lazy dog. ");
     let text: Vec<u8> = line.bytes().cycle().take(PAGE - NOISE).collect();
-    let mut x = index.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut out = Vec::with_capacity(len + PAGE);
     while out.len() < len {
         for _ in 0..NOISE / 8 {
@@ -204,6 +217,45 @@ pub fn block_contents(index: u64, len: usize) -> Vec<u8> {
     out
 }
 
+fn stamp(block: &mut [u8], index: u64) {
+    let n = block.len().min(8);
+    block[..n].copy_from_slice(&index.to_le_bytes()[..n]);
+}
+
+/// Block contents made once per run: what a worker copies into its I/O memory before a write
+/// and compares after a read, without making each block anew.
+struct Contents {
+    templates: Vec<Vec<u8>>,
+}
+
+impl Contents {
+    fn new(block_size: usize) -> Contents {
+        Contents {
+            templates: (0..TEMPLATES).map(|t| template(t, block_size)).collect(),
+        }
+    }
+
+    /// Puts block `index` into `buf`.
+    fn fill(&self, index: u64, buf: &mut SharedBuf) -> Result<(), Status> {
+        let template = &self.templates[(index % TEMPLATES) as usize];
+        buf.write_at(0, template).map_err(Status::from)?;
+        let mut head = [0u8; 8];
+        let n = template.len().min(8);
+        head[..n].copy_from_slice(&template[..n]);
+        stamp(&mut head[..n], index);
+        buf.write_at(0, &head[..n]).map_err(Status::from)
+    }
+
+    /// Whether `got` holds block `index`.
+    fn is(&self, index: u64, got: &[u8]) -> bool {
+        let template = &self.templates[(index % TEMPLATES) as usize];
+        let n = template.len().min(8);
+        got.len() == template.len()
+            && got[..n] == index.to_le_bytes()[..n]
+            && got[n..] == template[n..]
+    }
+}
+
 /// Sends a control command.
 pub async fn control(stub: &StorageServiceClient, command: StorageCommand) -> Result<(), Status> {
     let mut request = StorageControl::default();
@@ -211,43 +263,21 @@ pub async fn control(stub: &StorageServiceClient, command: StorageCommand) -> Re
     stub.control(request).await
 }
 
-/// One I/O: offers `buf` for the call, runs it, takes `buf` back.
-async fn io(
-    client: &Client,
-    stub: &StorageServiceClient,
-    block: u64,
-    buf: RegisteredBuf,
-    write: bool,
-) -> Result<(BlockDone, RegisteredBuf), Status> {
-    let length = buf.capacity() as u32;
-    let access = if write {
-        Access::REMOTE_READ
-    } else {
-        Access::REMOTE_WRITE
-    };
-    let (done, buf) = client
-        .remote_memory()
-        .lend(buf, access, |handle| async move {
-            let request = BlockIo {
-                block,
-                buffer: Some(handle),
-                length,
-            };
-            if write {
-                stub.write_block(request).await
-            } else {
-                stub.read_block(request).await
-            }
-        })
-        .await?;
-    let buf = buf.ok_or_else(|| Status::unavailable("the connection to the service ended"))?;
-    Ok((done?, buf))
+/// Runs the whole flow against a service over one connection (see [`run_on`]).
+pub async fn run(client: Client, config: &InitiatorConfig) -> Result<Report, Status> {
+    run_on(vec![client], config).await
 }
 
-/// Runs the whole flow against a service: query, init, start, write every block, read every
-/// block back and check it, stop. Fails on the first wrong byte or failed I/O.
-pub async fn run(client: Client, config: &InitiatorConfig) -> Result<Report, Status> {
-    let stub = StorageServiceClient::new(client.clone());
+/// Runs the whole flow against a service, one connection per core (`clients`, as many as
+/// `config.cores`, or fewer: cores then share them): query, share and offer the I/O memory
+/// and init on each connection, start, write every block, read every block back and check
+/// it, stop. Fails on the first wrong byte or failed I/O.
+pub async fn run_on(clients: Vec<Client>, config: &InitiatorConfig) -> Result<Report, Status> {
+    let first = clients
+        .first()
+        .cloned()
+        .ok_or_else(|| Status::invalid_argument("no connection to the service"))?;
+    let stub = StorageServiceClient::new(first);
     let geometry = stub.query_storage(()).await?;
     if config.block_size > geometry.block_size as usize {
         return Err(Status::invalid_argument(format!(
@@ -262,18 +292,23 @@ pub async fn run(client: Client, config: &InitiatorConfig) -> Result<Report, Sta
         )));
     }
     let workers = (config.cores.max(1) * config.transactions_per_core.max(1)) as usize;
-    let memory = MemoryRegion::new(workers * config.block_size).map_err(Status::from)?;
-    stub.init_storage(InitStorage {
-        core_count: config.cores,
-        transactions_per_core: config.transactions_per_core,
-        block_size: config.block_size as u32,
-    })
-    .await?;
-    // Every worker lends its block window for each I/O: register what they hold at once now
-    // (over DOCA, the connection's bounce memory), so that no I/O registers memory.
-    let memory_of_the_link = client.remote_memory();
-    for access in [Access::REMOTE_READ, Access::REMOTE_WRITE] {
-        memory_of_the_link.reserve(config.block_size, workers, access)?;
+    // The I/O memory: registered, shared and offered whole once per connection, here; each
+    // I/O then names its block by offset.
+    let memory = SharedRegion::new(workers * config.block_size).map_err(Status::from)?;
+    let rw = Access::REMOTE_READ | Access::REMOTE_WRITE;
+    let mut lanes = Vec::new();
+    for client in &clients {
+        let share = client.remote_memory().share(&memory, rw)?;
+        let offer = share.offer_all(rw)?;
+        let lane = StorageServiceClient::new(client.clone());
+        lane.init_storage(InitStorage {
+            core_count: config.cores,
+            transactions_per_core: config.transactions_per_core,
+            block_size: config.block_size as u32,
+            io_memory: Some(offer.handle()),
+        })
+        .await?;
+        lanes.push((lane, share, offer));
     }
     control(&stub, StorageCommand::Start).await?;
     let bar = if config.progress {
@@ -287,6 +322,7 @@ pub async fn run(client: Client, config: &InitiatorConfig) -> Result<Report, Sta
     } else {
         ProgressBar::hidden()
     };
+    let contents = Arc::new(Contents::new(config.block_size));
     let mut report = Report::default();
     // The first I/Os of a phase warm pools and caches up; what the rest cost is counted.
     let warm_up = (config.blocks / 10)
@@ -300,35 +336,48 @@ pub async fn run(client: Client, config: &InitiatorConfig) -> Result<Report, Sta
         let started = Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
         for w in 0..workers {
-            let (client, stub, next, bar) =
-                (client.clone(), stub.clone(), next.clone(), bar.clone());
+            let stub = lanes[w % lanes.len()].0.clone();
+            let (next, bar, contents) = (next.clone(), bar.clone(), contents.clone());
             let (done_count, warm, counters) =
                 (done_count.clone(), warm.clone(), config.counters.clone());
+            let offset = w * config.block_size;
             let mut buf = memory
-                .lease(w * config.block_size, config.block_size)
+                .lease(offset, config.block_size)
                 .map_err(Status::from)?;
             let (blocks, block_size) = (config.blocks, config.block_size);
             tasks.spawn(async move {
                 let mut seen = Vec::new();
+                let zeros = vec![0u8; block_size];
+                let mut got = vec![0u8; block_size];
                 loop {
                     let block = next.fetch_add(1, Ordering::Relaxed);
                     if block >= blocks {
                         return Ok::<_, Status>(seen);
                     }
-                    let expected = block_contents(block, block_size);
                     if write {
-                        buf.as_mut_slice().copy_from_slice(&expected);
+                        contents.fill(block, &mut buf)?;
                     } else {
-                        buf.as_mut_slice().fill(0);
+                        buf.write_at(0, &zeros).map_err(Status::from)?;
                     }
+                    let request = BlockIo {
+                        block,
+                        offset: offset as u64,
+                        length: block_size as u32,
+                    };
                     let t = Instant::now();
-                    let (done, back) = io(&client, &stub, block, buf, write).await?;
+                    let done = if write {
+                        stub.write_block(request).await?
+                    } else {
+                        stub.read_block(request).await?
+                    };
                     seen.push((t.elapsed(), done));
-                    buf = back;
-                    if !write && buf.as_slice() != &expected[..] {
-                        return Err(Status::data_loss(format!(
-                            "block {block} read back differs from what was written"
-                        )));
+                    if !write {
+                        buf.read_at(0, &mut got).map_err(Status::from)?;
+                        if !contents.is(block, &got) {
+                            return Err(Status::data_loss(format!(
+                                "block {block} read back differs from what was written"
+                            )));
+                        }
                     }
                     if done_count.fetch_add(1, Ordering::Relaxed) + 1 == warm_up {
                         if let Some(read) = &counters {
@@ -385,5 +434,8 @@ pub async fn run(client: Client, config: &InitiatorConfig) -> Result<Report, Sta
     }
     bar.finish_and_clear();
     control(&stub, StorageCommand::Stop).await?;
+    for (_, _share, offer) in lanes {
+        offer.revoke().await;
+    }
     Ok(report)
 }

@@ -10,9 +10,13 @@
 //!
 //! Every block moves by one-sided RDMA: the service reads it from the initiator's memory and
 //! writes it back there, and each target reads its half from the service's memory and writes
-//! it back there, through remote buffers (`remote_buffer` fields, [`rdma_rpc_core::RemoteBuf`])
-//! offered for one call. Only the requests and answers travel as messages.
+//! it back there. As in NVIDIA's application, that memory is shared and offered once per
+//! connection ([`rdma_rpc_core::Share::offer_all`]: the initiator's at `init_storage`, the
+//! service's at each target's `init`), and each I/O message carries a block index and
+//! offsets: no I/O registers, imports, offers or revokes memory. Only the requests and answers
+//! travel as messages. [`auth`] keeps each tier's calls to the tier above it.
 
+pub mod auth;
 pub mod cluster;
 pub mod codec;
 pub mod flags;

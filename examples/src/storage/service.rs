@@ -1,30 +1,46 @@
 //! The storage service: between the initiator and the three targets.
 //!
-//! A write fetches the block from the initiator's memory with one RDMA read, compresses and
-//! splits it ([`super::codec`]), and has each target fetch its half from the service's memory
-//! with one RDMA read. A read has the two data targets write their halves into the service's
-//! memory, decodes, and writes the block into the initiator's memory with one RDMA write.
-//! Every Nth read, or when a data half is missing, unreachable or corrupt, the read goes
-//! through the parity target instead (a recovery read).
+//! Memory is registered and offered once, as in NVIDIA's storage application: the initiator
+//! offers its whole I/O memory on each of its connections at `init_storage`, and the service
+//! offers its whole staging memory (the halves of every transaction) to each target
+//! connection at its `init`; every I/O message then carries a block index and offsets, and no
+//! I/O offers, revokes, registers or imports memory.
+//!
+//! A write fetches the block from the initiator's memory with one RDMA read into a private
+//! staging area, encodes it ([`super::codec::Codec`]) into its three halves in the shared
+//! staging memory, and has each target fetch its half with one RDMA read: 4 calls, and 4
+//! network round trips one after the other (the call, the read, the three target calls in
+//! parallel and their reads). A read has the two data targets write their halves into the
+//! staging memory, decodes, and writes the block into the initiator's memory with one RDMA
+//! write: 3 calls, 4 round trips one after the other. Every Nth read, or when a data half is
+//! missing, unreachable or corrupt, the read goes through the parity target instead (a
+//! recovery read).
+//!
+//! A data path per core: the service keeps `cores` connections to each target (lanes), and a
+//! transaction's staging slot picks its lane, so that the calls of different cores run on
+//! different connections (each served by a task of its own on both sides).
 
+use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rdma_rpc_core::transport::Transport;
+use rdma_rpc_core::transport::{SendData, Transport};
 use rdma_rpc_core::{
-    Access, Client, Code, MemoryRegion, RegisteredBuf, RemoteBuf, RemoteMemory, Request, Status,
+    Access, Client, Code, MemoryRegion, RegionOffer, RemoteBuf, RemoteMemory, Request, Share,
+    SharedRegion, Status,
 };
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use super::codec::{self, CodecError, Half, Slot};
+use super::auth::Secret;
+use super::codec::{Codec, CodecError, CpuCodec, Half, Slot};
 use crate::generated::storage_service::{
     BlockDone, BlockIo, InitStorage, StorageCommand, StorageControl, StorageGeometry,
     StorageService,
 };
 use crate::generated::storage_target::{
-    Command, HalfDone, HalfIo, StorageTargetClient, TargetControl, TargetGeometry,
+    Command, HalfDone, HalfIo, StorageTargetClient, TargetControl, TargetGeometry, TargetInit,
 };
 
 /// How the service behaves.
@@ -34,6 +50,12 @@ pub struct ServiceConfig {
     pub recovery_every: u64,
     /// Longest wait for a target's answer to a control command.
     pub control_timeout: Duration,
+    /// Connections to each target (lanes): one per core that runs I/O.
+    pub cores: usize,
+    /// The codec; `None`: the CPU one ([`CpuCodec`]) for the targets' block size.
+    pub codec: Option<Arc<dyn Codec>>,
+    /// What the service presents to the targets (they take calls from their service only).
+    pub target_secret: Secret,
 }
 
 impl Default for ServiceConfig {
@@ -41,15 +63,26 @@ impl Default for ServiceConfig {
         ServiceConfig {
             recovery_every: 0,
             control_timeout: Duration::from_secs(5),
+            cores: 1,
+            codec: None,
+            target_secret: Secret::random(),
         }
     }
+}
+
+/// Most initiator connections whose I/O memory handles the service keeps.
+const MAX_INITIATOR_CONNECTIONS: usize = 256;
+
+/// One connection to a target: a lane of the data path.
+struct Lane {
+    client: Client,
+    stub: StorageTargetClient,
 }
 
 /// One target as the service sees it.
 struct Link {
     slot: Slot,
-    client: Client,
-    stub: StorageTargetClient,
+    lanes: Vec<Lane>,
     /// A write missed this target and that was logged; cleared when one reaches it again.
     down: std::sync::atomic::AtomicBool,
 }
@@ -74,11 +107,15 @@ impl Link {
     }
 }
 
-/// Staging memory for the I/O in flight: one slot per transaction, each holding a block and
-/// its three halves.
+/// Staging memory for the I/O in flight: per transaction, a private block area (the
+/// initiator's block lands there, a read's block is decoded there) and three halves in memory
+/// shared and offered once to every target connection.
 struct Staging {
-    memory: MemoryRegion,
-    slot_size: usize,
+    blocks: MemoryRegion,
+    halves: SharedRegion,
+    /// The share and whole-region offer of `halves` per target lane, held while staging lives.
+    _offers: Vec<(Share, RegionOffer)>,
+    transactions: usize,
     free: Mutex<Vec<usize>>,
     permits: Arc<Semaphore>,
 }
@@ -118,6 +155,13 @@ impl Staging {
     }
 }
 
+thread_local! {
+    /// Per thread: the three halves a block encodes to, or the halves a read decodes from,
+    /// before or after they are copied to or from the shared staging memory (whose bytes
+    /// local code only copies, since the targets may write them).
+    static SCRATCH: RefCell<[Vec<u8>; 3]> = const { RefCell::new([Vec::new(), Vec::new(), Vec::new()]) };
+}
+
 #[derive(Clone)]
 enum State {
     /// Waiting for `init_storage`.
@@ -131,11 +175,14 @@ enum State {
 /// The service.
 pub struct Service {
     config: ServiceConfig,
+    codec: Arc<dyn Codec>,
     links: [Link; 3],
     block_size: usize,
     half_size: usize,
     block_count: u64,
     state: Mutex<State>,
+    /// The I/O memory each initiator connection offered at `init_storage`.
+    initiators: Mutex<Vec<RemoteBuf>>,
     reads: AtomicU64,
     shutdown: watch::Sender<bool>,
 }
@@ -154,7 +201,8 @@ fn describe(status: &Status) -> String {
 }
 
 impl Service {
-    /// Connects to the data 1, data 2 and parity targets and checks that they agree.
+    /// Connects to the data 1, data 2 and parity targets (`config.cores` connections to
+    /// each) and checks that they agree.
     pub async fn connect(
         transport: Arc<dyn Transport>,
         targets: [&str; 3],
@@ -166,15 +214,21 @@ impl Service {
             .into_iter()
             .zip([Slot::Data1, Slot::Data2, Slot::Parity])
         {
-            let client = tokio::time::timeout(
-                config.control_timeout,
-                Client::builder().transport(transport.clone()).connect(addr),
-            )
-            .await
-            .map_err(|_| Status::unavailable(format!("{slot} target at {addr}: no answer")))?
-            .map_err(|e| Status::unavailable(format!("{slot} target at {addr}: {e}")))?;
-            let stub = StorageTargetClient::new(client.clone());
-            let g = stub.query(()).await?;
+            let mut lanes = Vec::new();
+            for _ in 0..config.cores.max(1) {
+                let builder = Client::builder()
+                    .transport(transport.clone())
+                    .interceptor(config.target_secret.present());
+                let client = tokio::time::timeout(config.control_timeout, builder.connect(addr))
+                    .await
+                    .map_err(|_| {
+                        Status::unavailable(format!("{slot} target at {addr}: no answer"))
+                    })?
+                    .map_err(|e| Status::unavailable(format!("{slot} target at {addr}: {e}")))?;
+                let stub = StorageTargetClient::new(client.clone());
+                lanes.push(Lane { client, stub });
+            }
+            let g = lanes[0].stub.query(()).await?;
             if g.slot != slot.to_string() {
                 return Err(Status::invalid_argument(format!(
                     "the target at {addr} keeps {} halves, not {slot}",
@@ -202,28 +256,38 @@ impl Service {
             }
             links.push(Link {
                 slot,
-                client,
-                stub,
+                lanes,
                 down: Default::default(),
             });
         }
         let g = geometry.expect("three targets");
-        let expected = codec::stored_half_size(g.block_size as usize)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        if expected != g.half_size as usize {
+        let codec = match &config.codec {
+            Some(codec) => codec.clone(),
+            None => Arc::new(
+                CpuCodec::new(g.block_size as usize)
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?,
+            ) as Arc<dyn Codec>,
+        };
+        if codec.block_size() != g.block_size as usize || codec.half_size() != g.half_size as usize
+        {
             return Err(Status::failed_precondition(format!(
-                "halves of {} bytes do not match {}-byte blocks ({expected} expected)",
-                g.half_size, g.block_size
+                "the targets store halves of {} bytes for {}-byte blocks; the codec makes {} for {}",
+                g.half_size,
+                g.block_size,
+                codec.half_size(),
+                codec.block_size()
             )));
         }
         let links: [Link; 3] = super::cluster::three(links);
         Ok(Service {
             config,
+            codec,
             links,
             block_size: g.block_size as usize,
             half_size: g.half_size as usize,
             block_count: g.half_count,
             state: Mutex::new(State::Created),
+            initiators: Mutex::new(Vec::new()),
             reads: AtomicU64::new(0),
             shutdown: watch::channel(false).0,
         })
@@ -255,12 +319,10 @@ impl Service {
         for link in &self.links {
             let mut request = TargetControl::default();
             request.set_command(command);
-            let sent =
-                tokio::time::timeout(self.config.control_timeout, link.stub.control(request))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(Status::deadline_exceeded("no answer (control_timeout)"))
-                    });
+            let stub = &link.lanes[0].stub;
+            let sent = tokio::time::timeout(self.config.control_timeout, stub.control(request))
+                .await
+                .unwrap_or_else(|_| Err(Status::deadline_exceeded("no answer (control_timeout)")));
             if let Err(status) = sent {
                 failed.push((link.slot, status));
             }
@@ -268,79 +330,119 @@ impl Service {
         failed
     }
 
-    /// Has target `t` fetch its half of `block` from `half` (one RDMA read by the target).
-    async fn store(&self, t: usize, block: u64, half: RegisteredBuf) -> Result<(), Status> {
-        let (done, _) = self.lend(t, block, half, Access::REMOTE_READ, true).await?;
-        done.map(drop)
+    /// Staging for `n` transactions: the halves' memory shared with and offered once to every
+    /// lane of every target (one registration and export per connection, here and never per
+    /// I/O), and each target told its handle.
+    async fn make_staging(&self, n: usize) -> Result<Staging, Status> {
+        let halves = SharedRegion::new(n * 3 * self.half_size).map_err(Status::from)?;
+        let rw = Access::REMOTE_READ | Access::REMOTE_WRITE;
+        let mut offers = Vec::new();
+        for link in &self.links {
+            for lane in &link.lanes {
+                let share = lane.client.remote_memory().share(&halves, rw)?;
+                let offer = share.offer_all(rw)?;
+                let init = TargetInit {
+                    memory: Some(offer.handle()),
+                };
+                tokio::time::timeout(self.config.control_timeout, lane.stub.init(init))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(Status::deadline_exceeded("no answer (control_timeout)"))
+                    })
+                    .map_err(|s| {
+                        Status::unavailable(format!(
+                            "the {} target did not take the staging memory: {}",
+                            link.slot,
+                            describe(&s)
+                        ))
+                    })?;
+                offers.push((share, offer));
+            }
+        }
+        Ok(Staging {
+            blocks: MemoryRegion::new(n * self.block_size).map_err(Status::from)?,
+            halves,
+            _offers: offers,
+            transactions: n,
+            free: Mutex::new((0..n).collect()),
+            permits: Arc::new(Semaphore::new(n)),
+        })
     }
 
-    /// Has target `t` write its half of `block` into `half` (one RDMA write by the target).
-    async fn fetch(
-        &self,
-        t: usize,
-        block: u64,
-        half: RegisteredBuf,
-    ) -> Result<RegisteredBuf, Status> {
-        let link = &self.links[t];
-        let (done, half) = self
-            .lend(t, block, half, Access::REMOTE_WRITE, false)
-            .await?;
-        let done = done?;
+    /// Where half `h` (0 data 1, 1 data 2, 2 parity) of staging slot `slot` is in the shared
+    /// staging memory.
+    fn half_offset(&self, slot: usize, h: usize) -> usize {
+        (slot * 3 + h) * self.half_size
+    }
+
+    /// The lane of target `t` that staging slot `slot` uses.
+    fn lane(&self, t: usize, slot: usize) -> &Lane {
+        let lanes = &self.links[t].lanes;
+        &lanes[slot % lanes.len()]
+    }
+
+    /// Has target `t` fetch its half of `block` from the staging slot (one RDMA read by the
+    /// target).
+    async fn store(&self, t: usize, block: u64, slot: usize) -> Result<(), Status> {
+        let io = HalfIo {
+            block,
+            offset: self.half_offset(slot, t) as u64,
+            length: self.half_size as u32,
+        };
+        self.lane(t, slot).stub.write_half(io).await.map(drop)
+    }
+
+    /// Has target `t` write its half of `block` into the staging slot (one RDMA write by the
+    /// target).
+    async fn fetch(&self, t: usize, block: u64, slot: usize) -> Result<(), Status> {
+        let io = HalfIo {
+            block,
+            offset: self.half_offset(slot, t) as u64,
+            length: self.half_size as u32,
+        };
+        let done: HalfDone = self.lane(t, slot).stub.read_half(io).await?;
         if !done.stored {
             return Err(Status::not_found(format!(
                 "the {} target does not hold block {block}",
-                link.slot
+                self.links[t].slot
             )));
         }
-        half.ok_or_else(|| Status::unavailable(format!("the {} target went away", link.slot)))
+        Ok(())
     }
 
-    /// Lends `half` to target `t` for one I/O request about `block` (a write when `write`).
-    async fn lend(
-        &self,
-        t: usize,
-        block: u64,
-        half: RegisteredBuf,
-        access: Access,
-        write: bool,
-    ) -> Result<(Result<HalfDone, Status>, Option<RegisteredBuf>), Status> {
-        let link = &self.links[t];
-        let length = self.half_size as u32;
-        let io = |handle| HalfIo {
-            block,
-            buffer: Some(handle),
-            length,
-        };
-        link.client
-            .remote_memory()
-            .lend(half, access, |handle| async move {
-                if write {
-                    link.stub.write_half(io(handle)).await
-                } else {
-                    link.stub.read_half(io(handle)).await
-                }
-            })
-            .await
-    }
-
-    /// The three half areas of a staging slot.
-    fn halves(
+    /// Copies half `h` of staging slot `slot` out of the shared staging memory into `dst`.
+    fn copy_half_out(
         &self,
         staging: &Staging,
-        slot: &StagingSlot<'_>,
-    ) -> Result<[RegisteredBuf; 3], Status> {
-        let base = slot.index * staging.slot_size + self.block_size;
-        let lease = |i: usize| {
-            staging
-                .memory
-                .lease(base + i * self.half_size, self.half_size)
-                .map_err(Status::from)
-        };
-        Ok([lease(0)?, lease(1)?, lease(2)?])
+        slot: usize,
+        h: usize,
+        dst: &mut Vec<u8>,
+    ) -> Result<(), Status> {
+        dst.resize(self.half_size, 0);
+        staging
+            .halves
+            .lease(self.half_offset(slot, h), self.half_size)
+            .and_then(|half| half.read_at(0, dst))
+            .map_err(Status::from)
     }
 
-    /// Checks an I/O request: storage running, block and length in range, a buffer named.
-    #[allow(clippy::type_complexity)]
+    /// The I/O memory the initiator offered on the connection `memory` belongs to.
+    fn initiator_memory(&self, memory: &RemoteMemory) -> Result<RemoteBuf, Status> {
+        self.initiators
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|h| memory.holds(h))
+            .cloned()
+            .ok_or_else(|| {
+                Status::failed_precondition(
+                    "this connection offered no I/O memory: call init_storage on it first",
+                )
+            })
+    }
+
+    /// Checks an I/O request: storage running, block and length in range, the connection's
+    /// I/O memory known.
     fn start_io(
         &self,
         request: Request<BlockIo>,
@@ -351,11 +453,12 @@ impl Service {
             .cloned()
             .ok_or_else(|| Status::internal("a request without a connection"))?;
         let io = request.into_inner();
-        let buffer = self.check_io(&io)?;
-        Ok((staging, initiator, io, buffer))
+        self.check_io(&io)?;
+        let memory = self.initiator_memory(&initiator)?;
+        Ok((staging, initiator, io, memory))
     }
 
-    fn check_io(&self, io: &BlockIo) -> Result<RemoteBuf, Status> {
+    fn check_io(&self, io: &BlockIo) -> Result<(), Status> {
         if io.block >= self.block_count {
             return Err(Status::out_of_range(format!(
                 "block {} is beyond the {} blocks of this storage",
@@ -368,20 +471,21 @@ impl Service {
                 self.block_size, io.length
             )));
         }
-        io.buffer
-            .clone()
-            .ok_or_else(|| Status::invalid_argument("the request names no buffer"))
+        Ok(())
     }
 
-    /// Recovers `block` from the surviving data half and the parity.
+    /// Recovers `block` into `out` from the surviving data half (already copied out of
+    /// staging) and the parity: the block's length.
     async fn recover(
         &self,
+        staging: &Staging,
         block: u64,
-        surviving: RegisteredBuf,
+        slot: usize,
+        surviving: &[u8],
         surviving_is: Half,
-        parity_area: RegisteredBuf,
-    ) -> Result<Vec<u8>, Status> {
-        let parity = self.fetch(2, block, parity_area).await.map_err(|s| {
+        out: &mut [u8],
+    ) -> Result<usize, Status> {
+        self.fetch(2, block, slot).await.map_err(|s| {
             Status::new(
                 s.code(),
                 format!(
@@ -390,14 +494,11 @@ impl Service {
                 ),
             )
         })?;
-        codec::recover(
-            block,
-            surviving.as_slice(),
-            surviving_is,
-            parity.as_slice(),
-            self.block_size,
-        )
-        .map_err(|e| lost(block, &e))
+        let mut parity = Vec::new();
+        self.copy_half_out(staging, slot, 2, &mut parity)?;
+        self.codec
+            .recover_into(block, surviving, surviving_is, &parity, out)
+            .map_err(|e| lost(block, &e))
     }
 }
 
@@ -418,13 +519,24 @@ impl StorageService for Arc<Service> {
     }
 
     async fn init_storage(&self, request: Request<InitStorage>) -> Result<(), Status> {
+        let initiator = request
+            .remote_memory()
+            .cloned()
+            .ok_or_else(|| Status::internal("a request without a connection"))?;
         let init = request.into_inner();
-        if matches!(
-            *self.state.lock().unwrap(),
-            State::Running(_) | State::ShutDown
-        ) {
-            return Err(Status::failed_precondition(
-                "storage is running (or shut down): stop it before init_storage",
+        let handle = init
+            .io_memory
+            .clone()
+            .ok_or_else(|| Status::invalid_argument("init_storage names no I/O memory"))?;
+        if !initiator.holds(&handle) {
+            return Err(Status::invalid_argument(
+                "the I/O memory was not offered on this connection",
+            ));
+        }
+        let rw = Access::REMOTE_READ | Access::REMOTE_WRITE;
+        if !handle.access().contains(rw) {
+            return Err(Status::invalid_argument(
+                "the I/O memory must be offered readable and writable",
             ));
         }
         if init.block_size as usize > self.block_size {
@@ -435,8 +547,7 @@ impl StorageService for Arc<Service> {
         }
         let transactions =
             u64::from(init.core_count.max(1)) * u64::from(init.transactions_per_core.max(1));
-        let slot_size = self.block_size + 3 * self.half_size;
-        let max = (rdma_rpc_core::memory::MAX_BUFFER / slot_size) as u64;
+        let max = (rdma_rpc_core::memory::MAX_BUFFER / (3 * self.half_size)) as u64;
         if transactions > max.min(4096) {
             return Err(Status::resource_exhausted(format!(
                 "{transactions} transactions in flight need more staging memory than one \
@@ -444,23 +555,26 @@ impl StorageService for Arc<Service> {
                 max.min(4096)
             )));
         }
-        let n = transactions as usize;
-        // Each transaction lends one half to each target at a time: register what they hold at
-        // once now (over DOCA, each target connection's bounce memory), not per I/O.
-        for link in &self.links {
-            for access in [Access::REMOTE_READ, Access::REMOTE_WRITE] {
-                link.client
-                    .remote_memory()
-                    .reserve(self.half_size, n, access)?;
+        let current = self.state.lock().unwrap().clone();
+        match current {
+            State::Running(_) | State::ShutDown => {
+                return Err(Status::failed_precondition(
+                    "storage is running (or shut down): stop it before init_storage",
+                ))
+            }
+            // Another connection of the initiator: the staging is there; it must be as large.
+            State::Ready(staging) if staging.transactions >= transactions as usize => {}
+            State::Ready(_) | State::Created => {
+                let staging = self.make_staging(transactions as usize).await?;
+                *self.state.lock().unwrap() = State::Ready(Arc::new(staging));
             }
         }
-        let staging = Staging {
-            memory: MemoryRegion::new(n * slot_size).map_err(Status::from)?,
-            slot_size,
-            free: Mutex::new((0..n).collect()),
-            permits: Arc::new(Semaphore::new(n)),
-        };
-        *self.state.lock().unwrap() = State::Ready(Arc::new(staging));
+        let mut known = self.initiators.lock().unwrap();
+        known.retain(|h| !initiator.holds(h));
+        if known.len() >= MAX_INITIATOR_CONNECTIONS {
+            known.remove(0);
+        }
+        known.push(handle);
         Ok(())
     }
 
@@ -501,30 +615,39 @@ impl StorageService for Arc<Service> {
     }
 
     async fn write_block(&self, request: Request<BlockIo>) -> Result<BlockDone, Status> {
-        let (staging, initiator, io, buffer) = self.start_io(request)?;
+        let (staging, initiator, io, memory) = self.start_io(request)?;
         let slot = staging.slot().await;
-        // One RDMA read: the block, from the initiator's memory into staging.
+        // One RDMA read: the block, from the initiator's I/O memory into private staging.
         let area = staging
-            .memory
-            .lease(slot.index * staging.slot_size, io.length as usize)
+            .blocks
+            .lease(slot.index * self.block_size, io.length as usize)
             .map_err(Status::from)?;
-        let block = initiator.read(&buffer, 0, area).await?;
-        let encoded = codec::encode(io.block, block.as_slice(), self.block_size)
-            .map_err(|e| Status::invalid_argument(format!("block {}: {e}", io.block)))?;
+        let block = initiator.read(&memory, io.offset, area).await?;
+        // Encoded on this thread, then copied into the shared halves the targets read.
+        let compressed_len = SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let [h1, h2, hp] = &mut *scratch;
+            for h in [&mut *h1, &mut *h2, &mut *hp] {
+                h.resize(self.half_size, 0);
+            }
+            let len = self
+                .codec
+                .encode_into(io.block, block.as_slice(), [h1, h2, hp])
+                .map_err(|e| Status::invalid_argument(format!("block {}: {e}", io.block)))?;
+            for (h, bytes) in scratch.iter().enumerate() {
+                staging
+                    .halves
+                    .lease(self.half_offset(slot.index, h), self.half_size)
+                    .and_then(|mut half| half.write_at(0, bytes))
+                    .map_err(Status::from)?;
+            }
+            Ok::<_, Status>(len)
+        })?;
         drop(block);
-        let mut halves = self.halves(&staging, &slot)?;
-        for (area, bytes) in
-            halves
-                .iter_mut()
-                .zip([&encoded.data1, &encoded.data2, &encoded.parity])
-        {
-            area.as_mut_slice().copy_from_slice(bytes);
-        }
-        let [h1, h2, hp] = halves;
         let (r1, r2, rp) = tokio::join!(
-            self.store(0, io.block, h1),
-            self.store(1, io.block, h2),
-            self.store(2, io.block, hp)
+            self.store(0, io.block, slot.index),
+            self.store(1, io.block, slot.index),
+            self.store(2, io.block, slot.index)
         );
         let outcomes = [r1, r2, rp];
         for (link, outcome) in self.links.iter().zip(&outcomes) {
@@ -552,54 +675,95 @@ impl StorageService for Arc<Service> {
         Ok(BlockDone {
             block: io.block,
             length: io.length,
-            compressed_length: encoded.compressed_len as u32,
+            compressed_length: compressed_len as u32,
             recovered: false,
             degraded,
         })
     }
 
     async fn read_block(&self, request: Request<BlockIo>) -> Result<BlockDone, Status> {
-        let (staging, initiator, io, buffer) = self.start_io(request)?;
+        let (staging, initiator, io, memory) = self.start_io(request)?;
         let slot = staging.slot().await;
-        let [h1, h2, hp] = self.halves(&staging, &slot)?;
+        let mut area = staging
+            .blocks
+            .lease(slot.index * self.block_size, self.block_size)
+            .map_err(Status::from)?;
         let n = self.reads.fetch_add(1, Ordering::Relaxed) + 1;
         let planned =
             self.config.recovery_every > 0 && n.is_multiple_of(self.config.recovery_every);
         let mut degraded = String::new();
-        let (block, recovered) = if planned {
+        let at = slot.index;
+        let (len, recovered) = if planned {
             // A planned recovery read: data 1 and the parity.
-            let d1 = self.fetch(0, io.block, h1).await?;
-            (self.recover(io.block, d1, Half::Data1, hp).await?, true)
+            self.fetch(0, io.block, at).await?;
+            let mut d1 = Vec::new();
+            self.copy_half_out(&staging, at, 0, &mut d1)?;
+            let out = area.as_mut_slice();
+            let len = self
+                .recover(&staging, io.block, at, &d1, Half::Data1, out)
+                .await?;
+            (len, true)
         } else {
-            let (r1, r2) = tokio::join!(self.fetch(0, io.block, h1), self.fetch(1, io.block, h2));
+            let (r1, r2) = tokio::join!(self.fetch(0, io.block, at), self.fetch(1, io.block, at));
             match (r1, r2) {
-                (Ok(d1), Ok(d2)) => {
-                    match codec::decode(io.block, d1.as_slice(), d2.as_slice(), self.block_size) {
-                        Ok(block) => (block, false),
-                        Err(CodecError::CorruptHalf { half, .. }) => {
+                (Ok(()), Ok(())) => {
+                    let decoded = SCRATCH.with(|scratch| {
+                        let mut scratch = scratch.borrow_mut();
+                        let [d1, d2, _] = &mut *scratch;
+                        self.copy_half_out(&staging, at, 0, d1)?;
+                        self.copy_half_out(&staging, at, 1, d2)?;
+                        Ok::<_, Status>(
+                            match self
+                                .codec
+                                .decode_into(io.block, d1, d2, area.as_mut_slice())
+                            {
+                                Ok(len) => Ok(len),
+                                // The half that survives, for a recovery.
+                                Err(CodecError::CorruptHalf { half, .. }) => Err((
+                                    half,
+                                    match half {
+                                        Half::Data1 => (d2.clone(), Half::Data2),
+                                        Half::Data2 => (d1.clone(), Half::Data1),
+                                    },
+                                )),
+                                Err(e) => return Err(lost(io.block, &e)),
+                            },
+                        )
+                    })?;
+                    match decoded {
+                        Ok(len) => (len, false),
+                        Err((half, (surviving, surviving_is))) => {
                             // One half went bad: rebuild it from the other and the parity.
                             degraded =
                                 format!("{half} half of block {} failed its checksum", io.block);
                             tracing::warn!(block = io.block, "{degraded}; recovering from parity");
-                            let surviving = match half {
-                                Half::Data1 => (d2, Half::Data2),
-                                Half::Data2 => (d1, Half::Data1),
-                            };
-                            (
-                                self.recover(io.block, surviving.0, surviving.1, hp).await?,
-                                true,
-                            )
+                            let out = area.as_mut_slice();
+                            let len = self
+                                .recover(&staging, io.block, at, &surviving, surviving_is, out)
+                                .await?;
+                            (len, true)
                         }
-                        Err(e) => return Err(lost(io.block, &e)),
                     }
                 }
-                (Ok(d1), Err(s)) => {
+                (Ok(()), Err(s)) => {
                     degraded = format!("data 2: {}", describe(&s));
-                    (self.recover(io.block, d1, Half::Data1, hp).await?, true)
+                    let mut d1 = Vec::new();
+                    self.copy_half_out(&staging, at, 0, &mut d1)?;
+                    let out = area.as_mut_slice();
+                    let len = self
+                        .recover(&staging, io.block, at, &d1, Half::Data1, out)
+                        .await?;
+                    (len, true)
                 }
-                (Err(s), Ok(d2)) => {
+                (Err(s), Ok(())) => {
                     degraded = format!("data 1: {}", describe(&s));
-                    (self.recover(io.block, d2, Half::Data2, hp).await?, true)
+                    let mut d2 = Vec::new();
+                    self.copy_half_out(&staging, at, 1, &mut d2)?;
+                    let out = area.as_mut_slice();
+                    let len = self
+                        .recover(&staging, io.block, at, &d2, Half::Data2, out)
+                        .await?;
+                    (len, true)
                 }
                 (Err(a), Err(b)) => {
                     let code = if a.code() == Code::NotFound {
@@ -619,24 +783,20 @@ impl StorageService for Arc<Service> {
                 }
             }
         };
-        if block.len() > io.length as usize {
+        if len > io.length as usize {
             return Err(Status::out_of_range(format!(
-                "block {} has {} bytes, the buffer {}",
-                io.block,
-                block.len(),
-                io.length
+                "block {} has {len} bytes, the buffer {}",
+                io.block, io.length
             )));
         }
-        // One RDMA write: the block, from staging into the initiator's memory.
-        let mut area = staging
-            .memory
-            .lease(slot.index * staging.slot_size, block.len())
-            .map_err(Status::from)?;
-        area.as_mut_slice().copy_from_slice(&block);
-        initiator.write(&buffer, 0, area).await?;
+        // One RDMA write: the block, from staging into the initiator's I/O memory.
+        area.set_len(len);
+        initiator
+            .write(&memory, io.offset, SendData::Registered(area))
+            .await?;
         Ok(BlockDone {
             block: io.block,
-            length: block.len() as u32,
+            length: len as u32,
             compressed_length: 0,
             recovered,
             degraded,

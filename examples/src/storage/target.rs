@@ -1,17 +1,19 @@
 //! A storage target: keeps one kind of half (data 1, data 2 or parity) of every block in a
 //! registered memory region, and moves halves with one one-sided operation each: it reads the
 //! half to store straight from the service's memory into its slot, and writes a stored half
-//! straight from its slot into the service's memory.
+//! straight from its slot into the service's memory. The service offers its staging memory
+//! once per connection (`init`); each I/O names a place in it by offset, so no I/O offers,
+//! registers or imports anything.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rdma_rpc_core::{MemoryRegion, Request, Status};
+use rdma_rpc_core::{MemoryRegion, RemoteBuf, RemoteMemory, Request, Status};
 use tokio::sync::watch;
 
 use super::codec::Slot;
 use crate::generated::storage_target::{
-    Command, HalfDone, HalfIo, StorageTarget, TargetControl, TargetGeometry,
+    Command, HalfDone, HalfIo, StorageTarget, TargetControl, TargetGeometry, TargetInit,
 };
 
 /// Longest a target waits for the service to answer the RDMA read or write of one half (the
@@ -19,6 +21,9 @@ use crate::generated::storage_target::{
 /// which frees the block's slot. A half moves in microseconds on RDMA; a peer that stops
 /// answering must not keep blocks busy for long.
 pub const IO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Most service connections whose staging memory handles a target keeps.
+const MAX_SERVICE_CONNECTIONS: usize = 256;
 
 /// What a target stores.
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +43,8 @@ pub struct Target {
     config: TargetConfig,
     memory: MemoryRegion,
     stored: Mutex<Vec<bool>>,
+    /// The service's staging memory, one handle per connection it came on (`init`).
+    service_memory: Mutex<Vec<RemoteBuf>>,
     /// Halves stored so far (each write counts once).
     writes: watch::Sender<u64>,
     started: AtomicBool,
@@ -83,6 +90,7 @@ impl Target {
             config,
             memory: MemoryRegion::new(bytes as usize).map_err(Status::from)?,
             stored: Mutex::new(vec![false; config.half_count as usize]),
+            service_memory: Mutex::new(Vec::new()),
             writes: watch::channel(0).0,
             started: AtomicBool::new(false),
             shutdown: watch::channel(false).0,
@@ -103,6 +111,11 @@ impl Target {
         self.memory.leased() / self.config.half_size.max(1)
     }
 
+    /// Bytes of each half it stores.
+    pub fn half_size(&self) -> usize {
+        self.config.half_size
+    }
+
     /// Which halves this target keeps.
     pub fn slot(&self) -> Slot {
         self.config.slot
@@ -116,9 +129,9 @@ impl Target {
         }
     }
 
-    /// Checks an I/O request: started, block in range, the buffer present and of the half's
-    /// size.
-    fn io(&self, io: &HalfIo) -> Result<(usize, rdma_rpc_core::RemoteBuf), Status> {
+    /// Checks an I/O request: started, block in range, of the half's size, and the service's
+    /// memory known on this connection: where the half goes here, and the service's handle.
+    fn io(&self, memory: &RemoteMemory, io: &HalfIo) -> Result<(usize, RemoteBuf), Status> {
         if !self.started.load(Ordering::SeqCst) {
             return Err(Status::failed_precondition(format!(
                 "{} target is not started",
@@ -137,11 +150,19 @@ impl Target {
                 self.config.half_size, io.length
             )));
         }
-        let buffer = io
-            .buffer
-            .clone()
-            .ok_or_else(|| Status::invalid_argument("the request names no buffer"))?;
-        Ok((io.block as usize * self.config.half_size, buffer))
+        let handle = self
+            .service_memory
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|h| memory.holds(h))
+            .cloned()
+            .ok_or_else(|| {
+                Status::failed_precondition(
+                    "no memory was offered on this connection: call init first",
+                )
+            })?;
+        Ok((io.block as usize * self.config.half_size, handle))
     }
 
     fn lease(&self, at: usize) -> Result<rdma_rpc_core::RegisteredBuf, Status> {
@@ -151,7 +172,7 @@ impl Target {
     }
 }
 
-fn remote(request: &Request<HalfIo>) -> Result<rdma_rpc_core::RemoteMemory, Status> {
+fn remote<T>(request: &Request<T>) -> Result<RemoteMemory, Status> {
     request
         .remote_memory()
         .cloned()
@@ -166,6 +187,28 @@ impl StorageTarget for Arc<Target> {
             half_count: self.config.half_count,
             slot: self.config.slot.to_string(),
         })
+    }
+
+    async fn init(&self, request: Request<TargetInit>) -> Result<(), Status> {
+        let memory = remote(&request)?;
+        let handle = request
+            .into_inner()
+            .memory
+            .ok_or_else(|| Status::invalid_argument("init names no memory"))?;
+        if !memory.holds(&handle) {
+            return Err(Status::invalid_argument(
+                "the memory was not offered on this connection",
+            ));
+        }
+        let mut known = self.service_memory.lock().unwrap();
+        // One handle per connection; the oldest go first past a bound (their connections
+        // have most likely ended).
+        known.retain(|h| !memory.holds(h));
+        if known.len() >= MAX_SERVICE_CONNECTIONS {
+            known.remove(0);
+        }
+        known.push(handle);
+        Ok(())
     }
 
     async fn control(&self, request: Request<TargetControl>) -> Result<(), Status> {
@@ -183,10 +226,10 @@ impl StorageTarget for Arc<Target> {
     async fn write_half(&self, request: Request<HalfIo>) -> Result<HalfDone, Status> {
         let memory = remote(&request)?;
         let io = request.into_inner();
-        let (at, source) = self.io(&io)?;
+        let (at, source) = self.io(&memory, &io)?;
         // One RDMA read, from the service's memory straight into this block's slot.
         let slot = self.lease(at)?;
-        memory.read(&source, 0, slot).await?;
+        memory.read(&source, io.offset, slot).await?;
         self.stored.lock().unwrap()[io.block as usize] = true;
         self.writes.send_modify(|w| *w += 1);
         Ok(HalfDone {
@@ -198,7 +241,7 @@ impl StorageTarget for Arc<Target> {
     async fn read_half(&self, request: Request<HalfIo>) -> Result<HalfDone, Status> {
         let memory = remote(&request)?;
         let io = request.into_inner();
-        let (at, destination) = self.io(&io)?;
+        let (at, destination) = self.io(&memory, &io)?;
         if !self.stored.lock().unwrap()[io.block as usize] {
             return Ok(HalfDone {
                 block: io.block,
@@ -210,7 +253,7 @@ impl StorageTarget for Arc<Target> {
         memory
             .write(
                 &destination,
-                0,
+                io.offset,
                 rdma_rpc_core::transport::SendData::Registered(slot),
             )
             .await?;

@@ -32,6 +32,14 @@ pub struct InitStorage {
     /// Largest block the initiator will write (at most the service's block size).
     #[prost(uint32, tag = "3")]
     pub block_size: u32,
+    /// The initiator's I/O memory, offered whole and once on this connection (readable and
+    /// writable): every I/O on the connection names its block's place in it by offset.
+    ///
+    /// A remote buffer: memory the sender offers for one-sided access. The receiver
+    /// uses it with the `RemoteMemory` of the connection it arrived on (in a handler,
+    /// `request.remote_memory()`); the sender makes it with `RemoteMemory::offer`.
+    #[prost(message, optional, tag = "4")]
+    pub io_memory: ::core::option::Option<::rdma_rpc_core::codegen::RemoteBuf>,
 }
 /// The `StorageControl` message of `StorageService`.
 #[derive(Clone, PartialEq, ::rdma_rpc_core::codegen::prost::Message)]
@@ -52,14 +60,10 @@ pub struct BlockIo {
     /// The block index.
     #[prost(uint64, tag = "1")]
     pub block: u64,
-    /// The initiator's memory holding the block (write, readable) or receiving it (read,
-    /// writable). Offered for this call only.
-    ///
-    /// A remote buffer: memory the sender offers for one-sided access. The receiver
-    /// uses it with the `RemoteMemory` of the connection it arrived on (in a handler,
-    /// `request.remote_memory()`); the sender makes it with `RemoteMemory::offer`.
-    #[prost(message, optional, tag = "2")]
-    pub buffer: ::core::option::Option<::rdma_rpc_core::codegen::RemoteBuf>,
+    /// Where in the connection's I/O memory (`InitStorage.io_memory`) the block is (write)
+    /// or goes (read).
+    #[prost(uint64, tag = "2")]
+    pub offset: u64,
     /// Bytes of the block (write); room for it (read).
     #[prost(uint32, tag = "3")]
     pub length: u32,
@@ -173,9 +177,10 @@ pub const STORAGE_SERVICE_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = 
         stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
 ];
-/// Compressed, erasure-coded block storage over three targets. Each `write_block` and
-/// `read_block` names the initiator's memory that holds the block (or receives it); the
-/// service reads the block from there, or writes it there, with one-sided RDMA.
+/// Compressed, erasure-coded block storage over three targets. The initiator offers its I/O
+/// memory once per connection (`init_storage`); each `write_block` and `read_block` names the
+/// block's place in it by offset, and the service reads the block from there, or writes it
+/// there, with one-sided RDMA.
 ///
 /// Implement this trait (with `async fn`s) and serve it with [`StorageServiceServer`].
 #[allow(dead_code)]
@@ -194,7 +199,8 @@ pub trait StorageService: ::core::marker::Send + ::core::marker::Sync + 'static 
             ::rdma_rpc_core::codegen::Status,
         >,
     > + ::core::marker::Send;
-    /// Prepares the service for I/O from this initiator (sizes its staging memory).
+    /// Prepares the service for I/O from this initiator connection: sizes its staging memory
+    /// (on the first connection) and keeps the connection's I/O memory handle.
     ///
     /// Endpoint `/storage/init`, operation `send`, buffer of 4 KiB, timeout 10 s.
     /// The request message is the whole call: no bytes come with it, and the response
@@ -216,7 +222,7 @@ pub trait StorageService: ::core::marker::Send + ::core::marker::Sync + 'static 
     ) -> impl ::core::future::Future<
         Output = ::core::result::Result<(), ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
-    /// Stores the block that waits in the initiator's memory (`buffer`).
+    /// Stores the block that waits in the initiator's I/O memory at `offset`.
     ///
     /// Endpoint `/storage/io/write`, operation `send`, buffer of 4 KiB, timeout 30 s.
     /// The request message is the whole call: no bytes come with it, and the response
@@ -227,7 +233,7 @@ pub trait StorageService: ::core::marker::Send + ::core::marker::Sync + 'static 
     ) -> impl ::core::future::Future<
         Output = ::core::result::Result<BlockDone, ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
-    /// Reads a stored block into the initiator's memory (`buffer`).
+    /// Reads a stored block into the initiator's I/O memory at `offset`.
     ///
     /// Endpoint `/storage/io/read`, operation `send`, buffer of 4 KiB, timeout 30 s.
     /// The request message is the whole call: no bytes come with it, and the response
@@ -428,7 +434,8 @@ impl StorageServiceClient {
             )
             .await
     }
-    /// Prepares the service for I/O from this initiator (sizes its staging memory).
+    /// Prepares the service for I/O from this initiator connection: sizes its staging memory
+    /// (on the first connection) and keeps the connection's I/O memory handle.
     ///
     /// Endpoint `/storage/init`, operation `send`, buffer of 4 KiB, timeout 10 s.
     /// Sends the request message; returns the response.
@@ -460,7 +467,7 @@ impl StorageServiceClient {
             )
             .await
     }
-    /// Stores the block that waits in the initiator's memory (`buffer`).
+    /// Stores the block that waits in the initiator's I/O memory at `offset`.
     ///
     /// Endpoint `/storage/io/write`, operation `send`, buffer of 4 KiB, timeout 30 s.
     /// Sends the request message; returns the response.
@@ -476,7 +483,7 @@ impl StorageServiceClient {
             )
             .await
     }
-    /// Reads a stored block into the initiator's memory (`buffer`).
+    /// Reads a stored block into the initiator's I/O memory at `offset`.
     ///
     /// Endpoint `/storage/io/read`, operation `send`, buffer of 4 KiB, timeout 30 s.
     /// Sends the request message; returns the response.

@@ -18,6 +18,20 @@ pub struct TargetGeometry {
     #[prost(string, tag = "4")]
     pub slot: ::std::string::String,
 }
+/// The `TargetInit` message of `StorageTarget`.
+#[derive(Clone, PartialEq, ::rdma_rpc_core::codegen::prost::Message)]
+#[prost(prost_path = "::rdma_rpc_core::codegen::prost")]
+#[allow(dead_code)]
+pub struct TargetInit {
+    /// The service's staging memory, offered whole and once on this connection: every I/O
+    /// on the connection names a half's place in it by offset.
+    ///
+    /// A remote buffer: memory the sender offers for one-sided access. The receiver
+    /// uses it with the `RemoteMemory` of the connection it arrived on (in a handler,
+    /// `request.remote_memory()`); the sender makes it with `RemoteMemory::offer`.
+    #[prost(message, optional, tag = "1")]
+    pub memory: ::core::option::Option<::rdma_rpc_core::codegen::RemoteBuf>,
+}
 /// The `TargetControl` message of `StorageTarget`.
 #[derive(Clone, PartialEq, ::rdma_rpc_core::codegen::prost::Message)]
 #[prost(prost_path = "::rdma_rpc_core::codegen::prost")]
@@ -37,13 +51,10 @@ pub struct HalfIo {
     /// The block index.
     #[prost(uint64, tag = "1")]
     pub block: u64,
-    /// The service's memory to read the half from (write) or to write it into (read).
-    ///
-    /// A remote buffer: memory the sender offers for one-sided access. The receiver
-    /// uses it with the `RemoteMemory` of the connection it arrived on (in a handler,
-    /// `request.remote_memory()`); the sender makes it with `RemoteMemory::offer`.
-    #[prost(message, optional, tag = "2")]
-    pub buffer: ::core::option::Option<::rdma_rpc_core::codegen::RemoteBuf>,
+    /// Where in the connection's staging memory (`TargetInit.memory`) to read the half from
+    /// (write) or to write it into (read).
+    #[prost(uint64, tag = "2")]
+    pub offset: u64,
     /// Bytes of the half.
     #[prost(uint32, tag = "3")]
     pub length: u32,
@@ -116,6 +127,14 @@ pub const STORAGE_TARGET_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = &
         stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
     ::rdma_rpc_core::codegen::EndpointDef {
+        path: "/target/init",
+        op: ::rdma_rpc_core::codegen::OpKind::Send,
+        buffer_size: 4096,
+        method: "init",
+        timeout_ms: ::core::option::Option::Some(5000),
+        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
+    },
+    ::rdma_rpc_core::codegen::EndpointDef {
         path: "/target/control",
         op: ::rdma_rpc_core::codegen::OpKind::Send,
         buffer_size: 4096,
@@ -140,9 +159,10 @@ pub const STORAGE_TARGET_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = &
         stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
     },
 ];
-/// Keeps half blocks. The service names a window of its own memory in each I/O request; the
-/// target reads the half to store from there, or writes the stored half there, with one
-/// one-sided operation. Control travels as small two-sided messages.
+/// Keeps half blocks. The service offers its staging memory once per connection (`init`) and
+/// names a place in it by offset in each I/O request; the target reads the half to store from
+/// there, or writes the stored half there, with one one-sided operation. Control travels as
+/// small two-sided messages.
 ///
 /// Implement this trait (with `async fn`s) and serve it with [`StorageTargetServer`].
 #[allow(dead_code)]
@@ -158,6 +178,17 @@ pub trait StorageTarget: ::core::marker::Send + ::core::marker::Sync + 'static {
     ) -> impl ::core::future::Future<
         Output = ::core::result::Result<TargetGeometry, ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
+    /// Keeps the service's staging memory handle of this connection, for the I/O on it.
+    ///
+    /// Endpoint `/target/init`, operation `send`, buffer of 4 KiB, timeout 5 s.
+    /// The request message is the whole call: no bytes come with it, and the response
+    /// message is the whole answer.
+    fn init(
+        &self,
+        request: ::rdma_rpc_core::codegen::Request<TargetInit>,
+    ) -> impl ::core::future::Future<
+        Output = ::core::result::Result<(), ::rdma_rpc_core::codegen::Status>,
+    > + ::core::marker::Send;
     /// Starts, stops or shuts the target down.
     ///
     /// Endpoint `/target/control`, operation `send`, buffer of 4 KiB, timeout 5 s.
@@ -169,7 +200,7 @@ pub trait StorageTarget: ::core::marker::Send + ::core::marker::Sync + 'static {
     ) -> impl ::core::future::Future<
         Output = ::core::result::Result<(), ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
-    /// Stores the half of block `block` that waits in the service's memory (`source`).
+    /// Stores the half of block `block` that waits in the service's memory at `offset`.
     ///
     /// Endpoint `/target/io/write`, operation `send`, buffer of 4 KiB, timeout 10 s.
     /// The request message is the whole call: no bytes come with it, and the response
@@ -180,7 +211,7 @@ pub trait StorageTarget: ::core::marker::Send + ::core::marker::Sync + 'static {
     ) -> impl ::core::future::Future<
         Output = ::core::result::Result<HalfDone, ::rdma_rpc_core::codegen::Status>,
     > + ::core::marker::Send;
-    /// Writes the stored half of block `block` into the service's memory (`destination`).
+    /// Writes the stored half of block `block` into the service's memory at `offset`.
     ///
     /// Endpoint `/target/io/read`, operation `send`, buffer of 4 KiB, timeout 10 s.
     /// The request message is the whole call: no bytes come with it, and the response
@@ -268,6 +299,24 @@ impl<T: StorageTarget> ::rdma_rpc_core::codegen::Service for StorageTargetServer
                     if !data.is_empty() {
                         return ::core::result::Result::Err(
                             ::rdma_rpc_core::codegen::Status::invalid_argument(
+                                "send /target/init carries no payload: send the request message alone",
+                            ),
+                        );
+                    }
+                    let request = ::rdma_rpc_core::codegen::decode_request::<
+                        TargetInit,
+                    >(request)?;
+                    self.inner.init(request).await?;
+                    ::core::result::Result::Ok(
+                        ::rdma_rpc_core::codegen::encode_message(&()),
+                    )
+                })
+            }
+            (2, ::rdma_rpc_core::codegen::ServerCall::Inbound { request, data }) => {
+                ::std::boxed::Box::pin(async move {
+                    if !data.is_empty() {
+                        return ::core::result::Result::Err(
+                            ::rdma_rpc_core::codegen::Status::invalid_argument(
                                 "send /target/control carries no payload: send the request message alone",
                             ),
                         );
@@ -281,7 +330,7 @@ impl<T: StorageTarget> ::rdma_rpc_core::codegen::Service for StorageTargetServer
                     )
                 })
             }
-            (2, ::rdma_rpc_core::codegen::ServerCall::Inbound { request, data }) => {
+            (3, ::rdma_rpc_core::codegen::ServerCall::Inbound { request, data }) => {
                 ::std::boxed::Box::pin(async move {
                     if !data.is_empty() {
                         return ::core::result::Result::Err(
@@ -299,7 +348,7 @@ impl<T: StorageTarget> ::rdma_rpc_core::codegen::Service for StorageTargetServer
                     )
                 })
             }
-            (3, ::rdma_rpc_core::codegen::ServerCall::Inbound { request, data }) => {
+            (4, ::rdma_rpc_core::codegen::ServerCall::Inbound { request, data }) => {
                 ::std::boxed::Box::pin(async move {
                     if !data.is_empty() {
                         return ::core::result::Result::Err(
@@ -363,6 +412,22 @@ impl StorageTargetClient {
             )
             .await
     }
+    /// Keeps the service's staging memory handle of this connection, for the I/O on it.
+    ///
+    /// Endpoint `/target/init`, operation `send`, buffer of 4 KiB, timeout 5 s.
+    /// Sends the request message; returns the response.
+    pub async fn init(
+        &self,
+        request: impl ::rdma_rpc_core::codegen::IntoRequest<TargetInit>,
+    ) -> ::core::result::Result<(), ::rdma_rpc_core::codegen::Status> {
+        ::rdma_rpc_core::codegen::call_inbound(
+                &self.inner,
+                &STORAGE_TARGET_ENDPOINTS[1],
+                ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
+                ::rdma_rpc_core::codegen::Bytes::new(),
+            )
+            .await
+    }
     /// Starts, stops or shuts the target down.
     ///
     /// Endpoint `/target/control`, operation `send`, buffer of 4 KiB, timeout 5 s.
@@ -373,13 +438,13 @@ impl StorageTargetClient {
     ) -> ::core::result::Result<(), ::rdma_rpc_core::codegen::Status> {
         ::rdma_rpc_core::codegen::call_inbound(
                 &self.inner,
-                &STORAGE_TARGET_ENDPOINTS[1],
+                &STORAGE_TARGET_ENDPOINTS[2],
                 ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
                 ::rdma_rpc_core::codegen::Bytes::new(),
             )
             .await
     }
-    /// Stores the half of block `block` that waits in the service's memory (`source`).
+    /// Stores the half of block `block` that waits in the service's memory at `offset`.
     ///
     /// Endpoint `/target/io/write`, operation `send`, buffer of 4 KiB, timeout 10 s.
     /// Sends the request message; returns the response.
@@ -389,13 +454,13 @@ impl StorageTargetClient {
     ) -> ::core::result::Result<HalfDone, ::rdma_rpc_core::codegen::Status> {
         ::rdma_rpc_core::codegen::call_inbound(
                 &self.inner,
-                &STORAGE_TARGET_ENDPOINTS[2],
+                &STORAGE_TARGET_ENDPOINTS[3],
                 ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
                 ::rdma_rpc_core::codegen::Bytes::new(),
             )
             .await
     }
-    /// Writes the stored half of block `block` into the service's memory (`destination`).
+    /// Writes the stored half of block `block` into the service's memory at `offset`.
     ///
     /// Endpoint `/target/io/read`, operation `send`, buffer of 4 KiB, timeout 10 s.
     /// Sends the request message; returns the response.
@@ -405,7 +470,7 @@ impl StorageTargetClient {
     ) -> ::core::result::Result<HalfDone, ::rdma_rpc_core::codegen::Status> {
         ::rdma_rpc_core::codegen::call_inbound(
                 &self.inner,
-                &STORAGE_TARGET_ENDPOINTS[3],
+                &STORAGE_TARGET_ENDPOINTS[4],
                 ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
                 ::rdma_rpc_core::codegen::Bytes::new(),
             )

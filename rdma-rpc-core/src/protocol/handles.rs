@@ -86,6 +86,11 @@ impl Holder {
         }
     }
 
+    /// Whether a handle with this connection token was offered by this connection's peer.
+    pub(crate) fn offered_here(&self, connection: u64) -> bool {
+        connection == self.peer_token
+    }
+
     /// Checks a use of `len` bytes at `offset` of the handle's window and, if it may go,
     /// counts it in flight: the descriptor to use. Every accepted use must be [`end`]ed.
     ///
