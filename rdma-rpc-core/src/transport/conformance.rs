@@ -181,6 +181,18 @@ pub(crate) async fn region_leases_in_place(a: &Arc<dyn Connection>, b: &Arc<dyn 
         )
         .unwrap();
     let desc = grant.descriptor().clone();
+    // When a write completes the transport holds nothing of its source: the same bytes can be
+    // leased again at once (a caller reusing its slot must not race the transport).
+    for round in 0..2000u32 {
+        let src = ours.lease(100, 64).unwrap();
+        a.write(SendData::Registered(src), &desc.slice(0, 64).unwrap(), None)
+            .await
+            .unwrap();
+        assert!(
+            ours.lease(100, LEN).is_ok(),
+            "round {round}: the write's source is still held after it completed"
+        );
+    }
     let mut src = ours.lease(100, LEN).unwrap();
     src.as_mut_slice().copy_from_slice(&pattern(LEN, 3));
     a.write(SendData::Registered(src), &desc, None)

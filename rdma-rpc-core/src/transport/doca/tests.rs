@@ -181,7 +181,7 @@ async fn atomics_compare_and_swap_and_fetch_and_add() {
     conformance::atomics(&a, &b).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_sided_operations_on_region_leases_land_in_place() {
     let (a, b) = pair().await;
     conformance::region_leases_in_place(&a, &b).await;

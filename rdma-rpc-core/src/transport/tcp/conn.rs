@@ -85,6 +85,13 @@ struct State {
 enum Payload {
     None,
     Data(SendData),
+    /// Data whose operation completes only once the writer let go of it (the sender is
+    /// dropped with the packet): when `write` or `send` of registered memory completes, the
+    /// memory is the caller's again (a lease can be taken anew at once).
+    Tracked {
+        data: SendData,
+        _released: oneshot::Sender<()>,
+    },
     /// Bytes of a granted window, kept from revocation by the guard until written.
     Window {
         guard: OwnedRwLockReadGuard<Option<RegisteredBuf>>,
@@ -329,6 +336,32 @@ fn failed_now<T: Send + 'static>(err: Error) -> BoxFuture<'static, Result<T>> {
     Box::pin(async move { Err(err) })
 }
 
+/// The payload of an operation whose completion waits for the writer to let go of its source
+/// too (see [`Payload::Tracked`]), and what to await for that.
+fn tracked(data: SendData) -> (Payload, oneshot::Receiver<()>) {
+    let (released, let_go) = oneshot::channel();
+    let payload = Payload::Tracked {
+        data: readable(data),
+        _released: released,
+    };
+    (payload, let_go)
+}
+
+/// As [`wait`], and then until the writer dropped the operation's source.
+fn wait_released(
+    shared: &Arc<Shared>,
+    rx: oneshot::Receiver<Result<()>>,
+    let_go: oneshot::Receiver<()>,
+) -> BoxFuture<'static, Result<()>> {
+    let done = wait(shared, rx);
+    Box::pin(async move {
+        let result = done.await;
+        // Resolves (with an error: nothing is ever sent) when the packet is dropped.
+        let _ = let_go.await;
+        result
+    })
+}
+
 fn wait<T: Send + 'static>(
     shared: &Arc<Shared>,
     rx: oneshot::Receiver<Result<T>>,
@@ -383,6 +416,13 @@ impl Connection for TcpConnection {
         header.imm = imm;
         header.len = data.len() as u64;
         let (tx, rx) = oneshot::channel();
+        if matches!(data, SendData::Registered(_)) {
+            let (payload, let_go) = tracked(data);
+            return match self.shared.post(header, payload, Pending::Ack(tx)) {
+                Ok(()) => wait_released(&self.shared, rx, let_go),
+                Err(e) => failed_now(e),
+            };
+        }
         match self
             .shared
             .post(header, Payload::Data(readable(data)), Pending::Ack(tx))
@@ -424,11 +464,9 @@ impl Connection for TcpConnection {
         header.addr = dst.addr;
         header.len = len;
         let (tx, rx) = oneshot::channel();
-        match self
-            .shared
-            .post(header, Payload::Data(readable(src)), Pending::Ack(tx))
-        {
-            Ok(()) => wait(&self.shared, rx),
+        let (payload, let_go) = tracked(src);
+        match self.shared.post(header, payload, Pending::Ack(tx)) {
+            Ok(()) => wait_released(&self.shared, rx, let_go),
             Err(e) => failed_now(e),
         }
     }
@@ -671,7 +709,7 @@ async fn write_packet(out: &mut BufWriter<OwnedWriteHalf>, packet: Packet) -> st
     out.write_all(&packet.header.encode()).await?;
     match &packet.payload {
         Payload::None => Ok(()),
-        Payload::Data(data) => out.write_all(data.as_slice()).await,
+        Payload::Data(data) | Payload::Tracked { data, .. } => out.write_all(data.as_slice()).await,
         Payload::Window { guard, offset, len } => {
             let Some(buf) = guard.as_ref() else {
                 return Ok(());

@@ -425,6 +425,9 @@ impl Owner {
             _keep,
             done,
         } = op;
+        // The operation's memory goes back before anyone hears it completed: a caller that
+        // then leases the same bytes again finds them free.
+        drop(_keep);
         // SAFETY: this is the task's completion.
         let task = unsafe { task.completed() };
         let c = self.conns.get_mut(&id);
