@@ -2,7 +2,7 @@
 //! loopback. Exits 0 when every block was read back exactly.
 //!
 //! `cargo run --release -p examples --bin storage-demo -- [--transport tcp|mem|doca]
-//! [--block-size 64KiB] [--blocks 2000] [--cores N] [--transactions-per-core 8]
+//! [--block-size 64KiB] [--blocks 8000] [--cores N] [--transactions-per-core 8]
 //! [--trigger-recovery-read-every-n 10] [--kill-target-after N] [--control-timeout 5s]`.
 //! `--kill-target-after N` takes the data 2 target off the network once it has stored N
 //! halves: later writes are degraded, reads are rebuilt from data 1 and the parity. `--cores`
@@ -28,7 +28,7 @@ use rdma_rpc_core::transport::{transport_for, Transport};
 use std::sync::Arc;
 
 const USAGE: &str = "usage: storage-demo [--transport tcp|mem|doca (tcp)] [--block-size SIZE \
-(64KiB)] [--blocks N (2000)] [--cores N (this machine's)] [--transactions-per-core N (8)] \
+(64KiB)] [--blocks N (8000)] [--cores N (this machine's)] [--transactions-per-core N (8)] \
 [--trigger-recovery-read-every-n N (10)] [--kill-target-after N] [--control-timeout DURATION (5s)]";
 
 async fn run() -> Result<(), String> {
@@ -52,7 +52,7 @@ async fn run() -> Result<(), String> {
         other => return Err(format!("--transport: `{other}` is not tcp, mem or doca")),
     };
     let block_size = flags.size("--block-size", 64 << 10)?;
-    let blocks = flags.number("--blocks", 2000)?;
+    let blocks = flags.number("--blocks", 8000)?;
     let cores = (flags.number("--cores", flags::cores() as u64)? as usize).max(1);
     let config = ClusterConfig {
         block_size,

@@ -217,9 +217,15 @@ fn template(seed: u64, len: usize) -> Vec<u8> {
     out
 }
 
+/// The first (up to) 8 bytes of block `index`: never all zero, so that clearing them before a
+/// read shows a read that wrote nothing.
+fn stamp_of(index: u64) -> [u8; 8] {
+    (index | 1 << 63).to_le_bytes()
+}
+
 fn stamp(block: &mut [u8], index: u64) {
     let n = block.len().min(8);
-    block[..n].copy_from_slice(&index.to_le_bytes()[..n]);
+    block[..n].copy_from_slice(&stamp_of(index)[..n]);
 }
 
 /// Block contents made once per run: what a worker copies into its I/O memory before a write
@@ -250,9 +256,7 @@ impl Contents {
     fn is(&self, index: u64, got: &[u8]) -> bool {
         let template = &self.templates[(index % TEMPLATES) as usize];
         let n = template.len().min(8);
-        got.len() == template.len()
-            && got[..n] == index.to_le_bytes()[..n]
-            && got[n..] == template[n..]
+        got.len() == template.len() && got[..n] == stamp_of(index)[..n] && got[n..] == template[n..]
     }
 }
 
@@ -347,7 +351,7 @@ pub async fn run_on(clients: Vec<Client>, config: &InitiatorConfig) -> Result<Re
             let (blocks, block_size) = (config.blocks, config.block_size);
             tasks.spawn(async move {
                 let mut seen = Vec::new();
-                let zeros = vec![0u8; block_size];
+                let stale = [0u8; 8];
                 let mut got = vec![0u8; block_size];
                 loop {
                     let block = next.fetch_add(1, Ordering::Relaxed);
@@ -357,7 +361,9 @@ pub async fn run_on(clients: Vec<Client>, config: &InitiatorConfig) -> Result<Re
                     if write {
                         contents.fill(block, &mut buf)?;
                     } else {
-                        buf.write_at(0, &zeros).map_err(Status::from)?;
+                        // The stamp cleared: a read that wrote nothing cannot pass the check.
+                        let n = block_size.min(8);
+                        buf.write_at(0, &stale[..n]).map_err(Status::from)?;
                     }
                     let request = BlockIo {
                         block,
