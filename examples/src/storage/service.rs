@@ -34,7 +34,7 @@ use rdma_rpc_core::{
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::auth::Secret;
-use super::codec::{Codec, CodecError, CpuCodec, Half, Slot};
+use super::codec::{Codec, CodecError, CpuCodec, Half, Slot, HEADER_LEN, TRAILER_LEN};
 use crate::generated::storage_service::{
     BlockDone, BlockIo, InitStorage, StorageCommand, StorageControl, StorageGeometry,
     StorageService,
@@ -381,24 +381,26 @@ impl Service {
         &lanes[slot % lanes.len()]
     }
 
-    /// Has target `t` fetch its half of `block` from the staging slot (one RDMA read by the
-    /// target).
-    async fn store(&self, t: usize, block: u64, slot: usize) -> Result<(), Status> {
+    /// Has target `t` fetch its half of `block` from the staging slot (its first `used` bytes
+    /// and its trailer, by RDMA reads of the target).
+    async fn store(&self, t: usize, block: u64, slot: usize, used: usize) -> Result<(), Status> {
         let io = HalfIo {
             block,
             offset: self.half_offset(slot, t) as u64,
             length: self.half_size as u32,
+            used: used as u32,
         };
         self.lane(t, slot).stub.write_half(io).await.map(drop)
     }
 
-    /// Has target `t` write its half of `block` into the staging slot (one RDMA write by the
-    /// target).
-    async fn fetch(&self, t: usize, block: u64, slot: usize) -> Result<(), Status> {
+    /// Has target `t` write its half of `block` into the staging slot (its data and trailer,
+    /// by RDMA writes of the target): the bytes of the shard that carry data.
+    async fn fetch(&self, t: usize, block: u64, slot: usize) -> Result<usize, Status> {
         let io = HalfIo {
             block,
             offset: self.half_offset(slot, t) as u64,
             length: self.half_size as u32,
+            used: 0,
         };
         let done: HalfDone = self.lane(t, slot).stub.read_half(io).await?;
         if !done.stored {
@@ -407,22 +409,57 @@ impl Service {
                 self.links[t].slot
             )));
         }
-        Ok(())
+        let used = done.used as usize;
+        if used > self.half_size - TRAILER_LEN {
+            return Err(Status::data_loss(format!(
+                "the {} target says {used} bytes of block {block}'s half carry data; a half \
+                 holds {}",
+                self.links[t].slot,
+                self.half_size - TRAILER_LEN
+            )));
+        }
+        Ok(used)
     }
 
-    /// Copies half `h` of staging slot `slot` out of the shared staging memory into `dst`.
+    /// Copies half `h` of staging slot `slot` out of the shared staging memory into `dst`:
+    /// its first `used` bytes and its trailer, with zeros between (what a target moves).
     fn copy_half_out(
         &self,
         staging: &Staging,
         slot: usize,
         h: usize,
+        used: usize,
         dst: &mut Vec<u8>,
     ) -> Result<(), Status> {
+        let trailer = self.half_size - TRAILER_LEN;
         dst.resize(self.half_size, 0);
-        staging
+        let half = staging
             .halves
             .lease(self.half_offset(slot, h), self.half_size)
-            .and_then(|half| half.read_at(0, dst))
+            .map_err(Status::from)?;
+        half.read_at(0, &mut dst[..used]).map_err(Status::from)?;
+        dst[used..trailer].fill(0);
+        half.read_at(trailer, &mut dst[trailer..])
+            .map_err(Status::from)
+    }
+
+    /// Copies an encoded half into half `h` of staging slot `slot`: the bytes a target will
+    /// take (the first `used` and the trailer).
+    fn copy_half_in(
+        &self,
+        staging: &Staging,
+        slot: usize,
+        h: usize,
+        used: usize,
+        bytes: &[u8],
+    ) -> Result<(), Status> {
+        let trailer = self.half_size - TRAILER_LEN;
+        let mut half = staging
+            .halves
+            .lease(self.half_offset(slot, h), self.half_size)
+            .map_err(Status::from)?;
+        half.write_at(0, &bytes[..used]).map_err(Status::from)?;
+        half.write_at(trailer, &bytes[trailer..])
             .map_err(Status::from)
     }
 
@@ -485,7 +522,7 @@ impl Service {
         surviving_is: Half,
         out: &mut [u8],
     ) -> Result<usize, Status> {
-        self.fetch(2, block, slot).await.map_err(|s| {
+        let used = self.fetch(2, block, slot).await.map_err(|s| {
             Status::new(
                 s.code(),
                 format!(
@@ -495,11 +532,22 @@ impl Service {
             )
         })?;
         let mut parity = Vec::new();
-        self.copy_half_out(staging, slot, 2, &mut parity)?;
+        self.copy_half_out(staging, slot, 2, used, &mut parity)?;
         self.codec
             .recover_into(block, surviving, surviving_is, &parity, out)
             .map_err(|e| lost(block, &e))
     }
+}
+
+/// How many bytes of each shard (data 1, data 2, parity) of a half of `half_size` bytes carry
+/// data, for a block whose payload took `payload_len` bytes: the stream (header, payload) fills
+/// data 1 first, then data 2; the rest of each shard is zeros, and the parity (data 1 XOR
+/// data 2) has no more than data 1. Only these bytes and each half's trailer need to move.
+pub fn shards_used(half_size: usize, payload_len: usize) -> [usize; 3] {
+    let shard = half_size - TRAILER_LEN;
+    let stream = HEADER_LEN + payload_len;
+    let data1 = stream.min(shard);
+    [data1, stream.saturating_sub(shard).min(shard), data1]
 }
 
 /// A block that cannot be read back correctly.
@@ -634,20 +682,18 @@ impl StorageService for Arc<Service> {
                 .codec
                 .encode_into(io.block, block.as_slice(), [h1, h2, hp])
                 .map_err(|e| Status::invalid_argument(format!("block {}: {e}", io.block)))?;
+            let used = shards_used(self.half_size, len);
             for (h, bytes) in scratch.iter().enumerate() {
-                staging
-                    .halves
-                    .lease(self.half_offset(slot.index, h), self.half_size)
-                    .and_then(|mut half| half.write_at(0, bytes))
-                    .map_err(Status::from)?;
+                self.copy_half_in(&staging, slot.index, h, used[h], bytes)?;
             }
-            Ok::<_, Status>(len)
+            Ok::<_, Status>((len, used))
         })?;
+        let (compressed_len, used) = compressed_len;
         drop(block);
         let (r1, r2, rp) = tokio::join!(
-            self.store(0, io.block, slot.index),
-            self.store(1, io.block, slot.index),
-            self.store(2, io.block, slot.index)
+            self.store(0, io.block, slot.index, used[0]),
+            self.store(1, io.block, slot.index, used[1]),
+            self.store(2, io.block, slot.index, used[2])
         );
         let outcomes = [r1, r2, rp];
         for (link, outcome) in self.links.iter().zip(&outcomes) {
@@ -695,9 +741,9 @@ impl StorageService for Arc<Service> {
         let at = slot.index;
         let (len, recovered) = if planned {
             // A planned recovery read: data 1 and the parity.
-            self.fetch(0, io.block, at).await?;
+            let used = self.fetch(0, io.block, at).await?;
             let mut d1 = Vec::new();
-            self.copy_half_out(&staging, at, 0, &mut d1)?;
+            self.copy_half_out(&staging, at, 0, used, &mut d1)?;
             let out = area.as_mut_slice();
             let len = self
                 .recover(&staging, io.block, at, &d1, Half::Data1, out)
@@ -706,12 +752,12 @@ impl StorageService for Arc<Service> {
         } else {
             let (r1, r2) = tokio::join!(self.fetch(0, io.block, at), self.fetch(1, io.block, at));
             match (r1, r2) {
-                (Ok(()), Ok(())) => {
+                (Ok(u1), Ok(u2)) => {
                     let decoded = SCRATCH.with(|scratch| {
                         let mut scratch = scratch.borrow_mut();
                         let [d1, d2, _] = &mut *scratch;
-                        self.copy_half_out(&staging, at, 0, d1)?;
-                        self.copy_half_out(&staging, at, 1, d2)?;
+                        self.copy_half_out(&staging, at, 0, u1, d1)?;
+                        self.copy_half_out(&staging, at, 1, u2, d2)?;
                         Ok::<_, Status>(
                             match self
                                 .codec
@@ -745,20 +791,20 @@ impl StorageService for Arc<Service> {
                         }
                     }
                 }
-                (Ok(()), Err(s)) => {
+                (Ok(u1), Err(s)) => {
                     degraded = format!("data 2: {}", describe(&s));
                     let mut d1 = Vec::new();
-                    self.copy_half_out(&staging, at, 0, &mut d1)?;
+                    self.copy_half_out(&staging, at, 0, u1, &mut d1)?;
                     let out = area.as_mut_slice();
                     let len = self
                         .recover(&staging, io.block, at, &d1, Half::Data1, out)
                         .await?;
                     (len, true)
                 }
-                (Err(s), Ok(())) => {
+                (Err(s), Ok(u2)) => {
                     degraded = format!("data 1: {}", describe(&s));
                     let mut d2 = Vec::new();
-                    self.copy_half_out(&staging, at, 1, &mut d2)?;
+                    self.copy_half_out(&staging, at, 1, u2, &mut d2)?;
                     let out = area.as_mut_slice();
                     let len = self
                         .recover(&staging, io.block, at, &d2, Half::Data2, out)
@@ -801,5 +847,48 @@ impl StorageService for Arc<Service> {
             recovered,
             degraded,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::codec::{encode, stored_half_size, TRAILER_LEN};
+    use super::shards_used;
+
+    /// Past the bytes `shards_used` names, every shard of a half is zeros, for blocks that
+    /// compress well, not at all, and in between, of several sizes: moving only those bytes
+    /// and the trailer loses nothing.
+    #[test]
+    fn only_the_used_bytes_of_a_shard_are_not_zero() {
+        let mut x = 0x1234_5678_9abc_def1u64;
+        for block_size in [512usize, 4096, 65536, 1 << 20] {
+            let half = stored_half_size(block_size).unwrap();
+            for noise in [0usize, 1, 4, 8] {
+                let block: Vec<u8> = (0..block_size)
+                    .map(|i| {
+                        if i % 8 < noise {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            x as u8
+                        } else {
+                            (i / 64) as u8
+                        }
+                    })
+                    .collect();
+                let encoded = encode(3, &block, block_size).unwrap();
+                let used = shards_used(half, encoded.compressed_len);
+                for (h, bytes) in [&encoded.data1, &encoded.data2, &encoded.parity]
+                    .into_iter()
+                    .enumerate()
+                {
+                    assert!(
+                        bytes[used[h]..half - TRAILER_LEN].iter().all(|&b| b == 0),
+                        "block {block_size}, noise {noise}/8, half {h}: data past {}",
+                        used[h]
+                    );
+                }
+            }
+        }
     }
 }

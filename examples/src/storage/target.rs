@@ -11,10 +11,11 @@ use std::sync::{Arc, Mutex};
 use rdma_rpc_core::{MemoryRegion, RemoteBuf, RemoteMemory, Request, Status};
 use tokio::sync::watch;
 
-use super::codec::Slot;
+use super::codec::{Slot, TRAILER_LEN};
 use crate::generated::storage_target::{
     Command, HalfDone, HalfIo, StorageTarget, TargetControl, TargetGeometry, TargetInit,
 };
+use rdma_rpc_core::transport::SendData;
 
 /// Longest a target waits for the service to answer the RDMA read or write of one half (the
 /// server's `transfer_timeout`): a peer that has not answered by then loses its connection,
@@ -42,7 +43,9 @@ pub struct TargetConfig {
 pub struct Target {
     config: TargetConfig,
     memory: MemoryRegion,
-    stored: Mutex<Vec<bool>>,
+    /// Per block: `None` until stored, then the bytes of the shard that carry data (the rest
+    /// up to the trailer are zeros, never moved).
+    stored: Mutex<Vec<Option<u32>>>,
     /// The service's staging memory, one handle per connection it came on (`init`).
     service_memory: Mutex<Vec<RemoteBuf>>,
     /// Halves stored so far (each write counts once).
@@ -89,7 +92,7 @@ impl Target {
         Ok(Target {
             config,
             memory: MemoryRegion::new(bytes as usize).map_err(Status::from)?,
-            stored: Mutex::new(vec![false; config.half_count as usize]),
+            stored: Mutex::new(vec![None; config.half_count as usize]),
             service_memory: Mutex::new(Vec::new()),
             writes: watch::channel(0).0,
             started: AtomicBool::new(false),
@@ -170,6 +173,44 @@ impl Target {
             .lease(at, self.config.half_size)
             .map_err(|e| Status::aborted(format!("block busy with another I/O: {e}")))
     }
+
+    /// The parts of the half at `at` that move: its shard's first `used` bytes (none when 0)
+    /// and its trailer. The trailer is leased first: every I/O of a block takes it, so two at
+    /// once find the block busy.
+    fn parts(
+        &self,
+        at: usize,
+        used: usize,
+    ) -> Result<
+        (
+            Option<rdma_rpc_core::RegisteredBuf>,
+            rdma_rpc_core::RegisteredBuf,
+        ),
+        Status,
+    > {
+        let busy = |e| Status::aborted(format!("block busy with another I/O: {e}"));
+        let trailer = self
+            .memory
+            .lease(at + self.config.half_size - TRAILER_LEN, TRAILER_LEN)
+            .map_err(busy)?;
+        let data = match used {
+            0 => None,
+            n => Some(self.memory.lease(at, n).map_err(busy)?),
+        };
+        Ok((data, trailer))
+    }
+
+    /// The bytes of the shard a write says carry data, checked against the half's size.
+    fn used(&self, io: &HalfIo) -> Result<usize, Status> {
+        let room = self.config.half_size - TRAILER_LEN;
+        if io.used as usize > room {
+            return Err(Status::invalid_argument(format!(
+                "a shard here holds at most {room} bytes, the request says {} carry data",
+                io.used
+            )));
+        }
+        Ok(io.used as usize)
+    }
 }
 
 fn remote<T>(request: &Request<T>) -> Result<RemoteMemory, Status> {
@@ -227,14 +268,27 @@ impl StorageTarget for Arc<Target> {
         let memory = remote(&request)?;
         let io = request.into_inner();
         let (at, source) = self.io(&memory, &io)?;
-        // One RDMA read, from the service's memory straight into this block's slot.
-        let slot = self.lease(at)?;
-        memory.read(&source, io.offset, slot).await?;
-        self.stored.lock().unwrap()[io.block as usize] = true;
+        let used = self.used(&io)?;
+        let (data, trailer) = self.parts(at, used)?;
+        // RDMA reads from the service's memory straight into this block's slot: the shard's
+        // data and the trailer, together.
+        let trailer_at = io.offset + (self.config.half_size - TRAILER_LEN) as u64;
+        let (data, trailer) = tokio::join!(
+            async {
+                match data {
+                    None => Ok(None),
+                    Some(dst) => memory.read(&source, io.offset, dst).await.map(Some),
+                }
+            },
+            memory.read(&source, trailer_at, trailer)
+        );
+        drop((data?, trailer?));
+        self.stored.lock().unwrap()[io.block as usize] = Some(used as u32);
         self.writes.send_modify(|w| *w += 1);
         Ok(HalfDone {
             block: io.block,
             stored: true,
+            used: used as u32,
         })
     }
 
@@ -242,24 +296,35 @@ impl StorageTarget for Arc<Target> {
         let memory = remote(&request)?;
         let io = request.into_inner();
         let (at, destination) = self.io(&memory, &io)?;
-        if !self.stored.lock().unwrap()[io.block as usize] {
+        let Some(used) = self.stored.lock().unwrap()[io.block as usize] else {
             return Ok(HalfDone {
                 block: io.block,
                 stored: false,
+                used: 0,
             });
-        }
-        // One RDMA write, from this block's slot straight into the service's memory.
-        let slot = self.lease(at)?;
-        memory
-            .write(
-                &destination,
-                io.offset,
-                rdma_rpc_core::transport::SendData::Registered(slot),
-            )
-            .await?;
+        };
+        let (data, trailer) = self.parts(at, used as usize)?;
+        // RDMA writes from this block's slot straight into the service's memory: the shard's
+        // data and the trailer, together.
+        let trailer_at = io.offset + (self.config.half_size - TRAILER_LEN) as u64;
+        let (data, trailer) = tokio::join!(
+            async {
+                match data {
+                    None => Ok(()),
+                    Some(src) => {
+                        let src = SendData::Registered(src);
+                        memory.write(&destination, io.offset, src).await
+                    }
+                }
+            },
+            memory.write(&destination, trailer_at, SendData::Registered(trailer))
+        );
+        data?;
+        trailer?;
         Ok(HalfDone {
             block: io.block,
             stored: true,
+            used,
         })
     }
 }
