@@ -114,10 +114,11 @@ async fn run() -> Result<(), String> {
         .map_err(|s| s.to_string())?;
     print!("{}", report.table());
     println!(
-        "round trips one after the other per I/O: write 4 (the call, the RDMA read of the block, \
-         the three target calls in parallel, each with its RDMA read), read 4 (the call, the two \
-         data target calls in parallel, each with its RDMA write, the RDMA write of the block); \
-         calls per I/O: write 4, read 3 (4 on a recovery read)"
+        "round trips one after the other per I/O: write 4 (the call; the RDMA read of the \
+         block; the three target calls in parallel, each with its RDMA reads of the half's data \
+         and trailer, together), read 4 (the call; the two data target calls in parallel, each \
+         with its RDMA writes; the RDMA write of the block); calls per I/O: write 4, read 3 (4 \
+         on a recovery read); only the bytes of a half that carry data move"
     );
     print!("{}", baselines(&report, block_size, blocks).await?);
     println!("all {blocks} blocks verified");
