@@ -217,9 +217,10 @@ impl Results {
                 |streamed: f64, op: &str| one(op).map_or("-".into(), |base| ratio(streamed, base));
             let _ = writeln!(
                 out,
-                "\nstreams, {} MiB through an endpoint of 4 MiB buffers (next to 4 MiB calls with {} \
-                 in flight and raw TCP bulk, measured above):",
+                "\nstreams, {} MiB through an endpoint of 4 MiB buffers, {} windows in flight (next \
+                 to 4 MiB calls with {} in flight and raw TCP bulk, measured above):",
                 st.object_bytes >> 20,
+                self.depth,
                 self.depth
             );
             for (what, gb, op) in [
@@ -240,6 +241,17 @@ impl Results {
                     "  {what:<34} {gb:>7.3} GB/s  {:>7} of 4 MiB {op} calls  {:>7} of raw TCP bulk",
                     vs(gb, op),
                     ratio(gb, self.tcp_bulk_gb_per_s)
+                );
+            }
+            if let Some(calls) = st.calls_over_object_gb_per_s {
+                let _ = writeln!(
+                    out,
+                    "  the same {} MiB as 4 MiB write calls, {} in flight, each from its own part \
+                     of the object: {calls:.3} GB/s (the streamed write from a region is {} of \
+                     it: the 4 MiB calls above reuse one cache-resident buffer)",
+                    st.object_bytes >> 20,
+                    self.depth,
+                    ratio(st.write_gb_per_s, calls)
                 );
             }
             let _ = writeln!(

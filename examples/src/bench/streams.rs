@@ -152,6 +152,11 @@ pub struct StreamFigures {
     pub pool_budget_mib: f64,
     /// Memory the client's stream windows hold at most, MiB.
     pub client_windows_mib: f64,
+    /// The same object written as 4 MiB write calls with the bench's depth in flight, each
+    /// from its own part of the object's region (so that the source is as large, and as far
+    /// from the CPU caches, as the stream's), GB/s; `None` where not measured.
+    #[serde(default)]
+    pub calls_over_object_gb_per_s: Option<f64>,
     /// Messages of 64 B streamed by the server in one call.
     pub messages: u64,
     /// Those messages per second.
@@ -295,6 +300,7 @@ pub async fn measure(
         rss_growth_mib: (peak - before).max(0.0),
         pool_budget_mib: pool_budget as f64 / (1024.0 * 1024.0),
         client_windows_mib: (depth as u64 * STREAM_BUFFER) as f64 / (1024.0 * 1024.0),
+        calls_over_object_gb_per_s: None,
         messages,
         messages_per_s: messages as f64 / messages_secs.max(1e-9),
     })

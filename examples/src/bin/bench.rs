@@ -229,6 +229,36 @@ async fn call(client: &BenchClient, op: &str, data: &Bytes) -> Result<(), BenchE
     Ok(())
 }
 
+/// GB/s of `object` bytes written as 4 MiB write calls, `depth` in flight, each from its own
+/// 4 MiB part of one region of `object` bytes, sent in place: the unary way to move what a
+/// stream moves, with a source as large as the stream's.
+async fn calls_over_object(
+    client: &BenchClient,
+    object: usize,
+    depth: usize,
+) -> Result<f64, BenchError> {
+    const PART: usize = 4 << 20;
+    let parts = (object / PART).max(1);
+    let region = rdma_rpc_core::MemoryRegion::new(parts * PART)?;
+    region
+        .lease(0, parts * PART)?
+        .fill_from(&vec![0x5a; parts * PART])?;
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let t = throughput(parts, PART, depth, |_| {
+        let (client, region, next) = (client.clone(), region.clone(), next.clone());
+        move || {
+            let (client, region, next) = (client.clone(), region.clone(), next.clone());
+            async move {
+                let part = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % parts;
+                let data = region.lease(part * PART, PART)?.freeze();
+                call(&client, "write", &data).await
+            }
+        }
+    })
+    .await?;
+    Ok(t.gb_per_s)
+}
+
 async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
     let steps = 5 + SIZES.len() * (OPS.len() * 3 + 4);
     let mut progress = Progress::new(steps);
@@ -286,9 +316,11 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
             None => builder,
         }
     };
+    // Streams keep as many windows in flight as the throughput rows keep calls.
     let client = BenchClient::new(
         client_builder()
             .staging_budget(128 << 20)
+            .stream_depth(o.depth)
             .connect(&addr)
             .await?,
     );
@@ -405,14 +437,10 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
         "rdma-rpc streams: {} MiB each way through 4 MiB buffers, {messages} messages of 64 B",
         object >> 20
     ));
-    let stream_figures = streams::measure(
-        client.inner(),
-        object,
-        messages,
-        POOL_BUDGET,
-        rdma_rpc_core::ClientConfig::default().stream_depth,
-    )
-    .await?;
+    let mut stream_figures =
+        streams::measure(client.inner(), object, messages, POOL_BUDGET, o.depth).await?;
+    stream_figures.calls_over_object_gb_per_s =
+        Some(calls_over_object(&client, object as usize, o.depth).await?);
     serving.abort();
     ping.close().await?;
     let tcp_round_trip = examples::bench::measure::Latency::of(tcp_samples);
