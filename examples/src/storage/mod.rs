@@ -20,6 +20,7 @@ pub mod auth;
 pub mod cluster;
 pub mod codec;
 pub mod flags;
+pub mod handles;
 pub mod initiator;
 pub mod service;
 pub mod target;

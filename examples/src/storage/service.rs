@@ -35,6 +35,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::auth::Secret;
 use super::codec::{Codec, CodecError, CpuCodec, Half, Slot, HEADER_LEN, TRAILER_LEN};
+use super::handles::ConnectionHandles;
 use crate::generated::storage_service::{
     BlockDone, BlockIo, InitStorage, StorageCommand, StorageControl, StorageGeometry,
     StorageService,
@@ -182,7 +183,7 @@ pub struct Service {
     block_count: u64,
     state: Mutex<State>,
     /// The I/O memory each initiator connection offered at `init_storage`.
-    initiators: Mutex<Vec<RemoteBuf>>,
+    initiators: ConnectionHandles,
     reads: AtomicU64,
     shutdown: watch::Sender<bool>,
 }
@@ -287,7 +288,7 @@ impl Service {
             half_size: g.half_size as usize,
             block_count: g.half_count,
             state: Mutex::new(State::Created),
-            initiators: Mutex::new(Vec::new()),
+            initiators: ConnectionHandles::new(MAX_INITIATOR_CONNECTIONS),
             reads: AtomicU64::new(0),
             shutdown: watch::channel(false).0,
         })
@@ -463,21 +464,6 @@ impl Service {
             .map_err(Status::from)
     }
 
-    /// The I/O memory the initiator offered on the connection `memory` belongs to.
-    fn initiator_memory(&self, memory: &RemoteMemory) -> Result<RemoteBuf, Status> {
-        self.initiators
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|h| memory.holds(h))
-            .cloned()
-            .ok_or_else(|| {
-                Status::failed_precondition(
-                    "this connection offered no I/O memory: call init_storage on it first",
-                )
-            })
-    }
-
     /// Checks an I/O request: storage running, block and length in range, the connection's
     /// I/O memory known.
     fn start_io(
@@ -491,7 +477,9 @@ impl Service {
             .ok_or_else(|| Status::internal("a request without a connection"))?;
         let io = request.into_inner();
         self.check_io(&io)?;
-        let memory = self.initiator_memory(&initiator)?;
+        let memory = self
+            .initiators
+            .of(&initiator, "call init_storage on it first")?;
         Ok((staging, initiator, io, memory))
     }
 
@@ -617,12 +605,7 @@ impl StorageService for Arc<Service> {
                 *self.state.lock().unwrap() = State::Ready(Arc::new(staging));
             }
         }
-        let mut known = self.initiators.lock().unwrap();
-        known.retain(|h| !initiator.holds(h));
-        if known.len() >= MAX_INITIATOR_CONNECTIONS {
-            known.remove(0);
-        }
-        known.push(handle);
+        self.initiators.remember(&initiator, handle)?;
         Ok(())
     }
 

@@ -12,6 +12,7 @@ use rdma_rpc_core::{MemoryRegion, RemoteBuf, RemoteMemory, Request, Status};
 use tokio::sync::watch;
 
 use super::codec::{Slot, TRAILER_LEN};
+use super::handles::ConnectionHandles;
 use crate::generated::storage_target::{
     Command, HalfDone, HalfIo, StorageTarget, TargetControl, TargetGeometry, TargetInit,
 };
@@ -47,7 +48,7 @@ pub struct Target {
     /// up to the trailer are zeros, never moved).
     stored: Mutex<Vec<Option<u32>>>,
     /// The service's staging memory, one handle per connection it came on (`init`).
-    service_memory: Mutex<Vec<RemoteBuf>>,
+    service_memory: ConnectionHandles,
     /// Halves stored so far (each write counts once).
     writes: watch::Sender<u64>,
     started: AtomicBool,
@@ -93,7 +94,7 @@ impl Target {
             config,
             memory: MemoryRegion::new(bytes as usize).map_err(Status::from)?,
             stored: Mutex::new(vec![None; config.half_count as usize]),
-            service_memory: Mutex::new(Vec::new()),
+            service_memory: ConnectionHandles::new(MAX_SERVICE_CONNECTIONS),
             writes: watch::channel(0).0,
             started: AtomicBool::new(false),
             shutdown: watch::channel(false).0,
@@ -153,18 +154,7 @@ impl Target {
                 self.config.half_size, io.length
             )));
         }
-        let handle = self
-            .service_memory
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|h| memory.holds(h))
-            .cloned()
-            .ok_or_else(|| {
-                Status::failed_precondition(
-                    "no memory was offered on this connection: call init first",
-                )
-            })?;
+        let handle = self.service_memory.of(memory, "call init first")?;
         Ok((io.block as usize * self.config.half_size, handle))
     }
 
@@ -236,20 +226,7 @@ impl StorageTarget for Arc<Target> {
             .into_inner()
             .memory
             .ok_or_else(|| Status::invalid_argument("init names no memory"))?;
-        if !memory.holds(&handle) {
-            return Err(Status::invalid_argument(
-                "the memory was not offered on this connection",
-            ));
-        }
-        let mut known = self.service_memory.lock().unwrap();
-        // One handle per connection; the oldest go first past a bound (their connections
-        // have most likely ended).
-        known.retain(|h| !memory.holds(h));
-        if known.len() >= MAX_SERVICE_CONNECTIONS {
-            known.remove(0);
-        }
-        known.push(handle);
-        Ok(())
+        self.service_memory.remember(&memory, handle)
     }
 
     async fn control(&self, request: Request<TargetControl>) -> Result<(), Status> {
