@@ -5,19 +5,26 @@
 //! rdma-rpc generate [--no-server] [--no-client] [-o FILE] <SPEC>
 //! rdma-rpc devices [--json]                     DOCA devices: PCI address, capabilities
 //! rdma-rpc ping <ADDR> [-c N] [-i MS]           round trips to a server's runtime
+//! rdma-rpc call <ADDR> --spec S METHOD [-d JSON] [-H K=V]...   one typed call, JSON out
 //! rdma-rpc bench <ADDR> --path P --op OP ...    calls/s, MB/s and latency of one endpoint
+//! rdma-rpc bench <ADDR> --spec S --method M [-d JSON] [-H K=V]...   the same, typed
 //! ```
 //!
 //! Exit codes: 0 success, 1 a spec is invalid or a command failed, 2 usage errors.
 
+mod call;
 mod devices;
+mod dynamic;
 mod net;
+mod request;
 mod specs;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+
+use crate::request::RequestArgs;
 
 /// rdma-rpc: RPC over RDMA from YAML endpoint specs.
 #[derive(Debug, Parser)]
@@ -66,20 +73,58 @@ enum Command {
         #[arg(short, long, default_value_t = 200)]
         interval: u64,
     },
+    /// Make one typed call: the request given as JSON or YAML and encoded from the spec, the
+    /// response printed as JSON.
+    ///
+    /// `rdma-rpc call tcp://127.0.0.1:7470 --spec specs/kv_store.yaml get_block
+    /// -d '{"key": "YmxvY2s="}' -H authorization='Bearer 0123' --out block.bin`
+    ///
+    /// Field names as in the spec or lowerCamelCase; 64-bit integers as numbers or strings
+    /// (printed as strings), enums by name, bytes as base64. Server streams print one JSON
+    /// line per message; client and bidirectional streams are refused.
+    Call {
+        /// The server: tcp://HOST:PORT, doca://IP:PORT, doca+oob://IP:PORT.
+        addr: String,
+        /// The endpoint's method name, as in the spec (`get_block`).
+        method: String,
+        /// The spec that describes the endpoint and its messages.
+        #[arg(long, value_name = "SPEC")]
+        spec: PathBuf,
+        #[command(flatten)]
+        request: RequestArgs,
+        /// The bytes a send or write endpoint moves besides its message.
+        #[arg(long, value_name = "FILE")]
+        data_file: Option<PathBuf>,
+        /// Where a receive or read endpoint's bytes go (without it, their length is printed).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Deadline of the call, in milliseconds (default: the endpoint's).
+        #[arg(long, value_name = "MS")]
+        timeout: Option<u64>,
+    },
     /// Call one endpoint of a running server many times and report calls/s, MB/s and latency.
     ///
     /// The example server serves endpoints to try it on:
     /// `cargo run --release -p examples --bin server -- tcp://127.0.0.1:7470`, then
     /// `rdma-rpc bench tcp://127.0.0.1:7470 --path /rdma/ep1 --op write --size 1MiB`.
+    /// With `--spec`, the request (`-d`) is encoded from the spec as `call` encodes it.
     Bench {
         /// The server: tcp://HOST:PORT, doca://IP:PORT, doca+oob://IP:PORT.
         addr: String,
         /// The endpoint's path.
-        #[arg(long)]
-        path: String,
+        #[arg(long, required_unless_present = "method")]
+        path: Option<String>,
         /// The endpoint's operation.
-        #[arg(long, value_enum)]
-        op: Op,
+        #[arg(long, value_enum, required_unless_present = "method")]
+        op: Option<Op>,
+        /// The spec that types the endpoint (its request, buffer, stream and timeout).
+        #[arg(long, value_name = "SPEC")]
+        spec: Option<PathBuf>,
+        /// The endpoint's method name in the spec, instead of --path and --op.
+        #[arg(long, requires = "spec", conflicts_with_all = ["path", "op"])]
+        method: Option<String>,
+        #[command(flatten)]
+        request: RequestArgs,
         /// Bytes each send or write moves (64, 4KiB, 1MiB); ignored by receive and read, whose
         /// size the server decides.
         #[arg(long, default_value = "64", value_parser = parse_size)]
@@ -143,7 +188,13 @@ fn parse_size(text: &str) -> Result<u64, String> {
 
 /// What a failed command prints: `error: ...` with its causes.
 pub(crate) fn fail(what: &str, err: &dyn std::error::Error) -> ExitCode {
-    let mut message = format!("error: {what}: {err}");
+    eprintln!("error: {what}: {}", causes(err));
+    ExitCode::FAILURE
+}
+
+/// An error and its causes, `: `-separated.
+pub(crate) fn causes(err: &dyn std::error::Error) -> String {
+    let mut message = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {
         // Errors that print their cause already are not repeated.
@@ -154,8 +205,7 @@ pub(crate) fn fail(what: &str, err: &dyn std::error::Error) -> ExitCode {
         }
         source = cause.source();
     }
-    eprintln!("{message}");
-    ExitCode::FAILURE
+    message
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -192,10 +242,30 @@ fn main() -> ExitCode {
             count,
             interval,
         } => runtime().block_on(net::ping(&addr, count, interval)),
+        Command::Call {
+            addr,
+            method,
+            spec,
+            request,
+            data_file,
+            out,
+            timeout,
+        } => runtime().block_on(call::call(call::CallArgs {
+            addr,
+            spec,
+            method,
+            request,
+            data_file,
+            out,
+            timeout_ms: timeout,
+        })),
         Command::Bench {
             addr,
             path,
             op,
+            spec,
+            method,
+            request,
             size,
             calls,
             in_flight,
@@ -203,8 +273,11 @@ fn main() -> ExitCode {
             timeout,
         } => runtime().block_on(net::bench(net::BenchArgs {
             addr,
+            spec,
+            method,
             path,
-            op: op.into(),
+            op: op.map(Into::into),
+            request,
             size,
             calls,
             in_flight,

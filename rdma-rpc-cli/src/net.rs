@@ -1,9 +1,14 @@
-//! `ping` and `bench`: a running server, measured from here.
+//! `ping` and `bench`: a running server, measured from here (`bench` with the request and
+//! metadata options of `call`).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use rdma_rpc_core::{Bytes, Client, EndpointDef, OpKind};
+use rdma_rpc_core::{Bytes, CallOptions, Client, EndpointDef, OpKind};
+
+use crate::call;
+use crate::request::{self, RequestArgs, RequestError};
 
 /// Connects, then pings `count` times, `interval_ms` apart, and prints each round trip and a
 /// summary as ping(8) does. Fails if a ping fails.
@@ -43,13 +48,93 @@ pub(crate) async fn ping(addr: &str, count: u32, interval_ms: u64) -> ExitCode {
 /// What `bench` calls, and how.
 pub(crate) struct BenchArgs {
     pub(crate) addr: String,
-    pub(crate) path: String,
-    pub(crate) op: OpKind,
+    /// The spec that types the endpoint's request; with it, `method` or `path` and `op`
+    /// find the endpoint there.
+    pub(crate) spec: Option<PathBuf>,
+    pub(crate) method: Option<String>,
+    pub(crate) path: Option<String>,
+    pub(crate) op: Option<OpKind>,
+    pub(crate) request: RequestArgs,
     pub(crate) size: u64,
     pub(crate) calls: u64,
     pub(crate) in_flight: u32,
     pub(crate) connections: u32,
     pub(crate) timeout_ms: u64,
+}
+
+/// What every call of a bench sends.
+struct Target {
+    endpoint: &'static EndpointDef,
+    message: Bytes,
+    payload: Option<Bytes>,
+    options: CallOptions,
+}
+
+impl BenchArgs {
+    /// The endpoint, as the spec describes it or (without one) as `path` and `op` say, and
+    /// what each call sends.
+    fn target(&self) -> Result<Target, ExitCode> {
+        let options = CallOptions::new()
+            .timeout(Duration::from_millis(self.timeout_ms))
+            .metadata(request::metadata(&self.request.metadata).map_err(|e| call::refuse(&e))?);
+        let filler = || Bytes::from(vec![0xa5; self.size as usize]);
+        let Some(spec) = &self.spec else {
+            let (Some(path), Some(op)) = (&self.path, self.op) else {
+                eprintln!("error: --path and --op name the endpoint when no --spec types it");
+                return Err(ExitCode::from(2));
+            };
+            // The endpoint as this client sees it: its path lives as long as the process.
+            let endpoint: &'static EndpointDef = Box::leak(Box::new(EndpointDef {
+                path: Box::leak(path.clone().into_boxed_str()),
+                op,
+                // Sends and writes move `size` bytes; results may be as large as the server
+                // makes them.
+                buffer_size: if op.is_inbound() {
+                    self.size.max(1)
+                } else {
+                    rdma_rpc_core::memory::MAX_BUFFER as u64
+                },
+                method: "bench",
+                timeout_ms: Some(self.timeout_ms),
+                stream: rdma_rpc_core::StreamKind::Unary,
+            }));
+            return Ok(Target {
+                endpoint,
+                message: Bytes::new(),
+                payload: op.is_inbound().then(filler),
+                options,
+            });
+        };
+        let service = crate::specs::load(spec).ok_or(ExitCode::FAILURE)?;
+        let found = match (&self.method, &self.path, self.op) {
+            (Some(method), _, _) => request::by_method(&service, method),
+            (None, Some(path), Some(op)) => request::by_route(&service, path, op),
+            _ => {
+                eprintln!("error: --method, or --path and --op, name the endpoint of the spec");
+                return Err(ExitCode::from(2));
+            }
+        };
+        let ep = found.map_err(|e| call::refuse(&e))?;
+        if matches!(ep.stream, rdma_rpc_codegen::StreamKind::Messages { .. }) {
+            return Err(call::refuse(&RequestError::Unsupported {
+                method: ep.method.clone(),
+                what: "a message stream; bench calls unary endpoints and bulk streams".into(),
+            }));
+        }
+        let message = request::message(&service, ep, self.request.request.as_deref())
+            .map_err(|e| call::refuse(&e))?;
+        let payload = match (ep.op.is_inbound(), ep.payload) {
+            (false, _) => None,
+            (true, true) => Some(filler()),
+            (true, false) => Some(Bytes::new()),
+        };
+        Ok(Target {
+            endpoint: request::endpoint_def(ep),
+            message,
+            payload,
+            options,
+        })
+    }
 }
 
 /// Calls one endpoint `calls` times over `connections` connections with `in_flight` calls
@@ -59,20 +144,12 @@ pub(crate) async fn bench(args: BenchArgs) -> ExitCode {
         eprintln!("error: --calls, --in-flight and --connections must be at least 1");
         return ExitCode::from(2);
     }
-    // The endpoint as this client sees it: its path lives as long as the process.
-    let endpoint: &'static EndpointDef = Box::leak(Box::new(EndpointDef {
-        path: Box::leak(args.path.clone().into_boxed_str()),
-        op: args.op,
-        // Sends and writes move `size` bytes; results may be as large as the server makes them.
-        buffer_size: if args.op.is_inbound() {
-            args.size.max(1)
-        } else {
-            rdma_rpc_core::memory::MAX_BUFFER as u64
-        },
-        method: "bench",
-        timeout_ms: Some(args.timeout_ms),
-        stream: rdma_rpc_core::StreamKind::Unary,
-    }));
+    let target = match args.target() {
+        Ok(target) => target,
+        Err(code) => return code,
+    };
+    let endpoint = target.endpoint;
+    let (op, path) = (endpoint.op, endpoint.path);
     let mut clients = Vec::new();
     for _ in 0..args.connections {
         match Client::builder()
@@ -85,16 +162,13 @@ pub(crate) async fn bench(args: BenchArgs) -> ExitCode {
             Err(e) => return crate::fail(&format!("cannot connect to {}", args.addr), &e),
         }
     }
-    let payload = args
-        .op
-        .is_inbound()
-        .then(|| Bytes::from(vec![0xa5; args.size as usize]));
     let workers = u64::from(args.connections) * u64::from(args.in_flight);
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for w in 0..workers {
         let client = clients[(w % u64::from(args.connections)) as usize].clone();
-        let payload = payload.clone();
+        let (message, payload) = (target.message.clone(), target.payload.clone());
+        let options = target.options.clone();
         // Spread the calls: the first `calls % workers` workers make one more.
         let share = args.calls / workers + u64::from(w < args.calls % workers);
         tasks.spawn(async move {
@@ -103,7 +177,7 @@ pub(crate) async fn bench(args: BenchArgs) -> ExitCode {
             for _ in 0..share {
                 let t = Instant::now();
                 let (_, data) = client
-                    .call_raw(endpoint, Bytes::new(), payload.clone(), None)
+                    .call_raw(endpoint, message.clone(), payload.clone(), options.clone())
                     .await?;
                 latencies.push(t.elapsed());
                 bytes += payload.as_ref().map_or(data.len(), Bytes::len) as u64;
@@ -120,10 +194,7 @@ pub(crate) async fn bench(args: BenchArgs) -> ExitCode {
                 bytes += b;
             }
             Ok(Err(status)) => {
-                return crate::fail(
-                    &format!("{} {} on {}", args.op, args.path, args.addr),
-                    &status,
-                )
+                return crate::fail(&format!("{op} {path} on {}", args.addr), &status)
             }
             Err(e) => return crate::fail("a bench task failed", &e),
         }
@@ -134,8 +205,8 @@ pub(crate) async fn bench(args: BenchArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     };
     println!(
-        "{} {} on {}: {calls} calls over {} connection(s), {} in flight each",
-        args.op, args.path, args.addr, args.connections, args.in_flight
+        "{op} {path} on {}: {calls} calls over {} connection(s), {} in flight each",
+        args.addr, args.connections, args.in_flight
     );
     println!(
         "{:.0} calls/s, {:.1} MB/s, latency p50 {:.1} us, p99 {:.1} us, max {:.1} us",

@@ -1,4 +1,5 @@
-//! `check` and `generate`: the code generator's work, from the command line.
+//! `check` and `generate`: the code generator's work, from the command line; and the specs
+//! that `call` and `bench` encode requests from.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -44,12 +45,8 @@ pub(crate) fn generate(spec: &Path, server: bool, client: bool, output: Option<&
     let mut options = rdma_rpc_codegen::Options::default();
     options.build_server = server;
     options.build_client = client;
-    let service = match rdma_rpc_codegen::load_spec(spec) {
-        Ok(service) => service,
-        Err(err) => {
-            report(spec, &err);
-            return ExitCode::FAILURE;
-        }
+    let Some(service) = load(spec) else {
+        return ExitCode::FAILURE;
     };
     let code = rdma_rpc_codegen::generate(&service, &options);
     match output {
@@ -61,6 +58,17 @@ pub(crate) fn generate(spec: &Path, server: bool, client: bool, output: Option<&
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => crate::fail(&format!("cannot write `{}`", file.display()), &e),
         },
+    }
+}
+
+/// Loads a spec for a call; prints every problem and returns `None` if it is invalid.
+pub(crate) fn load(spec: &Path) -> Option<rdma_rpc_codegen::ServiceIr> {
+    match rdma_rpc_codegen::load_spec(spec) {
+        Ok(service) => Some(service),
+        Err(err) => {
+            report(spec, &err);
+            None
+        }
     }
 }
 
