@@ -1,20 +1,9 @@
 //! The `rdma-rpc` binary: exit codes and output of every command. `ping` and `bench` run
 //! against a server started in this process.
 
-use std::process::Command;
+mod common;
 
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rdma-rpc"))
-        .args(args)
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap(),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
+use common::run;
 
 #[test]
 fn check_valid_specs_exits_0_with_one_line_each() {
