@@ -2,6 +2,8 @@
 //! memory of its request's connection, and a client fills from an offer.
 #![deny(warnings, missing_docs)]
 
+use std::sync::Mutex;
+
 use rdma_rpc_core::codegen::Bytes;
 use rdma_rpc_core::{Access, Client, MemoryRegion, RegisteredBuf, RemoteBuf, Request, Status};
 
@@ -10,9 +12,29 @@ pub mod target {
     rdma_rpc_macros::spec!("../specs/storage_target.yaml");
 }
 
-struct Target;
+#[derive(Default)]
+struct Target {
+    /// The service's memory, offered once (`init`).
+    memory: Mutex<Option<RemoteBuf>>,
+}
+
+impl Target {
+    fn handle(&self) -> Result<RemoteBuf, Status> {
+        self.memory
+            .lock()
+            .unwrap()
+            .clone()
+            .ok_or_else(|| Status::failed_precondition("call init first"))
+    }
+}
 
 impl target::StorageTarget for Target {
+    async fn init(&self, request: Request<target::TargetInit>) -> Result<(), Status> {
+        let memory: Option<RemoteBuf> = request.into_inner().memory;
+        *self.memory.lock().unwrap() = memory;
+        Ok(())
+    }
+
     async fn query(&self, _: Request<()>) -> Result<target::TargetGeometry, Status> {
         Ok(target::TargetGeometry::default())
     }
@@ -27,12 +49,13 @@ impl target::StorageTarget for Target {
     ) -> Result<target::HalfDone, Status> {
         let memory = request.remote_memory().cloned().ok_or_else(|| Status::internal("no peer"))?;
         let io = request.into_inner();
-        let source: RemoteBuf = io.buffer.ok_or_else(|| Status::invalid_argument("no buffer"))?;
-        let half = RegisteredBuf::new(io.length as usize, Access::LOCAL_WRITE).map_err(Status::from)?;
-        let half = memory.read(&source, 0, half).await?;
+        let source = self.handle()?;
+        let half = RegisteredBuf::new(io.used as usize, Access::LOCAL_WRITE).map_err(Status::from)?;
+        let half = memory.read(&source, io.offset, half).await?;
         Ok(target::HalfDone {
-            block: io.block + half.len() as u64,
+            block: io.block,
             stored: true,
+            used: half.len() as u32,
         })
     }
 
@@ -42,27 +65,33 @@ impl target::StorageTarget for Target {
     ) -> Result<target::HalfDone, Status> {
         let memory = request.remote_memory().cloned().ok_or_else(|| Status::internal("no peer"))?;
         let io = request.into_inner();
-        let destination = io.buffer.ok_or_else(|| Status::invalid_argument("no buffer"))?;
-        memory.write(&destination, 0, Bytes::from(vec![0u8; io.length as usize])).await?;
-        Ok(target::HalfDone { block: io.block, stored: true })
+        let destination = self.handle()?;
+        memory
+            .write(&destination, io.offset, Bytes::from(vec![0u8; io.length as usize]))
+            .await?;
+        Ok(target::HalfDone { block: io.block, stored: true, used: 0 })
     }
 }
 
-/// Offers a lease for one call and takes it back.
+/// Offers a region once, then names parts of it by offset.
 pub async fn store(client: Client, region: &MemoryRegion) -> Result<(), Status> {
     let offer = client
         .remote_memory()
         .offer(region.lease(0, 4096).map_err(Status::from)?, Access::REMOTE_READ)?;
+    let stub = target::StorageTargetClient::new(client);
+    stub.init(target::TargetInit { memory: Some(offer.handle()) }).await?;
     let io = target::HalfIo {
         block: 1,
-        buffer: Some(offer.handle()),
+        offset: 0,
         length: 4096,
+        used: 4064,
     };
-    target::StorageTargetClient::new(client).write_half(io).await?;
+    stub.write_half(io).await?;
     offer.revoke().await;
     Ok(())
 }
 
 fn main() {
-    let _ = target::StorageTargetServer::new(Target);
+    let _ = Target::default();
+    let _ = target::StorageTargetServer::new(Target::default());
 }
