@@ -291,8 +291,7 @@ impl Owner {
             c.disconnected = true;
             let err = Error::ConnectionClosed {
                 peer: c.peer.clone(),
-                reason: "RDMA CM connection failed (nobody listening, or the server is full)"
-                    .into(),
+                reason: cm_failure_reason().into(),
             };
             if let Some(reply) = c.connect_reply.take() {
                 let _ = reply.send(Err(err));
@@ -394,5 +393,18 @@ impl Owner {
         } else {
             None
         }
+    }
+}
+
+/// Why an RDMA CM connection failed, as far as this side can tell. The software provider
+/// connects only within one process (its "device" is memory of this process), which is the
+/// likely reason when a server elsewhere is listening.
+fn cm_failure_reason() -> &'static str {
+    if doca_sys::provider() == doca_sys::Provider::Software {
+        "RDMA CM connection failed: nobody listening in this process, or the server is full (doca-sys's \
+         software provider connects only within one process: a server in another process is \
+         reachable over tcp:// or with a DOCA SDK on RDMA hardware; see doca-sys/README.md)"
+    } else {
+        "RDMA CM connection failed (nobody listening, or the server is full)"
     }
 }
