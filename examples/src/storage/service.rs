@@ -383,7 +383,7 @@ impl Service {
     }
 
     /// Has target `t` fetch its half of `block` from the staging slot (its first `used` bytes
-    /// and its trailer, by RDMA reads of the target).
+    /// and the trailer staged after them, by one RDMA read of the target).
     async fn store(&self, t: usize, block: u64, slot: usize, used: usize) -> Result<(), Status> {
         let io = HalfIo {
             block,
@@ -395,7 +395,7 @@ impl Service {
     }
 
     /// Has target `t` write its half of `block` into the staging slot (its data and trailer,
-    /// by RDMA writes of the target): the bytes of the shard that carry data.
+    /// by one RDMA write of the target): the bytes of the shard that carry data.
     async fn fetch(&self, t: usize, block: u64, slot: usize) -> Result<usize, Status> {
         let io = HalfIo {
             block,
@@ -423,7 +423,8 @@ impl Service {
     }
 
     /// Copies half `h` of staging slot `slot` out of the shared staging memory into `dst`:
-    /// its first `used` bytes and its trailer, with zeros between (what a target moves).
+    /// its first `used` bytes and, staged right after them, its trailer, which goes to the
+    /// end of `dst`, with zeros between (what a target moves, in one operation).
     fn copy_half_out(
         &self,
         staging: &Staging,
@@ -440,12 +441,12 @@ impl Service {
             .map_err(Status::from)?;
         half.read_at(0, &mut dst[..used]).map_err(Status::from)?;
         dst[used..trailer].fill(0);
-        half.read_at(trailer, &mut dst[trailer..])
+        half.read_at(used, &mut dst[trailer..])
             .map_err(Status::from)
     }
 
     /// Copies an encoded half into half `h` of staging slot `slot`: the bytes a target will
-    /// take (the first `used` and the trailer).
+    /// take, in one operation (the first `used`, and the trailer right after them).
     fn copy_half_in(
         &self,
         staging: &Staging,
@@ -460,8 +461,7 @@ impl Service {
             .lease(self.half_offset(slot, h), self.half_size)
             .map_err(Status::from)?;
         half.write_at(0, &bytes[..used]).map_err(Status::from)?;
-        half.write_at(trailer, &bytes[trailer..])
-            .map_err(Status::from)
+        half.write_at(used, &bytes[trailer..]).map_err(Status::from)
     }
 
     /// Checks an I/O request: storage running, block and length in range, the connection's

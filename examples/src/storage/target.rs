@@ -5,7 +5,7 @@
 //! once per connection (`init`); each I/O names a place in it by offset, so no I/O offers,
 //! registers or imports anything.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rdma_rpc_core::{MemoryRegion, RemoteBuf, RemoteMemory, Request, Status};
@@ -23,6 +23,19 @@ use rdma_rpc_core::transport::SendData;
 /// which frees the block's slot. A half moves in microseconds on RDMA; a peer that stops
 /// answering must not keep blocks busy for long.
 pub const IO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// One I/O's hold on its block: cleared when dropped.
+struct Claim<'a> {
+    target: &'a Target,
+    flag: &'a AtomicBool,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.flag.store(false, Ordering::Release);
+        self.target.busy_count.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// Most service connections whose staging memory handles a target keeps.
 const MAX_SERVICE_CONNECTIONS: usize = 256;
@@ -47,6 +60,10 @@ pub struct Target {
     /// Per block: `None` until stored, then the bytes of the shard that carry data (the rest
     /// up to the trailer are zeros, never moved).
     stored: Mutex<Vec<Option<u32>>>,
+    /// Per block: an I/O is running on it (one at a time).
+    busy: Vec<AtomicBool>,
+    /// Blocks with an I/O running.
+    busy_count: AtomicUsize,
     /// The service's staging memory, one handle per connection it came on (`init`).
     service_memory: ConnectionHandles,
     /// Halves stored so far (each write counts once).
@@ -94,6 +111,10 @@ impl Target {
             config,
             memory: MemoryRegion::new(bytes as usize).map_err(Status::from)?,
             stored: Mutex::new(vec![None; config.half_count as usize]),
+            busy: (0..config.half_count)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+            busy_count: AtomicUsize::new(0),
             service_memory: ConnectionHandles::new(MAX_SERVICE_CONNECTIONS),
             writes: watch::channel(0).0,
             started: AtomicBool::new(false),
@@ -112,7 +133,7 @@ impl Target {
 
     /// Halves with an I/O in flight now (their slots are leased).
     pub fn busy(&self) -> usize {
-        self.memory.leased() / self.config.half_size.max(1)
+        self.busy_count.load(Ordering::SeqCst)
     }
 
     /// Bytes of each half it stores.
@@ -164,30 +185,27 @@ impl Target {
             .map_err(|e| Status::aborted(format!("block busy with another I/O: {e}")))
     }
 
-    /// The parts of the half at `at` that move: its shard's first `used` bytes (none when 0)
-    /// and its trailer. The trailer is leased first: every I/O of a block takes it, so two at
-    /// once find the block busy.
-    fn parts(
-        &self,
-        at: usize,
-        used: usize,
-    ) -> Result<
-        (
-            Option<rdma_rpc_core::RegisteredBuf>,
-            rdma_rpc_core::RegisteredBuf,
-        ),
-        Status,
-    > {
-        let busy = |e| Status::aborted(format!("block busy with another I/O: {e}"));
-        let trailer = self
-            .memory
-            .lease(at + self.config.half_size - TRAILER_LEN, TRAILER_LEN)
-            .map_err(busy)?;
-        let data = match used {
-            0 => None,
-            n => Some(self.memory.lease(at, n).map_err(busy)?),
-        };
-        Ok((data, trailer))
+    /// Claims block `block` for one I/O until the guard drops; `ABORTED` if another holds it.
+    fn claim(&self, block: u64) -> Result<Claim<'_>, Status> {
+        let flag = &self.busy[block as usize];
+        if flag.swap(true, Ordering::AcqRel) {
+            return Err(Status::aborted(format!(
+                "block {block} busy with another I/O"
+            )));
+        }
+        self.busy_count.fetch_add(1, Ordering::SeqCst);
+        Ok(Claim { target: self, flag })
+    }
+
+    /// Moves the trailer of the half at `at` from `from` to `to` within its slot (the slot
+    /// keeps it at its end; it moves right after the data, as the service stages it).
+    fn move_trailer(&self, at: usize, from: usize, to: usize) -> Result<(), Status> {
+        if from != to {
+            let mut slot = self.lease(at)?;
+            slot.as_mut_slice()
+                .copy_within(from..from + TRAILER_LEN, to);
+        }
+        Ok(())
     }
 
     /// The bytes of the shard a write says carry data, checked against the half's size.
@@ -246,20 +264,16 @@ impl StorageTarget for Arc<Target> {
         let io = request.into_inner();
         let (at, source) = self.io(&memory, &io)?;
         let used = self.used(&io)?;
-        let (data, trailer) = self.parts(at, used)?;
-        // RDMA reads from the service's memory straight into this block's slot: the shard's
-        // data and the trailer, together.
-        let trailer_at = io.offset + (self.config.half_size - TRAILER_LEN) as u64;
-        let (data, trailer) = tokio::join!(
-            async {
-                match data {
-                    None => Ok(None),
-                    Some(dst) => memory.read(&source, io.offset, dst).await.map(Some),
-                }
-            },
-            memory.read(&source, trailer_at, trailer)
-        );
-        drop((data?, trailer?));
+        let _claim = self.claim(io.block)?;
+        // One RDMA read from the service's memory straight into this block's slot: the
+        // shard's data and, right after it, the trailer (as the service stages them); then
+        // the trailer goes to the end of the slot.
+        let dst = self
+            .memory
+            .lease(at, used + TRAILER_LEN)
+            .map_err(Status::from)?;
+        drop(memory.read(&source, io.offset, dst).await?);
+        self.move_trailer(at, used, self.config.half_size - TRAILER_LEN)?;
         self.stored.lock().unwrap()[io.block as usize] = Some(used as u32);
         self.writes.send_modify(|w| *w += 1);
         Ok(HalfDone {
@@ -273,6 +287,7 @@ impl StorageTarget for Arc<Target> {
         let memory = remote(&request)?;
         let io = request.into_inner();
         let (at, destination) = self.io(&memory, &io)?;
+        let _claim = self.claim(io.block)?;
         let Some(used) = self.stored.lock().unwrap()[io.block as usize] else {
             return Ok(HalfDone {
                 block: io.block,
@@ -280,24 +295,17 @@ impl StorageTarget for Arc<Target> {
                 used: 0,
             });
         };
-        let (data, trailer) = self.parts(at, used as usize)?;
-        // RDMA writes from this block's slot straight into the service's memory: the shard's
-        // data and the trailer, together.
-        let trailer_at = io.offset + (self.config.half_size - TRAILER_LEN) as u64;
-        let (data, trailer) = tokio::join!(
-            async {
-                match data {
-                    None => Ok(()),
-                    Some(src) => {
-                        let src = SendData::Registered(src);
-                        memory.write(&destination, io.offset, src).await
-                    }
-                }
-            },
-            memory.write(&destination, trailer_at, SendData::Registered(trailer))
-        );
-        data?;
-        trailer?;
+        // The trailer, copied right after the data (bytes that are zeros in the half and
+        // never move), then one RDMA write of both straight into the service's memory.
+        let n = used as usize;
+        self.move_trailer(at, self.config.half_size - TRAILER_LEN, n)?;
+        let src = self
+            .memory
+            .lease(at, n + TRAILER_LEN)
+            .map_err(Status::from)?;
+        memory
+            .write(&destination, io.offset, SendData::Registered(src))
+            .await?;
         Ok(HalfDone {
             block: io.block,
             stored: true,

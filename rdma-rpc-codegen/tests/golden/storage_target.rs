@@ -59,8 +59,8 @@ pub struct HalfIo {
     #[prost(uint32, tag = "3")]
     pub length: u32,
     /// On a write, how many bytes at the start of the half's shard carry data: the rest up
-    /// to the half's trailer (its last 32 bytes) are zeros, and only the data and the
-    /// trailer move.
+    /// to the half's trailer (its last 32 bytes) are zeros and never move. The data and,
+    /// right after it, the trailer move in one operation, at `offset`.
     #[prost(uint32, tag = "4")]
     pub used: u32,
 }
@@ -75,8 +75,9 @@ pub struct HalfDone {
     /// On a read, whether the target holds this block at all.
     #[prost(bool, tag = "2")]
     pub stored: bool,
-    /// On a read, how many bytes at the start of the half's shard the target wrote (as the
-    /// write said); the rest up to the trailer, which it also wrote, are zeros.
+    /// On a read, how many bytes at the start of the half's shard the target wrote at
+    /// `offset` (as the write said), the trailer right after them; the rest of the shard
+    /// is zeros.
     #[prost(uint32, tag = "3")]
     pub used: u32,
 }
@@ -170,8 +171,8 @@ pub const STORAGE_TARGET_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = &
 ];
 /// Keeps half blocks. The service offers its staging memory once per connection (`init`) and
 /// names a place in it by offset in each I/O request; the target reads the half to store from
-/// there, or writes the stored half there, with one-sided operations (the shard's data and the
-/// trailer, never the zeros between them). Control travels as small two-sided messages.
+/// there, or writes the stored half there, with one one-sided operation (the shard's data and
+/// the trailer, never the zeros between them). Control travels as small two-sided messages.
 ///
 /// Implement this trait (with `async fn`s) and serve it with [`StorageTargetServer`].
 #[allow(dead_code)]
