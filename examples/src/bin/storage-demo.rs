@@ -115,9 +115,9 @@ async fn run() -> Result<(), String> {
     print!("{}", report.table());
     println!(
         "round trips one after the other per I/O: write 4 (the call; the RDMA read of the \
-         block; the three target calls in parallel, each with its RDMA reads of the half's data \
-         and trailer, together), read 4 (the call; the two data target calls in parallel, each \
-         with its RDMA writes; the RDMA write of the block); calls per I/O: write 4, read 3 (4 \
+         block; the three target calls in parallel, each with one RDMA read of its half's data \
+         and trailer), read 4 (the call; the two data target calls in parallel, each with one \
+         RDMA write; the RDMA write of the block); calls per I/O: write 4, read 3 (4 \
          on a recovery read); only the bytes of a half that carry data move"
     );
     print!("{}", baselines(&report, block_size, blocks).await?);
