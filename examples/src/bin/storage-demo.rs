@@ -16,50 +16,73 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::{Parser, ValueEnum};
 use examples::generated::storage_service::{StorageCommand, StorageServiceClient};
 use examples::storage::auth::Secret;
 use examples::storage::cluster::{Cluster, ClusterConfig};
 use examples::storage::codec::{baseline, CpuCodec};
-use examples::storage::flags::{self, Flags};
+use examples::storage::flags;
 use examples::storage::initiator::{self, CostCounters, InitiatorConfig};
 use examples::storage::service::ServiceConfig;
 use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport};
 use rdma_rpc_core::transport::{transport_for, Transport};
 use std::sync::Arc;
 
-const USAGE: &str = "usage: storage-demo [--transport tcp|mem|doca (tcp)] [--block-size SIZE \
-(64KiB)] [--blocks N (8000)] [--cores N (this machine's)] [--transactions-per-core N (8)] \
-[--trigger-recovery-read-every-n N (10)] [--kill-target-after N] [--control-timeout DURATION (5s)]";
+/// The storage application in one command: three targets, the service and the initiator on
+/// loopback; exits 0 when every block was read back exactly.
+#[derive(Debug, Parser)]
+#[command(name = "storage-demo")]
+struct Args {
+    /// The transport everything uses.
+    #[arg(long, value_enum, default_value_t = Scheme::Tcp)]
+    transport: Scheme,
+    /// Bytes per block.
+    #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = flags::size)]
+    block_size: usize,
+    /// Blocks written, then read back.
+    #[arg(long, value_name = "N", default_value_t = 8000)]
+    blocks: u64,
+    /// Data paths: initiator connections, and service connections to each target (default:
+    /// this machine's cores).
+    #[arg(long, value_name = "N")]
+    cores: Option<usize>,
+    /// I/O in flight per core.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    transactions_per_core: u32,
+    /// Every Nth read goes through the parity target (0: only when needed).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    trigger_recovery_read_every_n: u64,
+    /// Takes the data 2 target off the network once it stored N halves.
+    #[arg(long, value_name = "N")]
+    kill_target_after: Option<u64>,
+    /// Longest wait for a target's answer to a control command.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = flags::duration)]
+    control_timeout: Duration,
+}
 
-async fn run() -> Result<(), String> {
-    let flags = Flags::parse(
-        &[
-            "--transport",
-            "--block-size",
-            "--blocks",
-            "--cores",
-            "--transactions-per-core",
-            "--trigger-recovery-read-every-n",
-            "--kill-target-after",
-            "--control-timeout",
-        ],
-        USAGE,
-    )?;
-    let bind = match flags.string("--transport", "tcp").as_str() {
-        "tcp" => "tcp://127.0.0.1:0",
-        "mem" => "mem://",
-        "doca" => "doca://127.0.0.1:0",
-        other => return Err(format!("--transport: `{other}` is not tcp, mem or doca")),
+/// The transports the demo runs on.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Scheme {
+    Tcp,
+    Mem,
+    Doca,
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let bind = match args.transport {
+        Scheme::Tcp => "tcp://127.0.0.1:0",
+        Scheme::Mem => "mem://",
+        Scheme::Doca => "doca://127.0.0.1:0",
     };
-    let block_size = flags.size("--block-size", 64 << 10)?;
-    let blocks = flags.number("--blocks", 8000)?;
-    let cores = (flags.number("--cores", flags::cores() as u64)? as usize).max(1);
+    let block_size = args.block_size;
+    let blocks = args.blocks;
+    let cores = args.cores.unwrap_or_else(flags::cores).max(1);
     let config = ClusterConfig {
         block_size,
         block_count: blocks,
         service: ServiceConfig {
-            recovery_every: flags.number("--trigger-recovery-read-every-n", 10)?,
-            control_timeout: flags.duration("--control-timeout", Duration::from_secs(5))?,
+            recovery_every: args.trigger_recovery_read_every_n,
+            control_timeout: args.control_timeout,
             cores,
             codec: None,
             // Every part runs here: fresh secrets for this run.
@@ -95,15 +118,12 @@ async fn run() -> Result<(), String> {
         block_size,
         blocks,
         cores: cores as u32,
-        transactions_per_core: flags.number("--transactions-per-core", 8)? as u32,
+        transactions_per_core: args.transactions_per_core,
         progress: true,
         counters: doca.map(|t| Arc::new(move || t.counters()) as CostCounters),
     };
     let run = tokio::spawn(async move { initiator::run_on(clients, &initiator_config).await });
-    if let Some(n) = flags.get("--kill-target-after") {
-        let n: u64 = n
-            .parse()
-            .map_err(|_| format!("--kill-target-after: `{n}` is not a whole number"))?;
+    if let Some(n) = args.kill_target_after {
         cluster.targets[1].stored(n).await;
         cluster.kill_target(1);
         println!("data 2 target killed after {n} halves");
@@ -187,6 +207,7 @@ async fn baselines(
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let args = Args::parse();
     examples::logging::init();
-    flags::exit("storage-demo", run().await)
+    flags::exit("storage-demo", run(args).await)
 }

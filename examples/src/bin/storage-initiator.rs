@@ -9,33 +9,45 @@
 
 use std::process::ExitCode;
 
+use clap::Parser;
 use examples::generated::storage_service::{StorageCommand, StorageServiceClient};
 use examples::storage::auth::{Secret, SERVICE_SECRET_ENV};
-use examples::storage::flags::{self, Flags};
+use examples::storage::flags;
 use examples::storage::initiator::{self, CostCounters, InitiatorConfig};
 use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport};
 use rdma_rpc_core::Client;
 use std::sync::Arc;
 
-const USAGE: &str = "usage: storage-initiator --storage-server ADDR [--block-size SIZE (64KiB)] \
-[--blocks N (2000)] [--cores N (this machine's)] [--transactions-per-core N (8)] [--shutdown \
-yes|no (no)] [--secret S (or STORAGE_SERVICE_SECRET)]";
+/// The initiator: writes blocks, reads them back, checks every byte.
+#[derive(Debug, Parser)]
+#[command(name = "storage-initiator")]
+struct Args {
+    /// The storage service.
+    #[arg(long, value_name = "ADDR")]
+    storage_server: String,
+    /// Bytes per block.
+    #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = flags::size)]
+    block_size: usize,
+    /// Blocks written, then read back.
+    #[arg(long, value_name = "N", default_value_t = 2000)]
+    blocks: u64,
+    /// Connections, one per core (default: this machine's).
+    #[arg(long, value_name = "N")]
+    cores: Option<u32>,
+    /// I/O in flight per core.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    transactions_per_core: u32,
+    /// Shut the service and its targets down afterwards (yes or no).
+    #[arg(long, value_name = "yes|no", default_value = "no")]
+    shutdown: String,
+    /// The secret the service takes (or STORAGE_SERVICE_SECRET).
+    #[arg(long, value_name = "S")]
+    secret: Option<String>,
+}
 
-async fn run() -> Result<(), String> {
-    let flags = Flags::parse(
-        &[
-            "--storage-server",
-            "--block-size",
-            "--blocks",
-            "--cores",
-            "--transactions-per-core",
-            "--shutdown",
-            "--secret",
-        ],
-        USAGE,
-    )?;
-    let addr = flags.required("--storage-server")?;
-    let secret = Secret::from_flag_or_env(flags.get("--secret"), "--secret", SERVICE_SECRET_ENV)?;
+async fn run(args: Args) -> Result<(), String> {
+    let addr = args.storage_server.clone();
+    let secret = Secret::from_flag_or_env(args.secret.as_deref(), "--secret", SERVICE_SECRET_ENV)?;
     // Over DOCA the transport is made here, so that the report can say what each I/O cost
     // this process in memory registrations and imports.
     let doca = if addr.starts_with("doca") {
@@ -44,10 +56,10 @@ async fn run() -> Result<(), String> {
         None
     };
     let config = InitiatorConfig {
-        block_size: flags.size("--block-size", 64 << 10)?,
-        blocks: flags.number("--blocks", 2000)?,
-        cores: flags.number("--cores", flags::cores() as u64)? as u32,
-        transactions_per_core: flags.number("--transactions-per-core", 8)? as u32,
+        block_size: args.block_size,
+        blocks: args.blocks,
+        cores: args.cores.unwrap_or(flags::cores() as u32),
+        transactions_per_core: args.transactions_per_core,
         progress: true,
         counters: doca
             .clone()
@@ -72,7 +84,7 @@ async fn run() -> Result<(), String> {
         .map_err(|s| s.to_string())?;
     print!("{}", report.table());
     println!("all {} blocks verified", config.blocks);
-    if flags.string("--shutdown", "no") == "yes" {
+    if args.shutdown == "yes" {
         let stub = StorageServiceClient::new(client);
         initiator::control(&stub, StorageCommand::Shutdown)
             .await
@@ -83,6 +95,7 @@ async fn run() -> Result<(), String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let args = Args::parse();
     examples::logging::init();
-    flags::exit("storage-initiator", run().await)
+    flags::exit("storage-initiator", run(args).await)
 }

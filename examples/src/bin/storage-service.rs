@@ -13,47 +13,58 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::Parser;
 use examples::generated::storage_service::StorageServiceServer;
 use examples::storage::auth::{Secret, SERVICE_SECRET_ENV, TARGET_SECRET_ENV};
-use examples::storage::flags::{self, Flags};
+use examples::storage::flags;
 use examples::storage::service::{Service, ServiceConfig};
 use rdma_rpc_core::transport::transport_for;
 use rdma_rpc_core::Server;
 
-const USAGE: &str = "usage: storage-service --listen ADDR --data-1-storage ADDR \
---data-2-storage ADDR --data-p-storage ADDR [--trigger-recovery-read-every-n N (0: never)] \
-[--control-timeout DURATION (5s)] [--cores N (this machine's)] [--secret S (or \
-STORAGE_SERVICE_SECRET)] [--target-secret S (or STORAGE_TARGET_SECRET)]";
+/// The storage service: between the initiator and the three targets.
+#[derive(Debug, Parser)]
+#[command(name = "storage-service")]
+struct Args {
+    /// Where to listen for the initiator.
+    #[arg(long, value_name = "ADDR")]
+    listen: String,
+    /// The data 1 target.
+    #[arg(long = "data-1-storage", value_name = "ADDR")]
+    data_1: String,
+    /// The data 2 target.
+    #[arg(long = "data-2-storage", value_name = "ADDR")]
+    data_2: String,
+    /// The parity target.
+    #[arg(long = "data-p-storage", value_name = "ADDR")]
+    parity: String,
+    /// Every Nth read goes through the parity target (0: only when needed).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    trigger_recovery_read_every_n: u64,
+    /// Longest wait for a target's answer to a control command.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = flags::duration)]
+    control_timeout: Duration,
+    /// Connections to each target, one per core of the data path (default: this machine's).
+    #[arg(long, value_name = "N")]
+    cores: Option<usize>,
+    /// The secret its initiator presents (or STORAGE_SERVICE_SECRET).
+    #[arg(long, value_name = "S")]
+    secret: Option<String>,
+    /// The secret it presents to the targets (or STORAGE_TARGET_SECRET).
+    #[arg(long, value_name = "S")]
+    target_secret: Option<String>,
+}
 
-async fn run() -> Result<(), String> {
-    let flags = Flags::parse(
-        &[
-            "--listen",
-            "--data-1-storage",
-            "--data-2-storage",
-            "--data-p-storage",
-            "--trigger-recovery-read-every-n",
-            "--control-timeout",
-            "--cores",
-            "--secret",
-            "--target-secret",
-        ],
-        USAGE,
-    )?;
-    let listen = flags.required("--listen")?;
-    let targets = [
-        flags.required("--data-1-storage")?,
-        flags.required("--data-2-storage")?,
-        flags.required("--data-p-storage")?,
-    ];
-    let secret = Secret::from_flag_or_env(flags.get("--secret"), "--secret", SERVICE_SECRET_ENV)?;
+async fn run(args: Args) -> Result<(), String> {
+    let listen = args.listen;
+    let targets = [args.data_1, args.data_2, args.parity];
+    let secret = Secret::from_flag_or_env(args.secret.as_deref(), "--secret", SERVICE_SECRET_ENV)?;
     let config = ServiceConfig {
-        recovery_every: flags.number("--trigger-recovery-read-every-n", 0)?,
-        control_timeout: flags.duration("--control-timeout", Duration::from_secs(5))?,
-        cores: flags.number("--cores", flags::cores() as u64)? as usize,
+        recovery_every: args.trigger_recovery_read_every_n,
+        control_timeout: args.control_timeout,
+        cores: args.cores.unwrap_or_else(flags::cores),
         codec: None,
         target_secret: Secret::from_flag_or_env(
-            flags.get("--target-secret"),
+            args.target_secret.as_deref(),
             "--target-secret",
             TARGET_SECRET_ENV,
         )?,
@@ -76,6 +87,7 @@ async fn run() -> Result<(), String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let args = Args::parse();
     examples::logging::init();
-    flags::exit("storage-service", run().await)
+    flags::exit("storage-service", run(args).await)
 }

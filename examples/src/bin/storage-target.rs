@@ -8,45 +8,50 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use clap::Parser;
 use examples::generated::storage_target::StorageTargetServer;
 use examples::storage::auth::{Secret, TARGET_SECRET_ENV};
 use examples::storage::codec::Slot;
-use examples::storage::flags::{self, Flags};
+use examples::storage::flags;
 use examples::storage::target::{Target, TargetConfig};
 use rdma_rpc_core::Server;
 
-const USAGE: &str = "usage: storage-target --listen ADDR --slot data1|data2|parity \
-[--block-size SIZE (64KiB)] [--block-count N (4096)] [--secret S (or STORAGE_TARGET_SECRET)]";
+/// A storage target: keeps one kind of half (data 1, data 2 or parity) of every block.
+#[derive(Debug, Parser)]
+#[command(name = "storage-target")]
+struct Args {
+    /// Where to listen (`tcp://0.0.0.0:7481`, `doca://IP:PORT`).
+    #[arg(long, value_name = "ADDR")]
+    listen: String,
+    /// Which halves it keeps: data1, data2 or parity.
+    #[arg(long, value_parser = slot)]
+    slot: Slot,
+    /// The block size the halves are for.
+    #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = flags::size)]
+    block_size: usize,
+    /// How many halves it holds.
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    block_count: u64,
+    /// The secret its service presents (or STORAGE_TARGET_SECRET).
+    #[arg(long, value_name = "S")]
+    secret: Option<String>,
+}
 
 fn slot(s: &str) -> Result<Slot, String> {
     match s {
         "data1" | "data-1" | "1" => Ok(Slot::Data1),
         "data2" | "data-2" | "2" => Ok(Slot::Data2),
         "parity" | "p" => Ok(Slot::Parity),
-        _ => Err(format!("--slot: `{s}` is not data1, data2 or parity")),
+        _ => Err(format!("`{s}` is not data1, data2 or parity")),
     }
 }
 
-async fn run() -> Result<(), String> {
-    let flags = Flags::parse(
-        &[
-            "--listen",
-            "--slot",
-            "--block-size",
-            "--block-count",
-            "--secret",
-        ],
-        USAGE,
-    )?;
-    let listen = flags.required("--listen")?;
-    let slot = slot(&flags.required("--slot")?)?;
-    let secret = Secret::from_flag_or_env(flags.get("--secret"), "--secret", TARGET_SECRET_ENV)?;
-    let config = TargetConfig::new(
-        slot,
-        flags.size("--block-size", 64 << 10)?,
-        flags.number("--block-count", 4096)?,
-    )
-    .map_err(|s| s.message().to_owned())?;
+async fn run(args: Args) -> Result<(), String> {
+    let secret = Secret::from_flag_or_env(args.secret.as_deref(), "--secret", TARGET_SECRET_ENV)?;
+    let listen = args.listen;
+    let slot = args.slot;
+    let config = TargetConfig::new(slot, args.block_size, args.block_count)
+        .map_err(|s| s.message().to_owned())?;
     let target = Arc::new(Target::new(config).map_err(|s| s.message().to_owned())?);
     let server = Server::builder()
         .transfer_timeout(examples::storage::target::IO_TIMEOUT)
@@ -67,6 +72,7 @@ async fn run() -> Result<(), String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let args = Args::parse();
     examples::logging::init();
-    flags::exit("storage-target", run().await)
+    flags::exit("storage-target", run(args).await)
 }
