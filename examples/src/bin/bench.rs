@@ -45,22 +45,66 @@ const POOL_BUDGET: usize = 128 << 20;
 const SIZES: [usize; 6] = [64, 4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20];
 const OPS: [&str; 4] = ["send", "receive", "write", "read"];
 
-#[derive(Debug)]
+/// The benchmark: rdma-rpc next to raw TCP and gRPC (tonic), same machine, same run.
+#[derive(Debug, clap::Parser)]
+#[command(name = "bench")]
 struct Options {
+    /// A short run (a smoke test; figures are noisier).
+    #[arg(long)]
     quick: bool,
+    /// Where the rdma-rpc server listens: tcp://IP:PORT, mem:// for the in-process transport
+    /// (the framework alone), doca://IP:PORT for DOCA.
+    #[arg(long, value_name = "ADDR", default_value = "tcp://127.0.0.1:0")]
     transport: String,
+    /// Where bench.json and bench.svg go.
+    #[arg(long, value_name = "DIR", default_value = "bench-results")]
     out: PathBuf,
+    /// Calls in flight on one connection (and stream windows in flight).
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = at_least_one)]
     depth: usize,
+    /// Connections of the many-connection figures.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = at_least_one)]
     connections: usize,
+    /// How client and server share threads.
+    #[arg(long, value_enum, default_value_t = RuntimeMode::Split)]
     runtime: RuntimeMode,
-    doca_progress: Option<ProgressMode>,
+    /// The DOCA transport's progress mode (with a doca:// --transport).
+    #[arg(long, value_enum)]
+    doca_progress: Option<DocaProgress>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A count of at least 1.
+fn at_least_one(v: &str) -> Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum RuntimeMode {
     Split,
     Shared,
     Single,
+}
+
+/// `--doca-progress` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum DocaProgress {
+    Event,
+    BusyPoll,
+    Spin,
+}
+
+impl From<DocaProgress> for ProgressMode {
+    fn from(p: DocaProgress) -> ProgressMode {
+        match p {
+            DocaProgress::Event => ProgressMode::Event,
+            DocaProgress::BusyPoll => ProgressMode::BusyPoll,
+            DocaProgress::Spin => ProgressMode::Spin,
+        }
+    }
 }
 
 impl RuntimeMode {
@@ -75,83 +119,14 @@ impl RuntimeMode {
     }
 }
 
-fn usage() -> &'static str {
-    "usage: bench [--quick] [--transport ADDR] [--out DIR] [--depth N] [--connections N] [--runtime split|shared|single] [--doca-progress event|busy-poll|spin]\n\
-     ADDR: where the rdma-rpc server listens (default tcp://127.0.0.1:0; mem:// for the in-process\n\
-           transport, which measures the framework alone; doca://IP:PORT for DOCA)"
-}
-
-fn parse_args() -> Result<Options, String> {
-    let mut o = Options {
-        quick: false,
-        transport: "tcp://127.0.0.1:0".into(),
-        out: PathBuf::from("bench-results"),
-        depth: 8,
-        connections: 64,
-        runtime: RuntimeMode::Split,
-        doca_progress: None,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
-        match arg.as_str() {
-            "--quick" => o.quick = true,
-            "--runtime" => {
-                o.runtime = match value("--runtime")?.as_str() {
-                    "split" => RuntimeMode::Split,
-                    "shared" => RuntimeMode::Shared,
-                    "single" => RuntimeMode::Single,
-                    other => {
-                        return Err(format!(
-                            "--runtime takes split, shared or single, not `{other}`"
-                        ))
-                    }
-                }
-            }
-            "--transport" => o.transport = value("--transport")?,
-            "--doca-progress" => {
-                o.doca_progress = Some(match value("--doca-progress")?.as_str() {
-                    "event" => ProgressMode::Event,
-                    "busy-poll" => ProgressMode::BusyPoll,
-                    "spin" => ProgressMode::Spin,
-                    other => {
-                        return Err(format!(
-                            "--doca-progress takes event, busy-poll or spin, not `{other}`"
-                        ))
-                    }
-                })
-            }
-            "--out" => o.out = value("--out")?.into(),
-            "--depth" => {
-                o.depth = value("--depth")?
-                    .parse()
-                    .map_err(|e| format!("--depth: {e}"))?
-            }
-            "--connections" => {
-                o.connections = value("--connections")?
-                    .parse()
-                    .map_err(|e| format!("--connections: {e}"))?
-            }
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument `{other}`")),
-        }
-    }
-    if o.depth == 0 || o.connections == 0 {
-        return Err("--depth and --connections must be at least 1".into());
-    }
-    if o.doca_progress.is_some() && !o.transport.starts_with("doca") {
-        return Err("--doca-progress needs a doca:// or doca+oob:// --transport".into());
-    }
-    Ok(o)
-}
-
 /// For a DOCA address, the DOCA transport with the progress mode asked for (made here so that
 /// its counters can be read); `None`: the transport the address names.
 fn chosen_transport(o: &Options) -> Result<Option<DocaTransport>, BenchError> {
     if !o.transport.starts_with("doca") {
         return Ok(None);
     }
-    let config = DocaConfig::from_env().with_progress(o.doca_progress.unwrap_or_default());
+    let progress = o.doca_progress.map(ProgressMode::from).unwrap_or_default();
+    let config = DocaConfig::from_env().with_progress(progress);
     Ok(Some(DocaTransport::new(config)?))
 }
 
@@ -514,8 +489,8 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
 
     let mut results = Results {
         transport: match o.doca_progress {
-            Some(ProgressMode::BusyPoll) => format!("{addr} (DOCA progress: busy poll)"),
-            Some(ProgressMode::Spin) => format!("{addr} (DOCA progress: spin)"),
+            Some(DocaProgress::BusyPoll) => format!("{addr} (DOCA progress: busy poll)"),
+            Some(DocaProgress::Spin) => format!("{addr} (DOCA progress: spin)"),
             Some(_) => format!("{addr} (DOCA progress: events)"),
             None => addr,
         },
@@ -718,16 +693,11 @@ fn targets(r: &Results) -> Vec<Target> {
 }
 
 fn main() -> ExitCode {
-    let options = match parse_args() {
-        Ok(o) => o,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("bench: {e}");
-            }
-            eprintln!("{}", usage());
-            return ExitCode::from(2);
-        }
-    };
+    let options = <Options as clap::Parser>::parse();
+    if options.doca_progress.is_some() && !options.transport.starts_with("doca") {
+        eprintln!("bench: --doca-progress needs a doca:// or doca+oob:// --transport");
+        return ExitCode::from(2);
+    }
     let results = match with_runtimes(&options) {
         Ok(r) => r,
         Err(e) => {
