@@ -55,20 +55,23 @@ async fn run(addr: &str, len: usize) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// The doca-cpp example client: one call of each of the server's four endpoints, checked.
+#[derive(Debug, clap::Parser)]
+#[command(name = "client")]
+struct Args {
+    /// The server.
+    #[arg(value_name = "ADDRESS", default_value = "tcp://127.0.0.1:7470")]
+    addr: String,
+    /// Bytes written to and read back from /rdma/ep1.
+    #[arg(value_name = "WRITE_BYTES", default_value_t = 1 << 20)]
+    len: usize,
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
+    let args = <Args as clap::Parser>::parse();
     examples::logging::init();
-    let mut args = std::env::args().skip(1);
-    let addr = args.next().unwrap_or_else(|| "tcp://127.0.0.1:7470".into());
-    let len = match args.next().map(|s| s.parse::<usize>()) {
-        None => 1 << 20,
-        Some(Ok(n)) => n,
-        Some(Err(e)) => {
-            eprintln!("client: WRITE_BYTES must be a number of bytes: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&addr, len).await {
+    match run(&args.addr, args.len).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("client: {e}");

@@ -15,46 +15,29 @@ use examples::buffers::PathBuffers;
 use examples::generated::doca_cpp::{DocaCppEndpointsServer, DOCA_CPP_ENDPOINTS_ENDPOINTS};
 use rdma_rpc_core::{Server, ServerHandle};
 
-const USAGE: &str = "usage: server [ADDRESS] [--metrics HOST:PORT] [--report-every SECONDS]";
-
+/// The doca-cpp example server: four endpoints over any transport.
+#[derive(Debug, clap::Parser)]
+#[command(name = "server")]
 struct Args {
+    /// Where to listen.
+    #[arg(value_name = "ADDRESS", default_value = "tcp://0.0.0.0:7470")]
     addr: String,
+    /// Serve Prometheus metrics on this HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
     metrics: Option<SocketAddr>,
+    /// Print the connections and pools every N seconds.
+    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
     report_every: Option<Duration>,
 }
 
-fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut parsed = Args {
-        addr: "tcp://0.0.0.0:7470".into(),
-        metrics: None,
-        report_every: None,
-    };
-    while let Some(arg) = args.next() {
-        let mut value = |flag: &str| args.next().ok_or(format!("{flag} needs a value"));
-        match arg.as_str() {
-            "--metrics" => {
-                let v = value("--metrics")?;
-                parsed.metrics = Some(
-                    v.parse()
-                        .map_err(|e| format!("--metrics {v}: not HOST:PORT ({e})"))?,
-                );
-            }
-            "--report-every" => {
-                let v = value("--report-every")?;
-                let secs: u64 = v
-                    .parse()
-                    .map_err(|e| format!("--report-every {v}: not a number of seconds ({e})"))?;
-                parsed.report_every = Some(Duration::from_secs(secs.max(1)));
-            }
-            "-h" | "--help" => return Err(String::new()),
-            flag if flag.starts_with('-') => return Err(format!("unknown flag {flag}")),
-            addr => parsed.addr = addr.to_owned(),
-        }
-    }
-    Ok(parsed)
+/// A whole number of seconds, at least 1.
+fn seconds(v: &str) -> Result<Duration, String> {
+    let secs: u64 = v
+        .parse()
+        .map_err(|e| format!("not a number of seconds ({e})"))?;
+    Ok(Duration::from_secs(secs.max(1)))
 }
 
-/// Prints the connections and the pools' use every `every`.
 async fn report(handle: ServerHandle, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.tick().await;
@@ -80,17 +63,7 @@ async fn report(handle: ServerHandle, every: Duration) {
 #[tokio::main]
 async fn main() -> ExitCode {
     examples::logging::init();
-    let args = match parse(std::env::args().skip(1)) {
-        Ok(args) => args,
-        Err(e) if e.is_empty() => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("server: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = <Args as clap::Parser>::parse();
     if let Some(at) = args.metrics {
         let installed = metrics_exporter_prometheus::PrometheusBuilder::new()
             .with_http_listener(at)
