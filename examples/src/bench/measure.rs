@@ -2,7 +2,6 @@
 //! and a progress line on stderr.
 
 use std::future::Future;
-use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -133,43 +132,40 @@ pub fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-/// A one-line progress indicator on stderr.
+/// The benchmark's progress line on stderr (indicatif, as the storage binaries; hidden when
+/// stderr is not a terminal), then one summary line.
 #[derive(Debug)]
 pub struct Progress {
-    done: usize,
-    total: usize,
+    bar: indicatif::ProgressBar,
     started: Instant,
 }
 
 impl Progress {
     /// A progress line for `total` steps.
     pub fn new(total: usize) -> Progress {
+        let bar = indicatif::ProgressBar::new(total as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("[{pos:>3}/{len}] {elapsed:>4}  {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
         Progress {
-            done: 0,
-            total,
+            bar,
             started: Instant::now(),
         }
     }
 
     /// Announces the next step.
     pub fn step(&mut self, what: &str) {
-        self.done += 1;
-        let mut err = std::io::stderr().lock();
-        let _ = write!(
-            err,
-            "\r\x1b[2K[{:>3}/{}] {:>5.1}s  {what}",
-            self.done,
-            self.total,
-            self.started.elapsed().as_secs_f64()
-        );
-        let _ = err.flush();
+        self.bar.inc(1);
+        self.bar.set_message(what.to_owned());
     }
 
     /// Ends the line.
     pub fn finish(&self) {
+        self.bar.finish_and_clear();
         eprintln!(
-            "\r\x1b[2Kdone: {} measurements in {:.1}s",
-            self.done,
+            "done: {} measurements in {:.1}s",
+            self.bar.position(),
             self.started.elapsed().as_secs_f64()
         );
     }
