@@ -18,6 +18,14 @@ pub struct Latency {
     pub p99_us: f64,
 }
 
+/// The `q` quantile (0 to 1, nearest rank) of `sorted` samples; zero when there are none.
+pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    match sorted.len() {
+        0 => Duration::ZERO,
+        n => sorted[((n - 1) as f64 * q.clamp(0.0, 1.0)).round() as usize],
+    }
+}
+
 impl Latency {
     /// From samples.
     pub fn of(mut samples: Vec<Duration>) -> Latency {
@@ -25,10 +33,7 @@ impl Latency {
             return Latency::default();
         }
         samples.sort_unstable();
-        let at = |q: f64| {
-            let i = ((samples.len() - 1) as f64 * q).round() as usize;
-            samples[i].as_secs_f64() * 1e6
-        };
+        let at = |q: f64| quantile(&samples, q).as_secs_f64() * 1e6;
         Latency {
             p50_us: at(0.5),
             p99_us: at(0.99),

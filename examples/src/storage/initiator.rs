@@ -105,11 +105,7 @@ impl OpReport {
 
     /// The `q` quantile of the latencies (0 when none).
     pub fn quantile(&self, q: f64) -> Duration {
-        if self.latencies.is_empty() {
-            return Duration::ZERO;
-        }
-        let i = ((self.latencies.len() - 1) as f64 * q).round() as usize;
-        self.latencies[i]
+        crate::bench::measure::quantile(&self.latencies, q)
     }
 }
 
