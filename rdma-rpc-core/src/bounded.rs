@@ -11,6 +11,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::error::Result;
+use crate::observe::logs;
 use crate::transport::{BoxFuture, Connection};
 
 /// `op`'s result if it completes by `until`; otherwise `None`, after closing `conn`.
@@ -29,10 +30,13 @@ pub(crate) async fn answered_by<T: Send + 'static>(
     match result {
         Ok(done) => Some(done),
         Err(_) => {
-            tracing::warn!(
-                peer = %conn.peer(),
-                "the peer did not answer an RDMA operation in time; connection closed"
-            );
+            if let Some(line) = logs::line("connection dropped", "transfer_timeout") {
+                tracing::warn!(
+                    peer = %conn.peer(),
+                    suppressed = line.suppressed,
+                    "the peer did not answer an RDMA operation in time; connection closed"
+                );
+            }
             conn.close();
             None
         }
@@ -67,11 +71,14 @@ impl<T: Send + 'static> Drop for Watched<T> {
             Ok(rt) => {
                 rt.spawn(async move {
                     if tokio::time::timeout_at(until, op).await.is_err() {
-                        tracing::warn!(
-                            peer = %conn.peer(),
-                            "the peer did not answer an RDMA operation of a stopped call in \
-                             time; connection closed"
-                        );
+                        if let Some(line) = logs::line("connection dropped", "transfer_timeout") {
+                            tracing::warn!(
+                                peer = %conn.peer(),
+                                suppressed = line.suppressed,
+                                "the peer did not answer an RDMA operation of a stopped call in \
+                                 time; connection closed"
+                            );
+                        }
                         conn.close();
                     }
                 });

@@ -22,7 +22,9 @@
 //!
 //! Interceptors run in the order they were added, on the task that makes (client) or reads
 //! (server) the call, so they must not block. A refusal ends the call with its status: on a
-//! client before anything is sent, on a server before the handler runs (logged at `WARN`).
+//! client before anything is sent, on a server before the handler runs (logged at `WARN`,
+//! the first few of each code and then one line per interval with the count left out;
+//! `rdma_rpc_server_calls_refused_total` counts every one).
 //! They are plain functions rather than tower layers: a call's bytes move by RDMA between
 //! windows both ends hold, which a layer that owns the request and response could not
 //! express; what interceptors see is what can change (metadata) or decide (refuse).

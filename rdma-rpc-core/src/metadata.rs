@@ -145,11 +145,11 @@ impl<'a> IntoIterator for &'a Metadata {
 fn check_key(key: &str) -> Result<(), Status> {
     let valid = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b);
     if key.is_empty() || key.len() > MAX_KEY_LEN || !key.bytes().all(valid) {
-        let shown: String = key.chars().take(MAX_KEY_LEN).collect();
+        // The key may be a peer's: shown cut short, never longer than it came.
         return Err(Status::invalid_argument(format!(
             "metadata key `{}` is not 1 to {MAX_KEY_LEN} bytes of lowercase ASCII letters, \
              digits, `-`, `_` or `.`",
-            shown.escape_debug()
+            crate::observe::logs::shown(key)
         )));
     }
     Ok(())
@@ -196,6 +196,23 @@ mod tests {
         m.insert("x-trace_id.1", "v");
         m.check().unwrap();
         assert_eq!(Metadata::from_frames(m.to_frames()).unwrap(), m);
+    }
+
+    #[test]
+    fn a_hostile_key_is_shown_cut_short() {
+        let key: String = (0..MAX_KEY_LEN as u8).map(|b| char::from(b % 32)).collect();
+        let err = Metadata::from_frames(vec![MetadataEntry {
+            key: key.clone(),
+            value: Bytes::new(),
+        }])
+        .unwrap_err();
+        let message = err.message();
+        // At most 64 bytes of the key, each control character one `?`: as a log shows it
+        // (escaped), the whole message is shorter than the key alone escaped.
+        assert!(message.contains("`????"), "{message}");
+        let logged = format!("{message:?}");
+        assert!(logged.len() < 256, "{logged}");
+        assert!(logged.len() < format!("{key:?}").len() / 2, "{logged}");
     }
 
     #[test]

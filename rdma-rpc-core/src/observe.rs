@@ -19,6 +19,8 @@
 //! bounded by the endpoints a server has. Each series is registered with the recorder on its
 //! first use and kept (no allocation per call): install the recorder before the first call.
 
+pub(crate) mod logs;
+
 #[cfg(feature = "metrics")]
 mod on {
     use std::sync::{Mutex, OnceLock};

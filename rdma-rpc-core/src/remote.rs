@@ -787,12 +787,15 @@ impl<B: Buffer> Offer<B> {
                 _ = conn.closed() => {}
                 _ = tokio::time::sleep(REVOKE_PATIENCE) => {
                     done = false;
-                    tracing::warn!(
-                        peer = %conn.peer(),
-                        offer,
-                        "the peer did not confirm a revocation within {REVOKE_PATIENCE:?}; \
-                         taking the window down anyway"
-                    );
+                    if let Some(line) = crate::observe::logs::line("revocation not confirmed", "") {
+                        tracing::warn!(
+                            peer = %conn.peer(),
+                            offer,
+                            suppressed = line.suppressed,
+                            "the peer did not confirm a revocation within {REVOKE_PATIENCE:?}; \
+                             taking the window down anyway"
+                        );
+                    }
                 }
             }
         }

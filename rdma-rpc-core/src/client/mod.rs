@@ -817,7 +817,11 @@ async fn drive(inner: std::sync::Weak<Inner>, channel: Arc<FrameChannel>) {
             }
             Some(Kind::Goaway(status)) => {
                 let status = Status::from(status);
-                tracing::debug!(%status, "server said goodbye");
+                tracing::debug!(
+                    code = status.code().as_str(),
+                    message = %crate::observe::logs::shown_reason(status.message()),
+                    "server said goodbye"
+                );
                 // Calls in flight still get their responses; new calls are refused.
                 let said = Status::new(
                     status.code(),

@@ -14,6 +14,7 @@ pub(crate) mod deadline;
 pub(crate) mod frames;
 pub(crate) mod handles;
 pub(crate) mod mailbox;
+pub(crate) mod rate;
 pub(crate) mod route;
 pub(crate) mod slot_book;
 pub(crate) mod stream;

@@ -34,6 +34,7 @@ use tokio::time::Instant;
 use super::share::Share;
 use super::slots::SharedSlots;
 use crate::memory::{Access, BufferPool, RegisteredBuf};
+use crate::observe::logs;
 use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{DescriptorFrame, GrantFrame, Kind, ResponseFrame, StatusFrame};
 use crate::protocol::mailbox::{CallLimits, EndReason, Mailbox, Sender};
@@ -371,7 +372,16 @@ fn fitted(
             &status.message[..cut],
             status.message.len()
         );
-        tracing::warn!(call = call.id, path = ep.path, op = %ep.op, "an error message of {} bytes was cut to fit max_frame ({max})", status.message.len());
+        if let Some(line) = logs::line("an error message was cut", "") {
+            tracing::warn!(
+                call = call.id,
+                path = ep.path,
+                op = %ep.op,
+                suppressed = line.suppressed,
+                "an error message of {} bytes was cut to fit max_frame ({max})",
+                status.message.len()
+            );
+        }
         return error_response(call.id, &Status::new(Code::from_u32(status.code), message));
     }
     let message = response.metadata.len();
@@ -390,7 +400,9 @@ fn fitted(
             format!("the connection's max_frame of {max}")
         }
     ));
-    tracing::warn!(call = call.id, path = ep.path, op = %ep.op, %status, "response refused");
+    if let Some(line) = logs::line("response refused", "") {
+        tracing::warn!(call = call.id, path = ep.path, op = %ep.op, %status, suppressed = line.suppressed, "response refused");
+    }
     error_response(call.id, &status)
 }
 
@@ -426,12 +438,15 @@ async fn await_push(call: &Call, pending: Pending) {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::debug!(call = call.id, error = %e, "pushing the result failed"),
         Err(_) => {
-            tracing::warn!(
-                peer = %call.peer,
-                "a pushed result was not acknowledged within {:?} (transfer_timeout); \
-                 connection dropped",
-                call.transfer_timeout
-            );
+            if let Some(line) = logs::line("connection dropped", "transfer_timeout") {
+                tracing::warn!(
+                    peer = %call.peer,
+                    suppressed = line.suppressed,
+                    "a pushed result was not acknowledged within {:?} (transfer_timeout); \
+                     connection dropped",
+                    call.transfer_timeout
+                );
+            }
             call.channel.conn().close();
         }
     }
@@ -530,7 +545,9 @@ async fn pull(call: &mut Call, events: &Mailbox<ClientEvent>) -> Result<Bytes, S
                  connection closed",
                 call.transfer_timeout
             ));
-            tracing::warn!(peer = %call.peer, reason = status.message(), "connection dropped");
+            if let Some(line) = logs::line("connection dropped", "transfer_timeout") {
+                tracing::warn!(peer = %call.peer, reason = status.message(), suppressed = line.suppressed, "connection dropped");
+            }
             Err(status)
         }
     }
@@ -718,7 +735,7 @@ async fn wait_for_buffer(
                     share.limit(),
                     share.pool()
                 ));
-                tracing::warn!(peer = %call.peer, reason = status.message(), "call refused");
+                refused(call, &status);
                 return Err(status);
             }
         }
@@ -734,7 +751,7 @@ async fn wait_for_buffer(
             endpoint.op,
             endpoint.path
         ));
-        tracing::warn!(peer = %call.peer, reason = status.message(), "call refused");
+        refused(call, &status);
         return Err(status);
     }
     let holding = call.holders.enter();
@@ -758,9 +775,21 @@ async fn wait_for_buffer(
                 call.buffer_wait,
                 call.pool.count()
             ));
-            tracing::warn!(peer = %call.peer, reason = status.message(), "call refused");
+            refused(call, &status);
             Err(status)
         }
+    }
+}
+
+/// Logs a call refused for lack of buffers, within the log budget.
+fn refused(call: &Call, status: &Status) {
+    if let Some(line) = logs::line("call refused", status.code().as_str()) {
+        tracing::warn!(
+            peer = %call.peer,
+            reason = status.message(),
+            suppressed = line.suppressed,
+            "call refused"
+        );
     }
 }
 

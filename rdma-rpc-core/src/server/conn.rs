@@ -16,9 +16,11 @@ use super::slots::{SharedSlots, Slots};
 use super::Shared;
 use crate::error::Error;
 use crate::interceptor::IncomingCall;
+use crate::observe::logs::{self, Ending};
 use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{Hello, Kind, RequestFrame, StatusFrame};
 use crate::protocol::mailbox::{call_mailbox, CallLimits, EndReason, Mailbox, Sender};
+use crate::protocol::rate::{Rate, Verdict};
 use crate::protocol::route::{Incoming, RequestShape};
 use crate::protocol::stream::Direction;
 use crate::protocol::{INITIAL_RECEIVES, PROTOCOL_VERSION};
@@ -118,21 +120,22 @@ pub(super) async fn serve(
     _admitted: super::admission::Admitted,
 ) {
     let peer = conn.peer().to_owned();
-    if let Err(e) = run(shared, conn.clone(), stop).await {
-        match e {
-            // The peer went away: nothing an operator must look at.
-            Error::ConnectionClosed { .. } => {
-                crate::observe::connection_dropped("closed");
-                tracing::debug!(%peer, error = %e, "connection ended")
-            }
-            // A limit, a timeout or a protocol violation: say which.
-            _ => {
-                let reason = match e {
-                    Error::Protocol { .. } | Error::VersionMismatch { .. } => "protocol",
-                    _ => "other",
-                };
-                crate::observe::connection_dropped(reason);
-                tracing::warn!(%peer, error = %e, "connection dropped")
+    if let Err(e) = run(shared.clone(), conn.clone(), stop).await {
+        let ending = Ending::of(&e);
+        crate::observe::connection_dropped(ending.as_str());
+        match ending {
+            // The peer went away (closed or reset): nothing an operator must look at.
+            Ending::Closed => tracing::debug!(%peer, error = %e, "connection ended"),
+            // A limit, a timeout or a protocol violation: say which, within the log budget.
+            Ending::Protocol | Ending::Other => {
+                if let Some(line) = shared.logs.line("connection dropped", ending.as_str()) {
+                    tracing::warn!(
+                        %peer,
+                        error = %logs::shown_reason(&e.to_string()),
+                        suppressed = line.suppressed,
+                        "connection dropped"
+                    )
+                }
             }
         }
     } else {
@@ -222,6 +225,9 @@ async fn run(
     // (Without a limit the branch below is off; the timer is never awaited.)
     let idle = tokio::time::sleep(idle_timeout.unwrap_or(Duration::from_secs(86_400)));
     tokio::pin!(idle);
+    // Pings are answered by this task: at most `max_pings_per_second` of them.
+    let ping_limit = cfg.max_pings_per_second;
+    let mut pings = Rate::new(ping_limit, Duration::from_secs(1));
     loop {
         if let Some(limit) = idle_timeout {
             if !tasks.set.is_empty() || calls.len() > 0 {
@@ -308,14 +314,18 @@ async fn run(
                                 }
                             }
                             Err(status) => {
-                                tracing::warn!(
-                                    peer = %negotiated.peer,
-                                    call = id,
-                                    code = status.code().as_str(),
-                                    reason = status.message(),
-                                    "call refused"
-                                );
                                 crate::observe::server_refused(status.code());
+                                let code = status.code().as_str();
+                                if let Some(line) = shared.logs.line("call refused", code) {
+                                    tracing::warn!(
+                                        peer = %negotiated.peer,
+                                        call = id,
+                                        code,
+                                        reason = %logs::shown_reason(status.message()),
+                                        suppressed = line.suppressed,
+                                        "call refused"
+                                    );
+                                }
                                 let mut frame = error_response(id, &status);
                                 // A refused request may still have used a slot.
                                 let room = channel.peer_max_frame().saturating_sub(prost::Message::encoded_len(&frame) + 64);
@@ -343,9 +353,14 @@ async fn run(
                     Kind::Cancel(call) => calls.end(call.id, EndReason::Cancelled),
                     Kind::Revoke(r) => negotiated.remote.end().on_revoke(r.offers),
                     Kind::Revoked(r) => negotiated.remote.end().on_revoked(r.offers),
-                    Kind::Ping(ping) => channel.send(Kind::Pong(ping)).await?,
+                    Kind::Ping(ping) => {
+                        if ping_limit > 0 && pings.check(std::time::Instant::now()) == Verdict::Hold {
+                            return Err(too_many_pings(&channel, ping_limit).await);
+                        }
+                        channel.send(Kind::Pong(ping)).await?
+                    }
                     Kind::Goaway(status) => {
-                        tracing::debug!(message = %status.message, "client said goodbye");
+                        tracing::debug!(message = %logs::shown_reason(&status.message), "client said goodbye");
                         return Ok(());
                     }
                     other => {
@@ -445,6 +460,21 @@ async fn answer_panic(
         channel.send(Kind::Response(frame)).await?;
     }
     Ok(())
+}
+
+/// Ends a connection that pinged more than `limit` times in a second: tells the client so
+/// (`RESOURCE_EXHAUSTED` naming the setting) and returns the error that ends it.
+async fn too_many_pings(channel: &FrameChannel, limit: u32) -> Error {
+    let status = Status::resource_exhausted(format!(
+        "more than {limit} pings in a second on one connection (max_pings_per_second); \
+         connection closed"
+    ));
+    goaway(channel, &status).await;
+    Error::LimitExceeded {
+        limit: "max_pings_per_second",
+        max: limit.into(),
+        actual: u64::from(limit) + 1,
+    }
 }
 
 /// Ends the connection if the client broke a stream's rules (`protocol::stream`).

@@ -35,6 +35,7 @@ use tokio::task::JoinSet;
 use crate::error::{Error, Result};
 use crate::interceptor::{Chain, ServerInterceptor};
 use crate::memory::{Access, BufferPool};
+use crate::observe::logs;
 use crate::service::{EndpointDef, OpKind, Service};
 use crate::transport::{transport_for, Fencing, Listener, Transport};
 
@@ -132,6 +133,12 @@ pub struct ServerConfig {
     /// for its handler to take some (message streams; see docs/spec.md). At least two
     /// frames' worth; less is raised to that. Default 256 KiB.
     pub stream_window: u64,
+    /// Most pings ([`Client::ping`](crate::Client::ping)) one connection may send per second,
+    /// 0 for no limit. Pings are answered by the connection's own task: a client that sends
+    /// more loses its connection with `RESOURCE_EXHAUSTED` naming this setting (gRPC's
+    /// `too_many_pings`), so a ping flood costs the server no more than this many answers
+    /// per connection. Default 100.
+    pub max_pings_per_second: u32,
 }
 
 impl Default for ServerConfig {
@@ -158,6 +165,7 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(30),
             inline_handlers: true,
             stream_window: 256 << 10,
+            max_pings_per_second: 100,
         }
     }
 }
@@ -294,6 +302,8 @@ impl ServerBuilder {
         inline_handlers: bool,
         /// See [`ServerConfig::stream_window`].
         stream_window: u64,
+        /// See [`ServerConfig::max_pings_per_second`].
+        max_pings_per_second: u32,
     }
 
     /// Builds the routing table, registers every buffer pool, and binds `addr`.
@@ -340,6 +350,7 @@ impl ServerBuilder {
                 routes,
                 interceptors: self.interceptors,
                 live: listing::Live::default(),
+                logs: logs::LogBudget::new(),
             }),
             listener,
             admission: admission::Admission::new(),
@@ -488,8 +499,10 @@ impl Routes {
         // As gRPC answers an unknown method: the server does not implement it. NOT_FOUND is
         // the applications' own (a missing key, a missing block).
         let Some(ops) = self.paths.get(path) else {
+            // The path is the client's: shown cut short, never longer than it came.
             return Err(crate::Status::unimplemented(format!(
-                "no endpoint at path {path:?} on this server"
+                "no endpoint at path `{}` on this server",
+                crate::observe::logs::shown(path)
             )));
         };
         let Some(op) = OpKind::from_u32(op) else {
@@ -517,6 +530,8 @@ pub(crate) struct Shared {
     pub(crate) interceptors: Chain<dyn ServerInterceptor>,
     /// The handshaken connections, for [`ServerHandle::connections`].
     pub(crate) live: listing::Live,
+    /// What this server may still log of each kind of line a peer can cause.
+    pub(crate) logs: logs::LogBudget,
 }
 
 /// A server bound to its address, ready to serve.
@@ -575,7 +590,14 @@ impl BoundServer {
                             conns.spawn(conn::serve(self.shared.clone(), conn, stop_rx.clone(), admitted));
                         }
                         Err(status) => {
-                            tracing::warn!(peer = conn.peer(), reason = status.message(), "connection refused");
+                            if let Some(line) = self.shared.logs.line("connection refused", status.code().as_str()) {
+                                tracing::warn!(
+                                    peer = conn.peer(),
+                                    reason = status.message(),
+                                    suppressed = line.suppressed,
+                                    "connection refused"
+                                );
+                            }
                             match self.admission.refusing() {
                                 Some(permit) => {
                                     conns.spawn(conn::refuse(self.shared.clone(), conn, status, permit));
@@ -585,7 +607,11 @@ impl BoundServer {
                             }
                         }
                     },
-                    Err(e) => tracing::warn!(error = %e, "accept failed"),
+                    Err(e) => {
+                        if let Some(line) = self.shared.logs.line("accept failed", "") {
+                            tracing::warn!(error = %e, suppressed = line.suppressed, "accept failed");
+                        }
+                    }
                 },
             }
         }

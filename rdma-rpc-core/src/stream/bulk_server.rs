@@ -92,7 +92,14 @@ impl ServerStream {
             self.what(),
             self.transfer_timeout
         ));
-        tracing::warn!(peer = %self.peer, reason = status.message(), "connection dropped");
+        if let Some(line) = crate::observe::logs::line("connection dropped", "transfer_timeout") {
+            tracing::warn!(
+                peer = %self.peer,
+                reason = status.message(),
+                suppressed = line.suppressed,
+                "connection dropped"
+            );
+        }
         self.channel.conn().close();
         status
     }

@@ -81,6 +81,7 @@ mod ends;
 mod fast_paths;
 mod faults;
 mod faulty;
+mod floods;
 mod fuzz;
 mod hostile;
 mod malicious;

@@ -103,6 +103,26 @@ impl RawClient {
             .unwrap();
     }
 
+    /// [`send`](Self::send), for a peer the server may close on meanwhile: whether it was sent.
+    pub(crate) async fn try_send(&self, kind: Kind) -> bool {
+        self.channel
+            .send_reading(kind, |k| self.arrived.lock().unwrap().push_back(k))
+            .await
+            .is_ok()
+    }
+
+    /// The next frame, or `None` once the server closed the connection.
+    pub(crate) async fn try_next(&self) -> Option<Kind> {
+        if let Some(kind) = self.arrived.lock().unwrap().pop_front() {
+            return Some(kind);
+        }
+        loop {
+            if let Some(kind) = self.channel.recv().await.ok()?.kind {
+                return Some(kind);
+            }
+        }
+    }
+
     pub(crate) fn conn(&self) -> &Arc<dyn Connection> {
         self.channel.conn()
     }

@@ -130,6 +130,23 @@ impl Woken {
     }
 }
 
+/// Logs a socket whose setup failed: a peer that went away at `DEBUG`, anything else at
+/// `WARN` within the log budget (a peer can open sockets without end).
+fn dropping(from: SocketAddr, e: &Error) {
+    use crate::observe::logs::{self, Ending};
+    let ending = Ending::of(e);
+    if ending == Ending::Closed {
+        tracing::debug!(peer = %from, error = %e, "dropping connection");
+    } else if let Some(line) = logs::line("dropping connection", ending.as_str()) {
+        tracing::warn!(
+            peer = %from,
+            error = %logs::shown_reason(&e.to_string()),
+            suppressed = line.suppressed,
+            "dropping connection"
+        );
+    }
+}
+
 /// A TCP listener whose accepted sockets become connections through `setup`, each in its own
 /// task, so a slow or silent peer never holds up the others.
 pub(crate) struct QueuedListener {
@@ -171,7 +188,7 @@ impl QueuedListener {
                                 tracing::debug!("listener closed before a connection was taken");
                             }
                         }
-                        Err(e) => tracing::warn!(peer = %from, error = %e, "dropping connection"),
+                        Err(e) => dropping(from, &e),
                     }
                 });
             }
