@@ -208,6 +208,23 @@ impl ClientBuilder {
     }
 }
 
+/// A handshake that found no receive posted for it: the server accepted the connection (a
+/// bound server does) but does not run (`serve` was never called, or it is stuck). Said so
+/// instead of the transport's "receiver not ready", which points elsewhere.
+fn unserved(peer: &str, e: Error) -> Error {
+    match e {
+        Error::ReceiverNotReady { retry_ms } => Error::ConnectionClosed {
+            peer: peer.to_owned(),
+            reason: format!(
+                "the server accepted the connection but took no handshake within {retry_ms} ms: \
+                 is it serving? (a bound server answers once serve() or \
+                 serve_with_shutdown() runs, on a task of its own)"
+            ),
+        },
+        other => other,
+    }
+}
+
 /// Connects to `addr` and runs the handshake, within the connect timeout.
 async fn dial(
     transport: &Arc<dyn Transport>,
@@ -629,21 +646,24 @@ impl Client {
             config.max_frame,
             true,
         )?);
-        channel
-            .send_priority(Kind::Hello(Hello {
-                version: PROTOCOL_VERSION,
-                max_frame: config.max_frame as u32,
-                credits: initial,
-                max_credits: config.recv_credits,
-                max_in_flight: config.max_in_flight,
-                inline_threshold: config.inline_threshold,
-                token,
-                stream_window: stream_window(config.stream_window, config.max_frame),
-                ..Default::default()
-            }))
-            .await?;
         let peer = channel.conn().peer().to_owned();
-        let ack = match channel.recv().await?.kind {
+        let answer = async {
+            channel
+                .send_priority(Kind::Hello(Hello {
+                    version: PROTOCOL_VERSION,
+                    max_frame: config.max_frame as u32,
+                    credits: initial,
+                    max_credits: config.recv_credits,
+                    max_in_flight: config.max_in_flight,
+                    inline_threshold: config.inline_threshold,
+                    token,
+                    stream_window: stream_window(config.stream_window, config.max_frame),
+                    ..Default::default()
+                }))
+                .await?;
+            channel.recv().await
+        };
+        let ack = match answer.await.map_err(|e| unserved(&peer, e))?.kind {
             Some(Kind::HelloAck(ack)) => ack,
             Some(Kind::Goaway(status)) => {
                 let status = Status::from(status);
