@@ -1,32 +1,14 @@
 //! What the server logs about calls, read back from a capture: each answered call's line ends
 //! with its status, bytes and round trips; a refused call is a warning with its reason; a
 //! handler's panic names the call; a stopped call (cancelled, or past `max_call_duration`) says
-//! how it ended. A test binary of its own with one test: tracing keeps process-wide state
-//! (one interest per callsite, one maximum level) that captures made by tests running in
-//! parallel disturbed (a capture now and then came back empty under load).
+//! how it ended. A test binary of its own with one test (see `common::capture_logs`).
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use rdma_rpc_core::{Client, Code, Server};
-
-/// Everything logged at DEBUG and above, as text.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// The line of `log` that contains `what`, with every one of `fields`.
 fn line_with<'a>(log: &'a str, what: &str, fields: &[&str]) -> &'a str {
@@ -39,14 +21,7 @@ fn line_with<'a>(log: &'a str, what: &str, fields: &[&str]) -> &'a str {
 
 #[test]
 fn calls_are_logged_with_how_they_ended() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    // Installed before anything logs, for the whole process: every callsite sees it.
-    tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .init();
+    let captured = common::capture_logs();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -121,7 +96,7 @@ fn calls_are_logged_with_how_they_ended() {
             .unwrap();
     });
     drop(rt);
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let log = captured.text();
     line_with(
         &log,
         "call answered",

@@ -82,6 +82,53 @@ pub(crate) fn reset_peak() -> isize {
     live
 }
 
+/// Everything a tracing subscriber wrote, kept to read back: install it with
+/// [`capture_logs`].
+#[allow(dead_code)] // only the tests that read logs use it
+#[derive(Clone, Default)]
+pub(crate) struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[allow(dead_code)]
+impl Captured {
+    /// What was written so far, as text.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+
+    /// Bytes written so far.
+    pub(crate) fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Captures everything logged at DEBUG and above, for the whole process: install it before
+/// anything logs, so every callsite sees it. A test binary that reads logs has one test:
+/// tracing keeps process-wide state (one interest per callsite, one maximum level) that
+/// captures made by tests running in parallel disturbed (a capture now and then came back
+/// empty under load).
+#[allow(dead_code)]
+pub(crate) fn capture_logs() -> Captured {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .init();
+    captured
+}
+
 /// An endpoint no service serves.
 #[allow(dead_code)] // not every test binary calls it
 pub(crate) static UNKNOWN: EndpointDef = EndpointDef {
