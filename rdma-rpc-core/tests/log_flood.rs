@@ -23,9 +23,6 @@ const IN_FLIGHT: u64 = 25;
 const EACH: u64 = CALLS / (CONNECTIONS * IN_FLIGHT);
 
 #[test]
-#[ignore = "now and then the calls of the flood stall (around 75,000 refusals), also with \
-            every refusal logged as before the log budget: a runtime bug of its own; run \
-            with --ignored"]
 fn a_flood_of_refused_calls_writes_little_log_and_counts_every_one() {
     let captured = common::capture_logs();
     let recorder = DebuggingRecorder::new();

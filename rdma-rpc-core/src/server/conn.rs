@@ -330,7 +330,7 @@ async fn run(
                                 // A refused request may still have used a slot.
                                 let room = channel.peer_max_frame().saturating_sub(prost::Message::encoded_len(&frame) + 64);
                                 frame.slots = slots.arm(channel.conn().as_ref(), room);
-                                channel.send(Kind::Response(frame)).await?;
+                                send_aside(&channel, Kind::Response(frame));
                             }
                         }
                     }
@@ -357,7 +357,7 @@ async fn run(
                         if ping_limit > 0 && pings.check(std::time::Instant::now()) == Verdict::Hold {
                             return Err(too_many_pings(&channel, ping_limit).await);
                         }
-                        channel.send(Kind::Pong(ping)).await?
+                        send_aside(&channel, Kind::Pong(ping))
                     }
                     Kind::Goaway(status) => {
                         tracing::debug!(message = %logs::shown_reason(&status.message), "client said goodbye");
@@ -440,6 +440,19 @@ async fn poll_inline(mut call: std::pin::Pin<&mut (impl Future<Output = ()> + ?S
 }
 
 /// Answers for a call whose handler panicked, if it had not answered.
+/// Sends a frame the reader itself answers with (a refusal, a pong) without holding the reader
+/// up: one that finds no credit waits for it on a task of its own. The reader must go on
+/// reading, since the credits it would wait for come back in frames only it reads: waiting in
+/// place deadlocked a flood of refused calls once the client had no credit left to give.
+fn send_aside(channel: &Arc<FrameChannel>, kind: Kind) {
+    let channel = channel.clone();
+    let mut sending = Box::pin(async move { channel.send(kind).await });
+    // A failure puts the connection in error, which the reader sees in its next receive.
+    if crate::bounded::poll_once(&mut sending).is_none() {
+        tokio::spawn(sending);
+    }
+}
+
 async fn answer_panic(
     channel: &FrameChannel,
     calls: &InFlight,
