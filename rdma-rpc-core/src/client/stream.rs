@@ -645,14 +645,8 @@ impl Stream for ReadStream {
                 }
             });
         }
-        let ep = self.endpoint;
-        match self.deadline.passed(cx, &ep) {
-            Some(status) => {
-                self.done = true;
-                Poll::Ready(Some(Err(status)))
-            }
-            None => Poll::Pending,
-        }
+        let this = &mut *self;
+        this.deadline.poll_end(cx, &this.endpoint, &mut this.done)
     }
 }
 

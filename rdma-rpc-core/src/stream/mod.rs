@@ -36,6 +36,23 @@ impl StreamDeadline {
         StreamDeadline(deadline.map(|at| Box::pin(tokio::time::sleep_until(at))))
     }
 
+    /// What a stream's `poll_next` returns when nothing else is ready: its deadline's status
+    /// once passed (the stream is then `done`), else `Pending` (woken at the deadline).
+    pub(crate) fn poll_end<T>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        endpoint: &crate::service::EndpointDef,
+        done: &mut bool,
+    ) -> std::task::Poll<Option<Result<T, crate::status::Status>>> {
+        match self.passed(cx, endpoint) {
+            Some(status) => {
+                *done = true;
+                std::task::Poll::Ready(Some(Err(status)))
+            }
+            None => std::task::Poll::Pending,
+        }
+    }
+
     /// The status of a stream of `endpoint` past its deadline, once it passed (the task is
     /// woken then).
     pub(crate) fn passed(
