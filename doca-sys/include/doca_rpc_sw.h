@@ -213,8 +213,20 @@ doca_error_t doca_pe_request_notification(struct doca_pe *pe);
 /** Clears (drains) the notification handle. */
 doca_error_t doca_pe_clear_notification(struct doca_pe *pe, doca_notification_handle_t handle);
 
+/** Flags of doca_task_submit_ex (a bitwise or). */
+enum doca_task_submit_flag {
+	/** Accept the task without handing it to the hardware yet (it may be aggregated). */
+	DOCA_TASK_SUBMIT_FLAG_NONE = 0U,
+	/** Hand this task and every earlier unflushed task of its context to the hardware. */
+	DOCA_TASK_SUBMIT_FLAG_FLUSH = (1U << 0),
+	/** Allow the context to report completions of a batch together. */
+	DOCA_TASK_SUBMIT_FLAG_OPTIMIZE_REPORTS = (1U << 1),
+};
+
 /** Submits a task; on success DOCA owns it until its completion callback. */
 doca_error_t doca_task_submit(struct doca_task *task);
+/** doca_task_submit with flags (enum doca_task_submit_flag); without FLUSH the task may wait. */
+doca_error_t doca_task_submit_ex(struct doca_task *task, uint32_t flags);
 /** Frees a task that is not in flight. */
 void doca_task_free(struct doca_task *task);
 /** Returns the status of the last completion of a task. */
@@ -234,6 +246,8 @@ doca_error_t doca_ctx_get_state(const struct doca_ctx *ctx, enum doca_ctx_states
 doca_error_t doca_ctx_set_state_changed_cb(struct doca_ctx *ctx, doca_ctx_state_changed_callback_t cb);
 /** Sets the context user data. */
 doca_error_t doca_ctx_set_user_data(struct doca_ctx *ctx, union doca_data user_data);
+/** Hands the tasks submitted without DOCA_TASK_SUBMIT_FLAG_FLUSH to the hardware (not idle). */
+void doca_ctx_flush_tasks(struct doca_ctx *ctx);
 
 /* ------------------------------------------------------------------------------------------ */
 /* RDMA context and connections (doca_rdma.h)                                                 */
@@ -303,6 +317,10 @@ doca_error_t doca_rdma_set_recv_queue_size(struct doca_rdma *rdma, uint32_t recv
 doca_error_t doca_rdma_set_transport_type(struct doca_rdma *rdma, enum doca_rdma_transport_type transport_type);
 /** Sets the connection request timeout in milliseconds (idle only). */
 doca_error_t doca_rdma_set_connection_request_timeout(struct doca_rdma *rdma, uint16_t timeout);
+/** Sets how often a send retries when the peer has no receive posted (idle only). */
+doca_error_t doca_rdma_set_rnr_retry_count(struct doca_rdma *rdma, uint8_t rnr_retry_count);
+/** Reads the receiver-not-ready retry count. */
+doca_error_t doca_rdma_get_rnr_retry_count(const struct doca_rdma *rdma, uint8_t *rnr_retry_count);
 /** Sets the connection state callbacks (idle only). */
 doca_error_t doca_rdma_set_connection_state_callbacks(struct doca_rdma *rdma,
 						      doca_rdma_connection_request_cb_t doca_rdma_connect_request_cb,
@@ -613,6 +631,8 @@ doca_error_t doca_buf_inventory_destroy(struct doca_buf_inventory *inventory);
 doca_error_t doca_buf_inventory_start(struct doca_buf_inventory *inventory);
 /** Stops a buffer inventory. */
 doca_error_t doca_buf_inventory_stop(struct doca_buf_inventory *inventory);
+/** Adds elements to a started buffer inventory. */
+doca_error_t doca_buf_inventory_expand(struct doca_buf_inventory *inventory, uint32_t num_elements);
 /** Takes a buffer describing `[addr, addr + len)` with data section `[data, data + data_len)`. */
 doca_error_t doca_buf_inventory_buf_get_by_args(struct doca_buf_inventory *inventory, struct doca_mmap *mmap,
 						void *addr, size_t len, void *data, size_t data_len, struct doca_buf **buf);

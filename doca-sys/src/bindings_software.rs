@@ -300,9 +300,21 @@ unsafe extern "C" {
         handle: doca_notification_handle_t,
     ) -> doca_error_t;
 }
+#[doc = " Accept the task without handing it to the hardware yet (it may be aggregated)."]
+pub const DOCA_TASK_SUBMIT_FLAG_NONE: doca_task_submit_flag = 0;
+#[doc = " Hand this task and every earlier unflushed task of its context to the hardware."]
+pub const DOCA_TASK_SUBMIT_FLAG_FLUSH: doca_task_submit_flag = 1;
+#[doc = " Allow the context to report completions of a batch together."]
+pub const DOCA_TASK_SUBMIT_FLAG_OPTIMIZE_REPORTS: doca_task_submit_flag = 2;
+#[doc = " Flags of doca_task_submit_ex (a bitwise or)."]
+pub type doca_task_submit_flag = ::std::os::raw::c_uint;
 unsafe extern "C" {
     #[doc = " Submits a task; on success DOCA owns it until its completion callback."]
     pub fn doca_task_submit(task: *mut doca_task) -> doca_error_t;
+}
+unsafe extern "C" {
+    #[doc = " doca_task_submit with flags (enum doca_task_submit_flag); without FLUSH the task may wait."]
+    pub fn doca_task_submit_ex(task: *mut doca_task, flags: u32) -> doca_error_t;
 }
 unsafe extern "C" {
     #[doc = " Frees a task that is not in flight."]
@@ -342,6 +354,10 @@ unsafe extern "C" {
 unsafe extern "C" {
     #[doc = " Sets the context user data."]
     pub fn doca_ctx_set_user_data(ctx: *mut doca_ctx, user_data: doca_data) -> doca_error_t;
+}
+unsafe extern "C" {
+    #[doc = " Hands the tasks submitted without DOCA_TASK_SUBMIT_FLAG_FLUSH to the hardware (not idle)."]
+    pub fn doca_ctx_flush_tasks(ctx: *mut doca_ctx);
 }
 #[doc = " IPv4 address."]
 pub const DOCA_RDMA_ADDR_TYPE_IPv4: doca_rdma_addr_type = 0;
@@ -446,6 +462,18 @@ unsafe extern "C" {
     pub fn doca_rdma_set_connection_request_timeout(
         rdma: *mut doca_rdma,
         timeout: u16,
+    ) -> doca_error_t;
+}
+unsafe extern "C" {
+    #[doc = " Sets how often a send retries when the peer has no receive posted (idle only)."]
+    pub fn doca_rdma_set_rnr_retry_count(rdma: *mut doca_rdma, rnr_retry_count: u8)
+        -> doca_error_t;
+}
+unsafe extern "C" {
+    #[doc = " Reads the receiver-not-ready retry count."]
+    pub fn doca_rdma_get_rnr_retry_count(
+        rdma: *const doca_rdma,
+        rnr_retry_count: *mut u8,
     ) -> doca_error_t;
 }
 unsafe extern "C" {
@@ -1130,6 +1158,13 @@ unsafe extern "C" {
 unsafe extern "C" {
     #[doc = " Stops a buffer inventory."]
     pub fn doca_buf_inventory_stop(inventory: *mut doca_buf_inventory) -> doca_error_t;
+}
+unsafe extern "C" {
+    #[doc = " Adds elements to a started buffer inventory."]
+    pub fn doca_buf_inventory_expand(
+        inventory: *mut doca_buf_inventory,
+        num_elements: u32,
+    ) -> doca_error_t;
 }
 unsafe extern "C" {
     #[doc = " Takes a buffer describing `[addr, addr + len)` with data section `[data, data + data_len)`."]

@@ -99,8 +99,21 @@ pub struct Counters {
     pub imports: u64,
     /// Destroyed mmaps created from an export.
     pub imports_destroyed: u64,
-    /// Tasks accepted by `doca_task_submit` (a doorbell each on hardware).
+    /// Tasks accepted by `doca_task_submit` or `doca_task_submit_ex` (flushed or not).
     pub task_submissions: u64,
+    /// Doorbells: how often the NIC would be told of new work (an uncached MMIO write across
+    /// PCIe on hardware). One per accepted `doca_task_submit`, one per accepted
+    /// `doca_task_submit_ex` with `DOCA_TASK_SUBMIT_FLAG_FLUSH` (however many unflushed tasks
+    /// it hands over), and one per `doca_ctx_flush_tasks` that had unflushed tasks; none for a
+    /// submit without the flag.
+    pub doorbells: u64,
+    /// Send-like tasks (send, send with immediate, write with immediate) that found no receive
+    /// posted on the peer when they started, and so waited for one (receiver not ready: on
+    /// hardware, a NAK and a retry after the RNR timer).
+    pub rnr_waits: u64,
+    /// Send-like tasks that failed because no receive was posted on the peer within their
+    /// retry budget (`doca_rdma_set_rnr_retry_count`), taking their connection to error.
+    pub rnr_failures: u64,
 }
 
 impl Counters {
@@ -116,6 +129,9 @@ impl Counters {
             imports: self.imports - earlier.imports,
             imports_destroyed: self.imports_destroyed - earlier.imports_destroyed,
             task_submissions: self.task_submissions - earlier.task_submissions,
+            doorbells: self.doorbells - earlier.doorbells,
+            rnr_waits: self.rnr_waits - earlier.rnr_waits,
+            rnr_failures: self.rnr_failures - earlier.rnr_failures,
         }
     }
 }

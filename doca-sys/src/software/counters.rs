@@ -1,8 +1,9 @@
 //! What the provider counts per device: the calls that are cheap here and expensive on a NIC.
 //!
 //! On hardware, `doca_mmap_start` pins pages and creates a memory key, destroying a started
-//! mmap unpins and invalidates it, each export and each import creates an object, and each
-//! submitted task rings a doorbell. The provider does all of that for free, so it counts it
+//! mmap unpins and invalidates it, each export and each import creates an object, each
+//! doorbell is an MMIO write across PCIe, and each receiver-not-ready retry costs a round trip
+//! and a timer period. The provider does all of that for free, so it counts it
 //! instead: tests assert the counts (zero per call on a hot path) the way they count
 //! allocations. Counters are per device (every opening of `mlx5_0` counts together), lock-free
 //! and never reset: readers take differences.
@@ -23,6 +24,9 @@ struct DeviceCounters {
     imports: AtomicU64,
     imports_destroyed: AtomicU64,
     task_submissions: AtomicU64,
+    doorbells: AtomicU64,
+    rnr_waits: AtomicU64,
+    rnr_failures: AtomicU64,
 }
 
 impl DeviceCounters {
@@ -36,6 +40,9 @@ impl DeviceCounters {
             imports: AtomicU64::new(0),
             imports_destroyed: AtomicU64::new(0),
             task_submissions: AtomicU64::new(0),
+            doorbells: AtomicU64::new(0),
+            rnr_waits: AtomicU64::new(0),
+            rnr_failures: AtomicU64::new(0),
         }
     }
 
@@ -49,6 +56,9 @@ impl DeviceCounters {
             imports: self.imports.load(Relaxed),
             imports_destroyed: self.imports_destroyed.load(Relaxed),
             task_submissions: self.task_submissions.load(Relaxed),
+            doorbells: self.doorbells.load(Relaxed),
+            rnr_waits: self.rnr_waits.load(Relaxed),
+            rnr_failures: self.rnr_failures.load(Relaxed),
         }
     }
 }
@@ -100,10 +110,32 @@ pub(super) fn import_destroyed(dev: H) {
     }
 }
 
-/// `doca_task_submit` accepted a task of a context on `dev`.
+/// `doca_task_submit` or `doca_task_submit_ex` accepted a task of a context on `dev`.
 pub(super) fn submitted(dev: H) {
     if let Some(c) = of(dev) {
         c.task_submissions.fetch_add(1, Relaxed);
+    }
+}
+
+/// A context on `dev` handed tasks to the hardware: a flushing submit, or a
+/// `doca_ctx_flush_tasks` that had tasks to flush.
+pub(super) fn doorbell(dev: H) {
+    if let Some(c) = of(dev) {
+        c.doorbells.fetch_add(1, Relaxed);
+    }
+}
+
+/// A send-like task of a context on `dev` found no receive posted on the peer when it started.
+pub(super) fn rnr_wait(dev: H) {
+    if let Some(c) = of(dev) {
+        c.rnr_waits.fetch_add(1, Relaxed);
+    }
+}
+
+/// A send-like task of a context on `dev` failed: receiver not ready, retries used up.
+pub(super) fn rnr_failure(dev: H) {
+    if let Some(c) = of(dev) {
+        c.rnr_failures.fetch_add(1, Relaxed);
     }
 }
 

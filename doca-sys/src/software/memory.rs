@@ -362,6 +362,30 @@ pub(crate) unsafe extern "C" fn doca_buf_inventory_stop(
     }
 }
 
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_buf_inventory_expand(
+    inventory: *mut doca_buf_inventory,
+    num_elements: u32,
+) -> doca_error_t {
+    let mut w = world();
+    let Some(i) = w.invs.get_mut(&(inventory as H)) else {
+        return DOCA_ERROR_INVALID_VALUE;
+    };
+    if !i.started {
+        // Documented: only a started inventory expands.
+        return DOCA_ERROR_BAD_STATE;
+    }
+    // Stricter choices: adding nothing is an invalid input, and so is a total the inventory's
+    // `uint32_t` element count (doca_buf_inventory_get_num_elements) could not report.
+    match i.capacity.checked_add(num_elements as usize) {
+        Some(total) if num_elements > 0 && total <= u32::MAX as usize => {
+            i.capacity = total;
+            DOCA_SUCCESS
+        }
+        _ => DOCA_ERROR_INVALID_VALUE,
+    }
+}
+
 /// Whether `[start, start + len)` lies inside `[outer, outer + outer_len)`.
 pub(super) fn contains(outer: usize, outer_len: usize, start: usize, len: usize) -> bool {
     start >= outer

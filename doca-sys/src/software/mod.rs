@@ -299,6 +299,12 @@ struct Rdma {
     /// Some send of a connection may wait for a receive (set when one is left waiting,
     /// cleared by a progress that finds none): progress looks for expired ones only then.
     sends_wait: bool,
+    /// `doca_rdma_set_rnr_retry_count`: a send without a receive on the peer fails after
+    /// `rnr_retry_count + 1` timer periods; 7 retries forever. 0 until set.
+    rnr_retry_count: u8,
+    /// Tasks accepted by `doca_task_submit_ex` without `DOCA_TASK_SUBMIT_FLAG_FLUSH`, oldest
+    /// first: owned by DOCA, not started (no data moves, no completion) until a flush.
+    unflushed: Vec<H>,
 }
 
 impl Rdma {
@@ -665,8 +671,12 @@ impl World {
                 c.pending.retain(|&x| x != task);
             }
         }
-        if let (true, true, Some(r)) = (queued, receive, self.rdmas.get_mut(&rdma)) {
-            r.recvs.retain(|&x| x != task);
+        if let (true, Some(r)) = (queued, self.rdmas.get_mut(&rdma)) {
+            if receive {
+                r.recvs.retain(|&x| x != task);
+            }
+            // A task completed before a flush started it (an error, a disconnection, a stop).
+            r.unflushed.retain(|&x| x != task);
         }
         self.enqueue_ctx(rdma, Event::TaskDone(task));
     }

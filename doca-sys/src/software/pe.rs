@@ -193,6 +193,9 @@ impl World {
                 })
                 .copied();
             if let Some(task) = expired {
+                if let Some(r) = self.rdmas.get(&ctx) {
+                    counters::rnr_failure(r.dev);
+                }
                 self.complete(task, ERR_TASK);
                 self.conn_error(conn);
             }
@@ -393,13 +396,16 @@ pub(crate) unsafe extern "C" fn doca_ctx_stop(ctx: *mut doca_ctx) -> doca_error_
     let listening = std::mem::take(&mut r.listening);
     let conns = r.conns.clone();
     let recvs: Vec<H> = r.recvs.iter().copied().collect();
+    // Tasks accepted without a flush complete too (those of a connection already did, with
+    // its disconnection): once each, as every outstanding task.
+    let unflushed = r.unflushed.clone();
     for port in listening {
         w.listeners.remove(&port);
     }
     for conn in conns {
         let _ = w.disconnect(conn);
     }
-    for task in recvs {
+    for task in recvs.into_iter().chain(unflushed) {
         w.complete(task, ERR_FLUSH);
     }
     let r = w.rdmas.get_mut(&ctx).expect("checked above");
@@ -415,6 +421,23 @@ pub(crate) unsafe extern "C" fn doca_ctx_stop(ctx: *mut doca_ctx) -> doca_error_
         DOCA_SUCCESS
     } else {
         DOCA_ERROR_IN_PROGRESS
+    }
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_ctx_flush_tasks(ctx: *mut doca_ctx) {
+    let h = ctx as H;
+    let mut w = world();
+    match w.rdmas.get(&h).map(|r| r.state) {
+        // No return value: misuse is recorded.
+        None => violation(format!(
+            "doca_ctx_flush_tasks(ctx {h:#x}): not a context; nothing flushed"
+        )),
+        Some(DOCA_CTX_STATE_IDLE) => violation(format!(
+            "doca_ctx_flush_tasks(ctx {h:#x}): the context is idle (it must not be); nothing \
+             flushed"
+        )),
+        Some(_) => w.flush_unflushed(h),
     }
 }
 

@@ -37,6 +37,8 @@ pub(crate) unsafe extern "C" fn doca_rdma_create(
             connected_once: false,
             state_events: 0,
             sends_wait: false,
+            rnr_retry_count: 0,
+            unflushed: Vec::new(),
         },
     );
     // SAFETY: checked non-null; writable per the contract.
@@ -188,6 +190,40 @@ pub(crate) unsafe extern "C" fn doca_rdma_set_connection_request_timeout(
         return DOCA_ERROR_INVALID_VALUE;
     }
     with_idle(rdma, |_| DOCA_SUCCESS)
+}
+
+/// The InfiniBand `rnr_retry` field is 3 bits; 7 means "retry forever".
+pub(super) const RNR_RETRY_FOREVER: u8 = 7;
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_set_rnr_retry_count(
+    rdma: *mut doca_rdma,
+    rnr_retry_count: u8,
+) -> doca_error_t {
+    if rnr_retry_count > RNR_RETRY_FOREVER {
+        // Stricter choice: the queue pair attribute it sets is 3 bits wide (verbs `rnr_retry`).
+        return DOCA_ERROR_INVALID_VALUE;
+    }
+    with_idle(rdma, |r| {
+        r.rnr_retry_count = rnr_retry_count;
+        DOCA_SUCCESS
+    })
+}
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_rdma_get_rnr_retry_count(
+    rdma: *const doca_rdma,
+    rnr_retry_count: *mut u8,
+) -> doca_error_t {
+    if rnr_retry_count.is_null() {
+        return DOCA_ERROR_INVALID_VALUE;
+    }
+    let Some(count) = world().rdmas.get(&(rdma as H)).map(|r| r.rnr_retry_count) else {
+        return DOCA_ERROR_INVALID_VALUE;
+    };
+    // SAFETY: checked non-null; writable per the contract.
+    unsafe { *rnr_retry_count = count };
+    DOCA_SUCCESS
 }
 
 #[no_mangle]

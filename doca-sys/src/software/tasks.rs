@@ -818,7 +818,34 @@ pub(crate) unsafe extern "C" fn doca_task_set_user_data(
 
 #[no_mangle]
 pub(crate) unsafe extern "C" fn doca_task_submit(task: *mut doca_task) -> doca_error_t {
-    world().submit(task as H)
+    // The default submit behaviour is a flush (doca_pe.h: enum doca_task_submit_flag).
+    world().submit("doca_task_submit", task as H, true)
+}
+
+/// The flags `doca_task_submit_ex` knows.
+const SUBMIT_FLAGS: u32 = DOCA_TASK_SUBMIT_FLAG_FLUSH | DOCA_TASK_SUBMIT_FLAG_OPTIMIZE_REPORTS;
+
+#[no_mangle]
+pub(crate) unsafe extern "C" fn doca_task_submit_ex(
+    task: *mut doca_task,
+    flags: u32,
+) -> doca_error_t {
+    let h = task as H;
+    if flags & !SUBMIT_FLAGS != 0 {
+        // Stricter choice: DOCA defines only the bits of enum doca_task_submit_flag.
+        violation(format!(
+            "doca_task_submit_ex(task {h:#x}): unknown flag bits {:#x}; refused",
+            flags & !SUBMIT_FLAGS
+        ));
+        return DOCA_ERROR_INVALID_VALUE;
+    }
+    // OPTIMIZE_REPORTS only allows DOCA to report completions together: the provider reports
+    // each one as usual.
+    world().submit(
+        "doca_task_submit_ex",
+        h,
+        flags & DOCA_TASK_SUBMIT_FLAG_FLUSH != 0,
+    )
 }
 
 /// Bytes of data a (non-NULL) buffer describes.
@@ -827,11 +854,14 @@ fn data_len(w: &World, buf: H) -> usize {
 }
 
 impl World {
-    fn submit(&mut self, task: H) -> doca_error_t {
+    /// `doca_task_submit` (`flush`) and `doca_task_submit_ex`: validates and accepts the task
+    /// (DOCA owns it from here on); with `flush`, starts every unflushed task of its context
+    /// and then this one (one doorbell), otherwise leaves it unflushed.
+    fn submit(&mut self, function: &str, task: H, flush: bool) -> doca_error_t {
         // `doca_task_submit` does not validate the task: an invalid one is undefined on DOCA.
         // The provider refuses it (INVALID_VALUE) and records the call.
         let invalid = |why: &str| {
-            violation(format!("doca_task_submit(task {task:#x}): {why}"));
+            violation(format!("{function}(task {task:#x}): {why}"));
             DOCA_ERROR_INVALID_VALUE
         };
         let Some(t) = self.tasks.get(&task) else {
@@ -839,7 +869,7 @@ impl World {
         };
         if t.phase != Phase::Idle {
             violation(format!(
-                "doca_task_submit(task {task:#x}): the task is already submitted"
+                "{function}(task {task:#x}): the task is already submitted"
             ));
             return DOCA_ERROR_IN_USE;
         }
@@ -872,7 +902,6 @@ impl World {
         if empty_source || short_target {
             return DOCA_ERROR_INVALID_VALUE;
         }
-        let conn_state = self.conn_state(conn);
         if conn.is_some_and(|c| !self.conn_ready(c)) {
             // Not established as this side knows it (its established callback not delivered,
             // or `doca_rdma_connect` not called), or disconnected.
@@ -889,15 +918,65 @@ impl World {
         (t.res_len, t.res_opcode, t.res_imm, t.res_conn) = (0, 0, 0, 0);
         let r = self.rdmas.get_mut(&rdma).expect("checked");
         r.inflight += 1;
-        super::counters::submitted(r.dev);
+        counters::submitted(r.dev);
+        if let Some(conn) = conn {
+            // Outstanding from now on: an error or a disconnection of the connection completes
+            // it (once), flushed to the hardware or not.
+            self.conns
+                .get_mut(&conn)
+                .expect("checked")
+                .outstanding
+                .push(task);
+        }
+        let r = self.rdmas.get_mut(&rdma).expect("checked");
+        if !flush {
+            r.unflushed.push(task);
+            return DOCA_SUCCESS;
+        }
+        counters::doorbell(r.dev);
+        let earlier = std::mem::take(&mut r.unflushed);
+        for t in earlier.into_iter().chain([task]) {
+            self.start(t);
+        }
+        DOCA_SUCCESS
+    }
 
+    /// `doca_ctx_flush_tasks` of a context that is not idle: starts its unflushed tasks in
+    /// submission order, one doorbell for all of them (none when there are none).
+    pub(super) fn flush_unflushed(&mut self, rdma: H) {
+        let Some(r) = self.rdmas.get_mut(&rdma) else {
+            return;
+        };
+        if r.unflushed.is_empty() {
+            return;
+        }
+        counters::doorbell(r.dev);
+        for task in std::mem::take(&mut r.unflushed) {
+            self.start(task);
+        }
+    }
+
+    /// Hands an accepted task to the "hardware": posts a receive, queues a send-like task for
+    /// a receive on the peer, or performs a one-sided operation. A task completed meanwhile
+    /// (its connection failed or was disconnected while it waited for a flush) is skipped.
+    fn start(&mut self, task: H) {
+        let Some(t) = self
+            .tasks
+            .get(&task)
+            .filter(|t| t.phase == Phase::Submitted)
+        else {
+            return;
+        };
+        let (kind, rdma, conn) = (t.kind, t.rdma, t.conn);
         let Some(conn) = conn else {
             // A receive: post it, then let waiting sends of any connection's peer match it.
-            let r = self.rdmas.get_mut(&rdma).expect("checked");
+            let Some(r) = self.rdmas.get_mut(&rdma) else {
+                return;
+            };
             r.recvs.push_back(task);
             // Only peers with a send waiting (usually none anywhere: nothing to look at).
             if self.contexts_with_waiting_sends == 0 {
-                return DOCA_SUCCESS;
+                return;
             }
             let r = self.rdmas.get(&rdma).expect("checked");
             let peers: Vec<H> = r
@@ -909,16 +988,11 @@ impl World {
             for peer in peers {
                 self.try_deliver(peer);
             }
-            return DOCA_SUCCESS;
+            return;
         };
-        self.conns
-            .get_mut(&conn)
-            .expect("checked")
-            .outstanding
-            .push(task);
-        if conn_state != Some(ConnState::Established) {
+        if self.conn_state(Some(conn)) != Some(ConnState::Established) {
             self.complete(task, ERR_FLUSH);
-            return DOCA_SUCCESS;
+            return;
         }
         // Out of band, the peer may not have called `doca_rdma_connect` yet: its queue pair is
         // not ready, the packets are dropped and retried until the retry budget runs out, and
@@ -927,12 +1001,20 @@ impl World {
         if c.oob && self.conn_state(c.peer) != Some(ConnState::Established) {
             self.complete(task, ERR_TASK);
             self.conn_error(conn);
-            return DOCA_SUCCESS;
+            return;
         }
         match kind {
             Kind::Send | Kind::SendImm | Kind::WriteImm => {
-                self.tasks.get_mut(&task).expect("checked").deadline =
-                    Some(Instant::now() + rnr_timeout());
+                let (dev, retries) = self
+                    .rdmas
+                    .get(&rdma)
+                    .map(|r| (r.dev, r.rnr_retry_count))
+                    .expect("a submitted task's context exists");
+                // One receiver-not-ready timer period per try: the first and `retries` more,
+                // without end for 7 (InfiniBand's "retry forever").
+                self.tasks.get_mut(&task).expect("checked").deadline = (retries
+                    < super::rdma::RNR_RETRY_FOREVER)
+                    .then(|| Instant::now() + rnr_timeout() * (u32::from(retries) + 1));
                 self.conns
                     .get_mut(&conn)
                     .expect("checked")
@@ -941,6 +1023,8 @@ impl World {
                 self.try_deliver(conn);
                 let c = self.conns.get(&conn).expect("checked");
                 if !c.pending.is_empty() {
+                    // This send (the newest) found no receive on the peer.
+                    counters::rnr_wait(dev);
                     self.set_sends_wait(c.rdma, true);
                 }
             }
@@ -952,7 +1036,6 @@ impl World {
                 }
             }
         }
-        DOCA_SUCCESS
     }
 
     /// Moves the waiting sends of `conn` into receives posted on its peer, oldest first.
