@@ -111,8 +111,13 @@ pub struct Counters {
     /// posted on the peer when they started, and so waited for one (receiver not ready: on
     /// hardware, a NAK and a retry after the RNR timer).
     pub rnr_waits: u64,
+    /// Receiver-not-ready retries: timer periods (`DOCA_SYS_SW_RNR_TIMEOUT_MS`) that ended
+    /// with a send still waiting and a retry left, so it tried again (on hardware, another
+    /// transmission and NAK). A send makes at most `rnr_retry_count` of them, unbounded for 7.
+    pub rnr_retries: u64,
     /// Send-like tasks that failed because no receive was posted on the peer within their
-    /// retry budget (`doca_rdma_set_rnr_retry_count`), taking their connection to error.
+    /// retry budget (`doca_rdma_set_rnr_retry_count`: `rnr_retry_count + 1` timer periods),
+    /// taking their connection to error.
     pub rnr_failures: u64,
 }
 
@@ -131,6 +136,7 @@ impl Counters {
             task_submissions: self.task_submissions - earlier.task_submissions,
             doorbells: self.doorbells - earlier.doorbells,
             rnr_waits: self.rnr_waits - earlier.rnr_waits,
+            rnr_retries: self.rnr_retries - earlier.rnr_retries,
             rnr_failures: self.rnr_failures - earlier.rnr_failures,
         }
     }

@@ -3626,3 +3626,261 @@ fn pe_serves_every_context_connected_to_it() {
         ok(doca_dev_close(dev));
     }
 }
+
+// ------------------------------------------------------------------------------------------
+// DOCA 3.x: receiver-not-ready retries, inventory growth, submission without a doorbell
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn rdma_set_rnr_retry_count_idle_only_and_3_bits() {
+    let side = idle_side();
+    let mut count = 0xff;
+    // SAFETY: a live context; out-pointer to a local, or NULL on purpose.
+    unsafe {
+        assert_eq!(
+            doca_rdma_set_rnr_retry_count(null_mut(), 1),
+            DOCA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            doca_rdma_get_rnr_retry_count(null(), &mut count),
+            DOCA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            doca_rdma_get_rnr_retry_count(side.rdma, null_mut()),
+            DOCA_ERROR_INVALID_VALUE
+        );
+        ok(doca_rdma_get_rnr_retry_count(side.rdma, &mut count));
+        assert_eq!(count, 0, "never set: no retry (provider's choice)");
+        assert_eq!(
+            doca_rdma_set_rnr_retry_count(side.rdma, 8),
+            DOCA_ERROR_INVALID_VALUE,
+            "the InfiniBand field is 3 bits (stricter choice)"
+        );
+        ok(doca_rdma_set_rnr_retry_count(side.rdma, 7));
+        ok(doca_rdma_get_rnr_retry_count(side.rdma, &mut count));
+        assert_eq!(count, 7);
+        side.start();
+        assert_eq!(
+            doca_rdma_set_rnr_retry_count(side.rdma, 3),
+            DOCA_ERROR_BAD_STATE
+        );
+        ok(doca_rdma_get_rnr_retry_count(side.rdma, &mut count));
+        assert_eq!(count, 7, "readable while running, unchanged");
+    }
+}
+
+#[test]
+fn buf_inventory_expand_grows_a_started_inventory() {
+    let side = Side::new(Config::default());
+    let mut inv = null_mut();
+    // SAFETY: an inventory created here, over the side's live mmap.
+    unsafe {
+        assert_eq!(
+            doca_buf_inventory_expand(null_mut(), 1),
+            DOCA_ERROR_INVALID_VALUE
+        );
+        ok(doca_buf_inventory_create(1, &mut inv));
+        assert_eq!(
+            doca_buf_inventory_expand(inv, 1),
+            DOCA_ERROR_BAD_STATE,
+            "not started"
+        );
+        ok(doca_buf_inventory_start(inv));
+        ok(get_buf(inv, &side, 0, 8));
+        assert_eq!(get_buf(inv, &side, 8, 8), DOCA_ERROR_NO_MEMORY, "full");
+        assert_eq!(
+            doca_buf_inventory_expand(inv, 0),
+            DOCA_ERROR_INVALID_VALUE,
+            "nothing to add (stricter choice)"
+        );
+        assert_eq!(
+            doca_buf_inventory_expand(inv, u32::MAX),
+            DOCA_ERROR_INVALID_VALUE,
+            "more elements than a uint32_t count (stricter choice)"
+        );
+        // Expanded while a buffer is out: the new elements serve the next retrievals.
+        ok(doca_buf_inventory_expand(inv, 2));
+        ok(get_buf(inv, &side, 8, 8));
+        ok(get_buf(inv, &side, 16, 8));
+        assert_eq!(get_buf(inv, &side, 24, 8), DOCA_ERROR_NO_MEMORY);
+        ok(doca_buf_inventory_stop(inv));
+        assert_eq!(doca_buf_inventory_expand(inv, 1), DOCA_ERROR_BAD_STATE);
+    }
+}
+
+/// Allocates a write task of `side` (not submitted).
+fn alloc_write(
+    side: &Side,
+    conn: *mut doca_rdma_connection,
+    src: *mut doca_buf,
+    dst: *mut doca_buf,
+) -> *mut doca_task {
+    let mut task = null_mut();
+    // SAFETY: a live running context, connection and buffers; out-pointer to a local.
+    unsafe {
+        ok(doca_rdma_task_write_allocate_init(
+            side.rdma, conn, src, dst, ND, &mut task,
+        ));
+        doca_rdma_task_write_as_task(task)
+    }
+}
+
+/// Allocates a send task of `side` (not submitted).
+fn alloc_send(side: &Side, conn: *mut doca_rdma_connection, src: *mut doca_buf) -> *mut doca_task {
+    let mut task = null_mut();
+    // SAFETY: a live running context, connection and buffer; out-pointer to a local.
+    unsafe {
+        ok(doca_rdma_task_send_allocate_init(
+            side.rdma, conn, src, ND, &mut task,
+        ));
+        doca_rdma_task_send_as_task(task)
+    }
+}
+
+/// Allocates a receive task of `side` (not submitted).
+fn alloc_recv(side: &Side, dst: *mut doca_buf) -> *mut doca_task {
+    let mut task = null_mut();
+    // SAFETY: a live running context and buffer; out-pointer to a local.
+    unsafe {
+        ok(doca_rdma_task_receive_allocate_init(
+            side.rdma, dst, ND, &mut task,
+        ));
+        doca_rdma_task_receive_as_task(task)
+    }
+}
+
+#[test]
+fn task_submit_ex_holds_tasks_until_a_flush() {
+    let mut a = Side::new(Config::default());
+    let b = Side::new(Config::default());
+    let (aconn, _) = oob_pair(&a, &b);
+    let remote = a.import_mmap(&b.export_mmap());
+    a.write_bytes(0, &[1; 8]);
+    a.write_bytes(8, &[2; 8]);
+    let w1 = alloc_write(
+        &a,
+        aconn,
+        a.buf(0, 8, 8),
+        a.remote_buf(remote, b.addr(0), 64, 0),
+    );
+    let w2 = alloc_write(
+        &a,
+        aconn,
+        a.buf(8, 8, 8),
+        a.remote_buf(remote, b.addr(64), 64, 0),
+    );
+    let (e1, e2) = (Ev::Ok(w1 as usize), Ev::Ok(w2 as usize));
+    // SAFETY: live tasks of a running context.
+    unsafe {
+        // Accepted (DOCA owns them) but not started: no data moves, nothing completes.
+        ok(doca_task_submit_ex(w1, DOCA_TASK_SUBMIT_FLAG_NONE));
+        ok(doca_task_submit_ex(
+            w2,
+            DOCA_TASK_SUBMIT_FLAG_OPTIMIZE_REPORTS,
+        ));
+        assert!(!a.progress(), "no completion before a flush");
+        assert_eq!(b.bytes(0, 8), [0; 8], "no data moved before a flush");
+        assert_eq!(
+            doca_task_submit_ex(w1, DOCA_TASK_SUBMIT_FLAG_FLUSH),
+            DOCA_ERROR_IN_USE,
+            "an unflushed task is submitted"
+        );
+        assert!(violated("doca_task_submit_ex", w1 as usize));
+
+        // The context-level flush starts them in submission order.
+        doca_ctx_flush_tasks(a.ctx);
+        assert_eq!(wait_events(&[&a], &a, 2), [e1.clone(), e2.clone()]);
+        assert_eq!(b.bytes(0, 8), [1; 8]);
+        assert_eq!(b.bytes(64, 8), [2; 8]);
+
+        // A submit with FLUSH takes the earlier unflushed tasks along, before itself.
+        ok(doca_task_submit_ex(w1, DOCA_TASK_SUBMIT_FLAG_NONE));
+        assert!(!a.progress());
+        ok(doca_task_submit_ex(
+            w2,
+            DOCA_TASK_SUBMIT_FLAG_FLUSH | DOCA_TASK_SUBMIT_FLAG_OPTIMIZE_REPORTS,
+        ));
+        assert_eq!(wait_events(&[&a], &a, 2), [e1.clone(), e2.clone()]);
+
+        // doca_task_submit flushes as well (the default submit behaviour).
+        ok(doca_task_submit_ex(w1, DOCA_TASK_SUBMIT_FLAG_NONE));
+        ok(doca_task_submit(w2));
+        assert_eq!(wait_events(&[&a], &a, 2), [e1, e2]);
+
+        // Unknown flag bits: refused and recorded; the caller keeps the task.
+        assert_eq!(doca_task_submit_ex(w1, 1 << 2), DOCA_ERROR_INVALID_VALUE);
+        assert!(doca_sys::software::violations()
+            .iter()
+            .any(|v| v.starts_with("doca_task_submit_ex") && v.contains("unknown flag bits")));
+        doca_ctx_flush_tasks(a.ctx);
+        assert!(!a.progress(), "the refused task was not accepted");
+        a.free(w1);
+        assert!(!violated("doca_task_free", w1 as usize));
+    }
+}
+
+#[test]
+fn unflushed_tasks_end_with_their_connection_or_context() {
+    let server = Side::new(Config::default());
+    let client = Side::new(Config::default());
+    let (cconn, sconn) = cm_pair(&server, &client, 18991);
+    let posted = server.post_recv(server.buf(0, 64, 0));
+    let send = alloc_send(&client, cconn, client.buf(0, 8, 8));
+    // SAFETY: live tasks, connections and contexts.
+    unsafe {
+        ok(doca_task_submit_ex(send, DOCA_TASK_SUBMIT_FLAG_NONE));
+        assert!(
+            !client.progress() && !server.progress(),
+            "the send waits for a flush"
+        );
+
+        // Disconnecting completes the unflushed send (once); a later flush finds nothing.
+        ok(doca_rdma_connection_disconnect(cconn));
+        assert_eq!(
+            wait_events(&[&client], &client, 1),
+            [Ev::Err(send as usize, DOCA_ERROR_CONNECTION_ABORTED)]
+        );
+        doca_ctx_flush_tasks(client.ctx);
+        assert!(!client.progress(), "completed once");
+        assert!(!violated("doca_ctx_flush_tasks", client.ctx as usize));
+        assert_eq!(
+            wait_events(&[&server], &server, 1),
+            [Ev::Disconnect(sconn as usize)]
+        );
+        ok(doca_rdma_connection_disconnect(sconn));
+
+        // Stopping completes an unflushed receive (once), with the posted one.
+        let unflushed = alloc_recv(&server, server.buf(64, 64, 0));
+        ok(doca_task_submit_ex(unflushed, DOCA_TASK_SUBMIT_FLAG_NONE));
+        assert_eq!(doca_ctx_stop(server.ctx), DOCA_ERROR_IN_PROGRESS);
+        server.progress();
+        assert_eq!(
+            server.take(),
+            [
+                Ev::Err(posted as usize, DOCA_ERROR_CONNECTION_ABORTED),
+                Ev::Err(unflushed as usize, DOCA_ERROR_CONNECTION_ABORTED),
+                Ev::State(DOCA_CTX_STATE_RUNNING, DOCA_CTX_STATE_STOPPING),
+            ]
+        );
+        server.free(posted);
+        server.free(unflushed);
+        server.progress();
+        assert_eq!(server.state(), DOCA_CTX_STATE_IDLE);
+    }
+}
+
+#[test]
+fn ctx_flush_tasks_needs_a_context_that_is_not_idle() {
+    let running = Side::new(Config::default());
+    let idle = idle_side();
+    // SAFETY: live contexts, or NULL on purpose (recorded, nothing else happens).
+    unsafe {
+        doca_ctx_flush_tasks(running.ctx);
+        assert!(!running.progress(), "nothing to flush");
+        assert!(!violated("doca_ctx_flush_tasks", running.ctx as usize));
+        doca_ctx_flush_tasks(idle.ctx);
+        assert!(violated("doca_ctx_flush_tasks", idle.ctx as usize));
+        doca_ctx_flush_tasks(null_mut());
+        assert!(violated("doca_ctx_flush_tasks", 0));
+    }
+}

@@ -26,6 +26,7 @@ struct DeviceCounters {
     task_submissions: AtomicU64,
     doorbells: AtomicU64,
     rnr_waits: AtomicU64,
+    rnr_retries: AtomicU64,
     rnr_failures: AtomicU64,
 }
 
@@ -42,6 +43,7 @@ impl DeviceCounters {
             task_submissions: AtomicU64::new(0),
             doorbells: AtomicU64::new(0),
             rnr_waits: AtomicU64::new(0),
+            rnr_retries: AtomicU64::new(0),
             rnr_failures: AtomicU64::new(0),
         }
     }
@@ -58,6 +60,7 @@ impl DeviceCounters {
             task_submissions: self.task_submissions.load(Relaxed),
             doorbells: self.doorbells.load(Relaxed),
             rnr_waits: self.rnr_waits.load(Relaxed),
+            rnr_retries: self.rnr_retries.load(Relaxed),
             rnr_failures: self.rnr_failures.load(Relaxed),
         }
     }
@@ -129,6 +132,14 @@ pub(super) fn doorbell(dev: H) {
 pub(super) fn rnr_wait(dev: H) {
     if let Some(c) = of(dev) {
         c.rnr_waits.fetch_add(1, Relaxed);
+    }
+}
+
+/// A receiver-not-ready timer period of a waiting send of a context on `dev` ended with a
+/// retry left: it tries again.
+pub(super) fn rnr_retry(dev: H) {
+    if let Some(c) = of(dev) {
+        c.rnr_retries.fetch_add(1, Relaxed);
     }
 }
 

@@ -75,8 +75,21 @@
 //!   above: `NOT_CONNECTED` before.
 //! - A send (also send-with-immediate and write-with-immediate) is matched with the oldest
 //!   receive posted on the peer context (receives match any connection). If none is posted,
-//!   the send waits up to `DOCA_SYS_SW_RNR_TIMEOUT_MS` milliseconds (default 20, checked in
-//!   the sender's progress) for one, then fails (receiver not ready).
+//!   it is receiver-not-ready: it tries again once per timer period of
+//!   `DOCA_SYS_SW_RNR_TIMEOUT_MS` milliseconds (default 20, checked in the sender's progress),
+//!   and fails when `rnr_retry_count + 1` periods ended without a receive
+//!   (`doca_rdma_set_rnr_retry_count` of the sending context, 0 until set: one period; 7:
+//!   it waits until a receive comes or the connection ends, as verbs' `rnr_retry = 7`).
+//!   Values above 7 are `INVALID_VALUE`.
+//! - `doca_task_submit_ex` without `DOCA_TASK_SUBMIT_FLAG_FLUSH` accepts a task (same checks
+//!   and codes as `doca_task_submit`; DOCA owns it) but does not start it: no data moves, no
+//!   receive is posted, nothing completes, until a later submit with `FLUSH` on the same
+//!   context (earlier tasks start first, in submission order) or `doca_ctx_flush_tasks`.
+//!   `doca_task_submit` is a submit with `FLUSH`. A disconnection, an error of the task's
+//!   connection or `doca_ctx_stop` completes unflushed tasks like any other (once).
+//!   `OPTIMIZE_REPORTS` is accepted and changes nothing; unknown flag bits are
+//!   `INVALID_VALUE` (and a violation). `doca_ctx_flush_tasks` on an idle or unknown context
+//!   is a violation.
 //! - "No data" is a NULL buffer (DOCA documents it for send, send-with-immediate, receive,
 //!   read and write); a non-NULL source with an empty data section is refused at submit
 //!   (`INVALID_VALUE`). Atomics act on the first 8 bytes of the destination's data (fewer:
@@ -109,7 +122,8 @@
 //! permission (`NOT_PERMITTED`) and the device added (`NOT_FOUND`); its descriptor is for that
 //! device and names it (one per device). A buffer inventory gives
 //! `NO_MEMORY` when all its buffers are out; it can be stopped with buffers out (no more can
-//! be taken). `doca_buf_dec_refcount` reports the count before the call; released descriptors
+//! be taken). `doca_buf_inventory_expand` grows a started inventory (`BAD_STATE` otherwise;
+//! 0 elements or a total above `u32::MAX` is `INVALID_VALUE`), buffers out or not. `doca_buf_dec_refcount` reports the count before the call; released descriptors
 //! are reused.
 //!
 //! # Progress engine
@@ -117,7 +131,8 @@
 //! them, one callback per call (in queue order): progress until it returns 0.
 //! `doca_pe_get_notification_handle` returns an eventfd. After `doca_pe_request_notification`
 //! it becomes readable as soon as a **task completion** is pending (at once if one already
-//! is, including a receiver-not-ready deadline that expires later); `doca_pe_clear_notification`
+//! is, including a receiver-not-ready timer period that ends later: each retry of a waiting
+//! send wakes it once); `doca_pe_clear_notification`
 //! drains it. Connection events and state changes never signal it: `doca_pe_progress`
 //! delivers them when called.
 //!
@@ -384,7 +399,11 @@ struct Task {
     phase: Phase,
     /// A completion was delivered since the last submission (result getters are defined).
     completed: bool,
+    /// While a send-like task waits for a receive on the peer: when its current receiver-not-
+    /// ready timer period ends.
     deadline: Option<Instant>,
+    /// Receiver-not-ready retries it has left after the current period (`None`: forever).
+    rnr_retries_left: Option<u8>,
     res_len: u32,
     res_opcode: u32,
     res_imm: u32,

@@ -171,7 +171,8 @@ impl World {
             }
             return;
         }
-        // Receiver not ready: fail the sends whose deadline passed.
+        // Receiver not ready: the oldest waiting send of each connection whose timer period
+        // ended retries (a new period) or, with no retry left, fails.
         let mut i = 0;
         let mut waiting = false;
         while let Some(conn) = self
@@ -192,12 +193,22 @@ impl World {
                         .is_some_and(|d| d <= *now.get_or_insert_with(Instant::now))
                 })
                 .copied();
-            if let Some(task) = expired {
-                if let Some(r) = self.rdmas.get(&ctx) {
-                    counters::rnr_failure(r.dev);
+            let Some(task) = expired else {
+                continue;
+            };
+            let dev = self.rdmas.get(&ctx).expect("checked above").dev;
+            let t = self.tasks.get_mut(&task).expect("a waiting send exists");
+            match t.rnr_retries_left {
+                Some(0) => {
+                    counters::rnr_failure(dev);
+                    self.complete(task, ERR_TASK);
+                    self.conn_error(conn);
                 }
-                self.complete(task, ERR_TASK);
-                self.conn_error(conn);
+                left => {
+                    t.rnr_retries_left = left.map(|n| n - 1);
+                    t.deadline = now.map(|n| n + rnr_timeout());
+                    counters::rnr_retry(dev);
+                }
             }
         }
         if !waiting {

@@ -137,6 +137,7 @@ unsafe fn allocate(
             phase: Phase::Idle,
             completed: false,
             deadline: None,
+            rnr_retries_left: None,
             res_len: 0,
             res_opcode: 0,
             res_imm: 0,
@@ -1010,11 +1011,11 @@ impl World {
                     .get(&rdma)
                     .map(|r| (r.dev, r.rnr_retry_count))
                     .expect("a submitted task's context exists");
-                // One receiver-not-ready timer period per try: the first and `retries` more,
-                // without end for 7 (InfiniBand's "retry forever").
-                self.tasks.get_mut(&task).expect("checked").deadline = (retries
-                    < super::rdma::RNR_RETRY_FOREVER)
-                    .then(|| Instant::now() + rnr_timeout() * (u32::from(retries) + 1));
+                // One receiver-not-ready timer period per try: the first try, then
+                // `retries` more, without end for 7 (InfiniBand's "retry forever").
+                let t = self.tasks.get_mut(&task).expect("checked");
+                t.deadline = Some(Instant::now() + rnr_timeout());
+                t.rnr_retries_left = (retries < super::rdma::RNR_RETRY_FOREVER).then_some(retries);
                 self.conns
                     .get_mut(&conn)
                     .expect("checked")
