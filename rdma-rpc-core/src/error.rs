@@ -162,6 +162,17 @@ pub enum Error {
         /// The peer's version.
         theirs: u32,
     },
+    /// TLS could not be set up (`tls://`): a certificate, key or root that does not load, or
+    /// a handshake that either side refused (a certificate not signed by a trusted root, or
+    /// not for the name dialled; a client without the certificate the server requires; a peer
+    /// that does not speak TLS). `reason` names the cause and, where it can, what to change.
+    #[error("TLS {context}: {reason}")]
+    Tls {
+        /// What was being done (`handshake with tls://10.0.0.2:7470`, `loading server.pem`).
+        context: String,
+        /// Why it failed.
+        reason: String,
+    },
     /// The DOCA provider reported an error.
     #[error("DOCA call {call} failed: {name}")]
     Doca {
@@ -250,6 +261,10 @@ impl Error {
             Error::VersionMismatch { ours, theirs } => Error::VersionMismatch {
                 ours: *ours,
                 theirs: *theirs,
+            },
+            Error::Tls { context, reason } => Error::Tls {
+                context: context.clone(),
+                reason: reason.clone(),
             },
             Error::Doca { call, name, code } => Error::Doca {
                 call,

@@ -34,6 +34,7 @@ use std::sync::Arc;
 use crate::metadata::Metadata;
 use crate::service::EndpointDef;
 use crate::status::Status;
+use crate::transport::PeerIdentity;
 
 /// A call about to leave a client.
 #[derive(Debug)]
@@ -65,6 +66,7 @@ pub struct IncomingCall<'a> {
     pub(crate) service: &'static str,
     pub(crate) endpoint: &'a EndpointDef,
     pub(crate) peer: &'a str,
+    pub(crate) peer_identity: Option<&'a PeerIdentity>,
     pub(crate) metadata: &'a mut Metadata,
 }
 
@@ -82,6 +84,12 @@ impl IncomingCall<'_> {
     /// The client's address.
     pub fn peer(&self) -> &str {
         self.peer
+    }
+
+    /// Who the client proved to be: its certificate, over `tls://` with client certificates
+    /// (mutual TLS); `None` otherwise. See [`PeerIdentity`].
+    pub fn peer_identity(&self) -> Option<&PeerIdentity> {
+        self.peer_identity
     }
 
     /// The metadata the client sent.

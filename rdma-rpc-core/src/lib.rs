@@ -1,4 +1,5 @@
 #![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// Builder setters, one per configuration field: `name(value)` sets `self.config.name`.
 macro_rules! setters {
@@ -52,6 +53,7 @@ pub use service::{
 };
 pub use status::{Code, Status};
 pub use stream::{ChunkSink, Chunks, MessageSink, MessageStream, Streaming};
+pub use transport::PeerIdentity;
 
 /// Generates a service's code from a spec file at compile time, without a build script:
 /// `rdma_rpc_core::spec!("specs/kv_store.yaml");` (the path is relative to the crate's

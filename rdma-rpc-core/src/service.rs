@@ -17,7 +17,7 @@ use crate::protocol::mailbox::EndSignal;
 use crate::remote::RemoteMemory;
 use crate::server::ClientEvent;
 use crate::status::Status;
-use crate::transport::BoxFuture;
+use crate::transport::{BoxFuture, PeerIdentity};
 
 /// The operation of an endpoint, named from the client's side (as in doca-cpp).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -277,6 +277,7 @@ pub struct Request<T> {
     timeout: Option<Duration>,
     metadata: Metadata,
     peer: Option<Arc<str>>,
+    peer_identity: Option<Arc<PeerIdentity>>,
     remote: Option<RemoteMemory>,
     context: Option<CallContext>,
 }
@@ -289,6 +290,7 @@ impl<T> Request<T> {
             timeout: None,
             metadata: Metadata::new(),
             peer: None,
+            peer_identity: None,
             remote: None,
             context: None,
         }
@@ -341,6 +343,12 @@ impl<T> Request<T> {
         self.peer.as_deref()
     }
 
+    /// Who the client proved to be (server side): its certificate, over `tls://` with client
+    /// certificates (mutual TLS); `None` otherwise. See [`PeerIdentity`].
+    pub fn peer_identity(&self) -> Option<&PeerIdentity> {
+        self.peer_identity.as_deref()
+    }
+
     /// The connection's remote memory (server side): to use the [`RemoteBuf`]s of the request
     /// (read, write, atomics) and to offer memory of the server's own.
     ///
@@ -391,6 +399,7 @@ impl<T> Request<T> {
             timeout: raw.timeout,
             metadata: raw.metadata,
             peer: Some(raw.peer),
+            peer_identity: raw.peer_identity,
             remote: raw.remote,
             context: Some(raw.context),
         }
@@ -464,6 +473,8 @@ pub struct RawRequest {
     pub metadata: Metadata,
     /// The peer's address (shared by the calls of a connection).
     pub peer: Arc<str>,
+    /// Who the peer proved to be (mutual TLS), shared by the calls of a connection.
+    pub peer_identity: Option<Arc<PeerIdentity>>,
     /// The time the client has left, if it set a deadline.
     pub timeout: Option<Duration>,
     /// The connection's remote memory (see [`Request::remote_memory`]).

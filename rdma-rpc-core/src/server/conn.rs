@@ -29,6 +29,7 @@ use crate::service::RawRequest;
 use crate::service::StreamKind;
 use crate::status::Status;
 use crate::stream::{Setup, StreamCell};
+use crate::transport::PeerIdentity;
 use crate::transport::{Connection, Fencing};
 
 /// Receives a refused client's Hello may use: two of 1 KiB (a Hello is tens of bytes).
@@ -200,6 +201,7 @@ async fn run(
         stream_window: ack.stream_window,
         peer_stream_window: hello.stream_window,
         peer: Arc::from(channel.conn().peer()),
+        peer_identity: channel.conn().peer_identity(),
         remote,
     };
     let calls = InFlight::default();
@@ -533,6 +535,8 @@ struct Negotiated {
     peer_stream_window: u64,
     /// The client's address, shared by every call's request.
     peer: Arc<str>,
+    /// Who the client proved to be (TLS), shared by every call's request.
+    peer_identity: Option<Arc<PeerIdentity>>,
     /// Offers both ways on this connection.
     remote: RemoteMemory,
 }
@@ -551,6 +555,7 @@ fn start_call(
         stream_window,
         peer_stream_window,
         ref peer,
+        ref peer_identity,
         ref remote,
     }: &Negotiated,
 ) -> Result<(call::Call, Mailbox<ClientEvent>, Sender<ClientEvent>), Status> {
@@ -618,6 +623,7 @@ fn start_call(
             service: route.service.name(),
             endpoint: &ep,
             peer,
+            peer_identity: peer_identity.as_deref(),
             metadata: &mut metadata,
         };
         // A refusal is logged with the others, by the connection loop.
@@ -653,6 +659,7 @@ fn start_call(
             message: req.metadata,
             metadata,
             peer: peer.clone(),
+            peer_identity: peer_identity.clone(),
             timeout,
             remote: Some(remote.for_call(context.clone())),
             context,

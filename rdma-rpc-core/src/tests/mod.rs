@@ -94,6 +94,8 @@ mod service;
 mod sessions;
 mod stream_rules;
 mod streams;
+#[cfg(feature = "tls")]
+mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -151,6 +151,8 @@ pub(crate) struct TestService {
     pub(crate) saw_cancel: Arc<tokio::sync::watch::Sender<usize>>,
     /// `Request::max_response_len` as each handler saw it.
     pub(crate) max_response_seen: Arc<std::sync::Mutex<Vec<usize>>>,
+    /// `Request::peer_identity` as the last handler saw it.
+    pub(crate) identity_seen: Arc<std::sync::Mutex<Option<crate::PeerIdentity>>>,
 }
 
 /// Counts a handler's future dropped before it went past its wait.
@@ -176,6 +178,7 @@ impl Default for TestService {
             dropped: Arc::new(tokio::sync::watch::channel(0).0),
             saw_cancel: Arc::new(tokio::sync::watch::channel(0).0),
             max_response_seen: Arc::default(),
+            identity_seen: Arc::default(),
         }
     }
 }
@@ -230,6 +233,7 @@ impl TestService {
         if let Some(max) = request.max_response_len() {
             self.max_response_seen.lock().unwrap().push(max);
         }
+        *self.identity_seen.lock().unwrap() = request.peer_identity().cloned();
         if req.watch_cancel {
             let context = request.context().expect("server side").clone();
             let saw = self.saw_cancel.clone();

@@ -22,7 +22,9 @@
 //! Three transports implement the model, chosen by the address's scheme ([`transport_for`]):
 //! [`tcp`] (`tcp://host:port`, the software transport), [`mem`] (`mem://NAME`, two ends in
 //! one process with no I/O, to measure or test the framework alone) and, with the `doca`
-//! feature, `doca` (`doca://`, `doca+oob://`: DOCA RDMA).
+//! feature, `doca` (`doca://`, `doca+oob://`: DOCA RDMA). With the `tls` feature the software
+//! transport also runs inside TLS (`tls://host:port`, `tls::TlsTransport`): the same packets,
+//! encrypted and authenticated, and the peer's certificate as its [`PeerIdentity`].
 
 use std::fmt;
 use std::future::Future;
@@ -40,8 +42,14 @@ mod common;
 pub(crate) mod conformance;
 #[cfg(feature = "doca")]
 pub mod doca;
+mod identity;
 pub mod mem;
 pub mod tcp;
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub use tcp::tls;
+
+pub use identity::PeerIdentity;
 
 /// A boxed, `Send` future: what the object-safe transport traits return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -346,6 +354,12 @@ pub trait Connection: Send + Sync + fmt::Debug + 'static {
     /// The peer's address, for messages.
     fn peer(&self) -> &str;
 
+    /// Who the peer proved to be in the connection's handshake (its TLS certificate), if the
+    /// transport authenticates peers and this one presented a certificate.
+    fn peer_identity(&self) -> Option<Arc<PeerIdentity>> {
+        None
+    }
+
     /// Posts a receive buffer (needs [`Access::LOCAL_WRITE`]). Receives complete in the order
     /// they were posted.
     fn post_recv(&self, buf: RegisteredBuf) -> Result<()>;
@@ -518,15 +532,27 @@ pub trait Transport: Send + Sync + fmt::Debug {
 }
 
 /// The transport an address names: `tcp://` is the software transport,
-/// `mem://` the in-process transport, `doca://` and `doca+oob://` DOCA RDMA.
+/// `mem://` the in-process transport, `doca://` and `doca+oob://` DOCA RDMA. `tls://` needs
+/// certificates, which an address cannot carry: give the server or client a
+/// `tls::TlsTransport` (`ServerBuilder::transport`, `ClientBuilder::transport`).
 pub fn transport_for(addr: &str) -> Result<Arc<dyn Transport>> {
     match addr.split_once("://").map(|(scheme, _)| scheme) {
         Some("tcp") => Ok(Arc::new(tcp::TcpTransport::new())),
+        Some("tls") => Err(Error::InvalidAddress {
+            addr: addr.to_owned(),
+            reason: if cfg!(feature = "tls") {
+                "tls:// needs certificates: pass a transport::tls::TlsTransport to \
+                 ServerBuilder::transport or ClientBuilder::transport"
+                    .into()
+            } else {
+                "TLS is not built in (enable rdma-rpc-core's `tls` feature)".into()
+            },
+        }),
         None => Err(Error::InvalidAddress {
             addr: addr.to_owned(),
             reason: format!(
                 "no transport scheme: write tcp://{addr} for the software transport (or \
-                 mem://, doca://, doca+oob://)"
+                 tls://, mem://, doca://, doca+oob://)"
             ),
         }),
         Some("mem") => Ok(Arc::new(mem::MemTransport::new())),
@@ -539,7 +565,7 @@ pub fn transport_for(addr: &str) -> Result<Arc<dyn Transport>> {
         }),
         Some(other) => Err(Error::InvalidAddress {
             addr: addr.to_owned(),
-            reason: format!("unknown transport `{other}` (known: tcp, mem, doca, doca+oob)"),
+            reason: format!("unknown transport `{other}` (known: tcp, tls, mem, doca, doca+oob)"),
         }),
     }
 }

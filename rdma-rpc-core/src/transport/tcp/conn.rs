@@ -10,9 +10,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedRwLockReadGuard, RwLock};
 use tokio::task::AbortHandle;
 
@@ -22,8 +20,8 @@ use crate::error::{AccessViolation, Error, Result};
 use crate::memory::{Access, RegisteredBuf};
 use crate::transport::common::RecvQueue;
 use crate::transport::{
-    check_grant_range, BoxFuture, Connection, Descriptor, Fencing, Grant, RecvCompletion,
-    RecvOpcode, Revoke, SendData, WindowHandle,
+    check_grant_range, BoxFuture, Connection, Descriptor, Fencing, Grant, PeerIdentity,
+    RecvCompletion, RecvOpcode, Revoke, SendData, WindowHandle,
 };
 
 /// Socket buffer sizes of the reader and the writer: small packets are batched through them,
@@ -107,6 +105,8 @@ struct Packet {
 
 struct Shared {
     peer: String,
+    /// Who the peer proved to be (its TLS certificate), if it did.
+    identity: Option<Arc<PeerIdentity>>,
     config: Arc<TcpConfig>,
     state: Mutex<State>,
     windows: Mutex<HashMap<u32, Window>>,
@@ -282,13 +282,24 @@ impl Drop for TcpConnection {
 }
 
 impl TcpConnection {
-    pub(super) fn start(stream: TcpStream, peer: String, config: Arc<TcpConfig>) -> Arc<Self> {
-        let (rd, wr) = stream.into_split();
+    /// Starts the connection's reader and writer on the two halves of a stream that already
+    /// passed the preamble (a TCP socket's, or a TLS session's over one).
+    pub(super) fn start<R, W>(
+        (rd, wr): (R, W),
+        peer: String,
+        identity: Option<Arc<PeerIdentity>>,
+        config: Arc<TcpConfig>,
+    ) -> Arc<Self>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let (req_tx, req_rx) = mpsc::unbounded_channel();
         let (resp_tx, resp_rx) = mpsc::channel(RESPONSE_QUEUE);
         let (closed, _) = watch::channel(false);
         let shared = Arc::new(Shared {
             peer,
+            identity,
             config,
             state: Mutex::new(State {
                 error: None,
@@ -378,6 +389,10 @@ fn wait<T: Send + 'static>(
 impl Connection for TcpConnection {
     fn peer(&self) -> &str {
         &self.shared.peer
+    }
+
+    fn peer_identity(&self) -> Option<Arc<PeerIdentity>> {
+        self.shared.identity.clone()
     }
 
     fn fencing(&self) -> Fencing {
@@ -623,9 +638,9 @@ impl WindowHandle for TcpWindow {
     }
 }
 
-async fn writer(
+async fn writer<W: AsyncWrite + Unpin>(
     shared: Arc<Shared>,
-    wr: OwnedWriteHalf,
+    wr: W,
     mut requests: mpsc::UnboundedReceiver<Packet>,
     mut responses: mpsc::Receiver<Packet>,
     mut closed: watch::Receiver<bool>,
@@ -705,7 +720,10 @@ async fn deadline(
         .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
 }
 
-async fn write_packet(out: &mut BufWriter<OwnedWriteHalf>, packet: Packet) -> std::io::Result<()> {
+async fn write_packet<W: AsyncWrite + Unpin>(
+    out: &mut BufWriter<W>,
+    packet: Packet,
+) -> std::io::Result<()> {
     out.write_all(&packet.header.encode()).await?;
     match &packet.payload {
         Payload::None => Ok(()),
@@ -723,10 +741,8 @@ async fn write_packet(out: &mut BufWriter<OwnedWriteHalf>, packet: Packet) -> st
     }
 }
 
-type Reader = BufReader<OwnedReadHalf>;
-
 /// The serving loop; returns why the connection ended.
-async fn serve(shared: &Arc<Shared>, mut rd: Reader) -> Error {
+async fn serve<R: AsyncRead + Unpin>(shared: &Arc<Shared>, mut rd: BufReader<R>) -> Error {
     let mut raw = [0u8; HEADER_LEN];
     loop {
         if let Err(e) = rd.read_exact(&mut raw).await {
@@ -808,8 +824,8 @@ async fn take_posted(shared: &Shared, req: &Header) -> Result<RegisteredBuf> {
 /// # Safety
 /// The caller owns `buf` exclusively (or holds its window's write lock), and
 /// `offset + len <= buf.capacity()`.
-async unsafe fn read_into(
-    rd: &mut Reader,
+async unsafe fn read_into<R: AsyncRead + Unpin>(
+    rd: &mut BufReader<R>,
     buf: &RegisteredBuf,
     offset: usize,
     len: usize,
@@ -820,7 +836,11 @@ async unsafe fn read_into(
     deadline(limit, async { rd.read_exact(dst).await.map(drop) }).await
 }
 
-async fn handle(shared: &Arc<Shared>, rd: &mut Reader, h: Header) -> Result<()> {
+async fn handle<R: AsyncRead + Unpin>(
+    shared: &Arc<Shared>,
+    rd: &mut BufReader<R>,
+    h: Header,
+) -> Result<()> {
     let limit = shared.config.stall_timeout;
     let io = |e: std::io::Error| match e.kind() {
         std::io::ErrorKind::TimedOut => Error::Protocol {

@@ -7,15 +7,20 @@
 //! outgoing packets into the socket. Payloads move between the socket and registered memory
 //! directly (no staging copies).
 //!
-//! Addresses: `tcp://host:port` or `host:port`.
+//! Addresses: `tcp://host:port` or `host:port`. With the `tls` feature, `tls` runs the same
+//! packets inside TLS (`tls://host:port`): a layer between the socket and the packets, so
+//! everything above is this transport's.
 
 mod conn;
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub mod tls;
 mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::common::QueuedListener;
@@ -41,7 +46,8 @@ pub struct TcpConfig {
     /// connection fails, as a peer that does not read would otherwise make this side queue
     /// without bound. Default 4096.
     pub max_queued_sends: usize,
-    /// Time allowed for the connection preamble. Default 10 s.
+    /// Time allowed for the connection preamble, and over `tls://` for the TLS handshake
+    /// before it. Default 10 s.
     pub handshake_timeout: Duration,
     /// Longest one packet may stall on the socket, in either direction, before the
     /// connection fails: a peer that stops reading, or stops sending in the middle of a
@@ -63,10 +69,42 @@ impl Default for TcpConfig {
     }
 }
 
+/// What a socket carries the packets in: itself (`tcp://`), or a TLS session (`tls://`).
+#[derive(Debug, Clone, Default)]
+enum Layer {
+    #[default]
+    Plain,
+    #[cfg(feature = "tls")]
+    Tls(Arc<tls::TlsLayer>),
+}
+
+impl Layer {
+    fn scheme(&self) -> &'static str {
+        match self {
+            Layer::Plain => "tcp",
+            #[cfg(feature = "tls")]
+            Layer::Tls(_) => "tls",
+        }
+    }
+}
+
+/// Which end of a new socket this side is: TLS needs to know (and a client, the name it
+/// expects the server's certificate to carry).
+#[derive(Debug, Clone, Copy)]
+enum Side<'a> {
+    Accepted,
+    Connected {
+        /// The host dialled (what a server's certificate must name).
+        #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+        host: &'a str,
+    },
+}
+
 /// The software transport. Cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct TcpTransport {
     config: Arc<TcpConfig>,
+    layer: Layer,
 }
 
 impl TcpTransport {
@@ -79,6 +117,7 @@ impl TcpTransport {
     pub fn with_config(config: TcpConfig) -> TcpTransport {
         TcpTransport {
             config: Arc::new(config),
+            layer: Layer::Plain,
         }
     }
 
@@ -89,24 +128,70 @@ impl TcpTransport {
 
     /// Connects to `addr` and returns the concrete connection type.
     pub async fn connect_tcp(&self, addr: &str) -> Result<Arc<TcpConnection>> {
-        let hostport = strip_scheme(addr)?;
+        let scheme = self.layer.scheme();
+        let hostport = strip_scheme(addr, scheme)?;
         let stream = TcpStream::connect(hostport)
             .await
             .map_err(|e| Error::io(format!("connecting to {addr}"), e))?;
-        let peer = format!("tcp://{hostport}");
-        let stream = preamble(stream, &peer, self.config.handshake_timeout).await?;
-        Ok(TcpConnection::start(stream, peer, self.config.clone()))
+        let host = host_of(hostport);
+        let peer = format!("{scheme}://{hostport}");
+        establish(
+            &self.layer,
+            &self.config,
+            stream,
+            peer,
+            Side::Connected { host },
+        )
+        .await
     }
 }
 
-/// Accepts `tcp://host:port` and `host:port`.
-pub(crate) fn strip_scheme(addr: &str) -> Result<&str> {
+/// Turns a socket into a connection: TLS first if the layer says so, then the preamble, then
+/// the connection's tasks.
+async fn establish(
+    layer: &Layer,
+    config: &Arc<TcpConfig>,
+    stream: TcpStream,
+    peer: String,
+    side: Side<'_>,
+) -> Result<Arc<TcpConnection>> {
+    stream
+        .set_nodelay(true)
+        .map_err(|e| Error::io(format!("setting TCP_NODELAY for {peer}"), e))?;
+    let limit = config.handshake_timeout;
+    match layer {
+        Layer::Plain => {
+            let _ = side; // Plain TCP is the same at both ends.
+            let stream = preamble(stream, &peer, limit).await?;
+            let halves = stream.into_split();
+            Ok(TcpConnection::start(halves, peer, None, config.clone()))
+        }
+        #[cfg(feature = "tls")]
+        Layer::Tls(tls) => {
+            let (stream, identity) = tls.handshake(stream, side, &peer, limit).await?;
+            let stream = preamble(stream, &peer, limit)
+                .await
+                .map_err(|e| tls::explain(e, side, &peer))?;
+            let halves = tokio::io::split(stream);
+            Ok(TcpConnection::start(halves, peer, identity, config.clone()))
+        }
+    }
+}
+
+/// The host of `host:port` (without the brackets of an IPv6 address).
+fn host_of(hostport: &str) -> &str {
+    let host = hostport.rsplit_once(':').map_or(hostport, |(host, _)| host);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+/// Accepts `SCHEME://host:port` and `host:port`.
+pub(crate) fn strip_scheme<'a>(addr: &'a str, scheme: &str) -> Result<&'a str> {
     let rest = match addr.split_once("://") {
-        Some(("tcp", rest)) => rest,
-        Some((scheme, _)) => {
+        Some((given, rest)) if given == scheme => rest,
+        Some((given, _)) => {
             return Err(Error::InvalidAddress {
                 addr: addr.to_owned(),
-                reason: format!("the software transport takes tcp:// addresses, not {scheme}://"),
+                reason: format!("this transport takes {scheme}:// addresses, not {given}://"),
             })
         }
         None => addr,
@@ -117,21 +202,30 @@ pub(crate) fn strip_scheme(addr: &str) -> Result<&str> {
     {
         return Err(Error::InvalidAddress {
             addr: addr.to_owned(),
-            reason: "expected host:port (for example tcp://127.0.0.1:7470)".into(),
+            reason: format!("expected host:port (for example {scheme}://127.0.0.1:7470)"),
         });
     }
     Ok(rest)
 }
 
-async fn preamble(mut stream: TcpStream, peer: &str, limit: Duration) -> Result<TcpStream> {
-    stream
-        .set_nodelay(true)
-        .map_err(|e| Error::io(format!("setting TCP_NODELAY for {peer}"), e))?;
+async fn preamble<S>(mut stream: S, peer: &str, limit: Duration) -> Result<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut theirs = [0u8; wire::MAGIC.len()];
     let exchange = async {
         stream.write_all(&wire::MAGIC).await?;
-        let mut theirs = [0u8; 8];
-        stream.read_exact(&mut theirs).await?;
-        Ok::<_, std::io::Error>(theirs)
+        stream.flush().await?;
+        // By hand rather than `read_exact`: what came before an early close tells who the
+        // peer is (a TLS server's alert).
+        let mut got = 0;
+        while got < theirs.len() {
+            match stream.read(&mut theirs[got..]).await? {
+                0 => break,
+                n => got += n,
+            }
+        }
+        Ok::<_, std::io::Error>(got)
     };
     match tokio::time::timeout(limit, exchange).await {
         Err(_) => Err(Error::Protocol {
@@ -139,9 +233,16 @@ async fn preamble(mut stream: TcpStream, peer: &str, limit: Duration) -> Result<
             reason: format!("no transport preamble within {limit:?}"),
         }),
         Ok(Err(e)) => Err(Error::io(format!("transport preamble with {peer}"), e)),
-        Ok(Ok(theirs)) if theirs != wire::MAGIC => Err(Error::Protocol {
+        // Closed before the whole preamble, with nothing wrong in what came: gone, not hostile.
+        Ok(Ok(got)) if got < theirs.len() && wire::MAGIC.starts_with(&theirs[..got]) => {
+            Err(Error::io(
+                format!("transport preamble with {peer}"),
+                std::io::ErrorKind::UnexpectedEof.into(),
+            ))
+        }
+        Ok(Ok(got)) if theirs[..got] != wire::MAGIC => Err(Error::Protocol {
             peer: peer.to_owned(),
-            reason: "the peer is not an rdma-rpc software transport (bad preamble)".into(),
+            reason: wire::not_a_preamble(&theirs[..got]).into(),
         }),
         Ok(Ok(_)) => Ok(stream),
     }
@@ -151,22 +252,23 @@ impl Transport for TcpTransport {
     fn listen(&self, addr: &str) -> BoxFuture<'_, Result<Box<dyn Listener>>> {
         let addr = addr.to_owned();
         Box::pin(async move {
-            let listener = TcpListener::bind(strip_scheme(&addr)?)
+            let scheme = self.layer.scheme();
+            let listener = TcpListener::bind(strip_scheme(&addr, scheme)?)
                 .await
                 .map_err(|e| Error::io(format!("listening on {addr}"), e))?;
             let local = listener
                 .local_addr()
                 .map_err(|e| Error::io("reading the listener's address", e))?;
-            let config = self.config.clone();
-            let listener =
-                QueuedListener::start(listener, format!("tcp://{local}"), move |stream, from| {
-                    let config = config.clone();
-                    async move {
-                        let peer = format!("tcp://{from}");
-                        let stream = preamble(stream, &peer, config.handshake_timeout).await?;
-                        Ok(TcpConnection::start(stream, peer, config) as Arc<dyn Connection>)
-                    }
-                });
+            let (config, layer) = (self.config.clone(), self.layer.clone());
+            let local = format!("{scheme}://{local}");
+            let listener = QueuedListener::start(listener, local, move |stream, from| {
+                let (config, layer) = (config.clone(), layer.clone());
+                async move {
+                    let peer = format!("{scheme}://{from}");
+                    let conn = establish(&layer, &config, stream, peer, Side::Accepted).await?;
+                    Ok(conn as Arc<dyn Connection>)
+                }
+            });
             Ok(Box::new(listener) as Box<dyn Listener>)
         })
     }

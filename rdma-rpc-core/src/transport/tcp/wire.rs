@@ -8,6 +8,24 @@ pub(super) const MAGIC: [u8; 8] = *b"RDRPCt01";
 
 pub(super) const HEADER_LEN: usize = 56;
 
+/// Why `theirs`, the first bytes a peer sent (fewer than [`MAGIC`] if it then closed), is not
+/// the preamble: a peer that speaks TLS is named, since that is the likely mistake (a
+/// `tls://` client of a `tcp://` server sends a handshake record; a `tls://` server answers a
+/// `tcp://` client with an alert record and closes).
+pub(super) fn not_a_preamble(theirs: &[u8]) -> &'static str {
+    match theirs {
+        [0x16, 0x03, ..] => {
+            "the peer speaks TLS, this side does not: serve tls:// for a tls:// client \
+             (the peer is not an rdma-rpc software transport over plain TCP)"
+        }
+        [0x15, 0x03, ..] => {
+            "the peer answered with a TLS alert: it serves tls://, connect with tls:// \
+             (the peer is not an rdma-rpc software transport over plain TCP)"
+        }
+        _ => "the peer is not an rdma-rpc software transport (bad preamble)",
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
     /// Two-sided send; payload follows.

@@ -1,0 +1,470 @@
+//! The software transport inside TLS (`tls://`): the whole end-to-end suite with client
+//! certificates (mutual TLS), and what TLS adds: the identity a client proved, as
+//! interceptors and handlers see it, and the peers it refuses (an untrusted server, a client
+//! without the certificate required or with one from another CA, a peer that speaks no TLS),
+//! each with an error that names the cause. Certificates are made when the tests run.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, SanType,
+};
+
+// The suite's tests, for `tls_suite!` (as `mem.rs` takes them).
+use super::e2e::*;
+use super::ends::*;
+use super::fast_paths::*;
+use super::faults::*;
+use super::hostile::*;
+use super::malicious::*;
+use super::remote::*;
+use super::sessions::*;
+use super::stream_rules::*;
+use super::streams::*;
+
+use super::e2e::{all_operations_all_sizes, inbound, outbound, BLOB_READ, MSG_SEND};
+use super::{bounded, Backend, Harness};
+use crate::interceptor::IncomingCall;
+use crate::transport::tcp::TcpTransport;
+use crate::transport::tls::{ClientTlsConfig, Identity, Roots, ServerTlsConfig, TlsTransport};
+use crate::transport::Transport;
+use crate::{Client, Code, Error, PeerIdentity, ServerConfig, Status};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
+
+/// A certificate and its key, PEM.
+struct Pem {
+    cert: String,
+    key: String,
+}
+
+impl Pem {
+    fn identity(&self) -> Identity {
+        Identity::from_pem(&self.cert, &self.key).expect("a test identity")
+    }
+}
+
+/// Two certificate authorities and what they signed.
+struct Pki {
+    ca: String,
+    /// `localhost` and 127.0.0.1.
+    server: Pem,
+    /// `CN=client-a`, with a DNS name and a SPIFFE URI.
+    client_a: Pem,
+    /// `CN=client-b`, same CA.
+    client_b: Pem,
+    /// Another CA, which the servers and clients here do not trust.
+    rogue_ca: String,
+    rogue_server: Pem,
+    rogue_client: Pem,
+}
+
+fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
+    let mut params = CertificateParams::default();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
+}
+
+fn leaf(
+    issuer: &CertifiedIssuer<'static, KeyPair>,
+    name: &str,
+    names: Vec<SanType>,
+    usage: ExtendedKeyUsagePurpose,
+) -> Pem {
+    let mut params = CertificateParams::default();
+    params.distinguished_name.push(DnType::CommonName, name);
+    params
+        .distinguished_name
+        .push(DnType::OrganizationName, "rdma-rpc tests");
+    params.subject_alt_names = names;
+    params.extended_key_usages = vec![usage];
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, issuer).unwrap();
+    Pem {
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    }
+}
+
+fn pki() -> &'static Pki {
+    static PKI: OnceLock<Pki> = OnceLock::new();
+    PKI.get_or_init(|| {
+        let dns = |n: &str| SanType::DnsName(n.try_into().unwrap());
+        let server_names = || vec![dns("localhost"), SanType::IpAddress([127, 0, 0, 1].into())];
+        let client = |issuer, name: &str| {
+            let names = vec![
+                dns(&format!("{name}.example")),
+                SanType::URI(format!("spiffe://rdma-rpc.test/{name}").try_into().unwrap()),
+            ];
+            leaf(issuer, name, names, ExtendedKeyUsagePurpose::ClientAuth)
+        };
+        let (good, rogue) = (ca("rdma-rpc test CA"), ca("another CA"));
+        Pki {
+            ca: good.pem(),
+            server: leaf(
+                &good,
+                "server",
+                server_names(),
+                ExtendedKeyUsagePurpose::ServerAuth,
+            ),
+            client_a: client(&good, "client-a"),
+            client_b: client(&good, "client-b"),
+            rogue_ca: rogue.pem(),
+            rogue_server: leaf(
+                &rogue,
+                "server",
+                server_names(),
+                ExtendedKeyUsagePurpose::ServerAuth,
+            ),
+            rogue_client: client(&rogue, "client-a"),
+        }
+    })
+}
+
+fn roots(pem: &str) -> Roots {
+    Roots::from_pem(pem).expect("test roots")
+}
+
+/// A server that requires client certificates of the test CA.
+fn mtls_server() -> ServerTlsConfig {
+    ServerTlsConfig::new(pki().server.identity()).client_roots(roots(&pki().ca))
+}
+
+/// A client of the test CA, as `client-a`.
+fn client_a() -> ClientTlsConfig {
+    ClientTlsConfig::new(roots(&pki().ca)).identity(pki().client_a.identity())
+}
+
+fn backend_with(server: ServerTlsConfig, client: ClientTlsConfig) -> Backend {
+    Backend {
+        transport: Arc::new(TlsTransport::new(Some(server), Some(client)).expect("TLS transport")),
+        bind: "tls://127.0.0.1:0".into(),
+    }
+}
+
+/// Mutual TLS on loopback: a server of the test CA, its client `client-a`.
+fn b() -> Backend {
+    backend_with(mtls_server(), client_a())
+}
+
+/// The error of connecting to `h` with `transport` (which must fail).
+async fn refused_with(transport: Arc<dyn Transport>, addr: &str) -> Error {
+    Client::builder()
+        .transport(transport)
+        .connect(addr)
+        .await
+        .map(drop)
+        .expect_err("the connection must be refused")
+}
+
+fn tls_client(config: ClientTlsConfig) -> Arc<dyn Transport> {
+    Arc::new(TlsTransport::client(config).expect("TLS client"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_operations_all_sizes_byte_exact() {
+    let h = Harness::default_on(&b()).await;
+    bounded("all operations over TLS", all_operations_all_sizes(&h)).await;
+}
+
+/// Each test of the suite that takes a backend, over `tls://` with client certificates.
+macro_rules! tls_suite {
+    ($($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            bounded(stringify!($name), super::$name(&b())).await;
+        }
+    )*};
+}
+
+mod suite {
+    use super::*;
+
+    with_suite!(tls_suite);
+}
+
+/// What an interceptor saw of the client: its certificate's names.
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    common_name: Option<String>,
+    subject: String,
+    dns_names: Vec<String>,
+    uris: Vec<String>,
+}
+
+impl Seen {
+    fn of(identity: &PeerIdentity) -> Seen {
+        Seen {
+            common_name: identity.common_name().map(str::to_owned),
+            subject: identity.subject().to_owned(),
+            dns_names: identity.dns_names().to_vec(),
+            uris: identity.uris().to_vec(),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_certificate_is_the_identity_interceptors_and_handlers_see() {
+    let seen: Arc<Mutex<Vec<Option<Seen>>>> = Arc::default();
+    let h = Harness::start_built(&b(), ServerConfig::default(), |builder| {
+        let seen = seen.clone();
+        // Lets `client-a` in, and nobody else.
+        builder.interceptor(move |call: &mut IncomingCall<'_>| {
+            let identity = call.peer_identity();
+            seen.lock().unwrap().push(identity.map(Seen::of));
+            match identity.and_then(PeerIdentity::common_name) {
+                Some("client-a") => Ok(()),
+                other => Err(Status::new(
+                    Code::PermissionDenied,
+                    format!("{other:?} may not call"),
+                )),
+            }
+        })
+    })
+    .await;
+    bounded("identity", async {
+        let client = h.client().await;
+        let resp = inbound(&client, MSG_SEND, 100, 1)
+            .await
+            .expect("client-a's send");
+        assert!(resp.exact);
+        let expected = Seen {
+            common_name: Some("client-a".into()),
+            subject: "CN=client-a, O=rdma-rpc tests".into(),
+            dns_names: vec!["client-a.example".into()],
+            uris: vec!["spiffe://rdma-rpc.test/client-a".into()],
+        };
+        assert_eq!(seen.lock().unwrap().pop(), Some(Some(expected.clone())));
+        // The handler sees the same identity, with the certificate the client presented.
+        let handler_saw = h.service.identity_seen.lock().unwrap().clone();
+        let handler_saw = handler_saw.expect("the handler sees the client's identity");
+        assert_eq!(Seen::of(&handler_saw), expected);
+        let presented = CertificateDer::from_pem_slice(pki().client_a.cert.as_bytes()).unwrap();
+        assert_eq!(handler_saw.certificate(), &presented[..]);
+        assert_eq!(handler_saw.chain().len(), 1);
+
+        // Every call of the connection carries it: a read too.
+        let data = outbound(&client, BLOB_READ, 5000, 2).await.expect("read");
+        assert_eq!(data.len(), 5000);
+        assert_eq!(seen.lock().unwrap().pop(), Some(Some(expected.clone())));
+
+        // Another client of the same CA connects (TLS lets it in) but the interceptor refuses
+        // its calls, naming it; the handler never runs.
+        let config = ClientTlsConfig::new(roots(&pki().ca)).identity(pki().client_b.identity());
+        let other = Client::builder()
+            .transport(tls_client(config))
+            .connect(&h.addr)
+            .await
+            .expect("client-b connects");
+        let runs = h
+            .service
+            .inbound_runs
+            .load(std::sync::atomic::Ordering::SeqCst);
+        let err = inbound(&other, MSG_SEND, 10, 3).await.unwrap_err();
+        assert_eq!(err.code(), Code::PermissionDenied, "{err}");
+        assert!(err.message().contains("client-b"), "{err}");
+        let seen_b = seen.lock().unwrap().pop().flatten().expect("client-b seen");
+        assert_eq!(seen_b.dns_names, ["client-b.example"]);
+        let after = h
+            .service
+            .inbound_runs
+            .load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(after, runs);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_client_certificates_calls_carry_no_identity() {
+    // A server that asks for none, and one that lets clients without one in.
+    let servers = [
+        ServerTlsConfig::new(pki().server.identity()),
+        mtls_server().client_certificate_optional(true),
+    ];
+    for server in servers {
+        let client = ClientTlsConfig::new(roots(&pki().ca));
+        let h = Harness::default_on(&backend_with(server, client)).await;
+        bounded("no identity", async {
+            let client = h.client().await;
+            assert!(inbound(&client, MSG_SEND, 64, 1).await.unwrap().exact);
+            assert!(h.service.identity_seen.lock().unwrap().is_none());
+        })
+        .await;
+    }
+    // An optional certificate that is presented is still the identity.
+    let h = Harness::default_on(&backend_with(
+        mtls_server().client_certificate_optional(true),
+        client_a(),
+    ))
+    .await;
+    bounded("optional identity", async {
+        let client = h.client().await;
+        outbound(&client, BLOB_READ, 64, 1).await.unwrap();
+        let seen = h.service.identity_seen.lock().unwrap().clone();
+        assert_eq!(seen.unwrap().common_name(), Some("client-a"));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_peers_are_told_why_and_the_server_goes_on() {
+    let h = Harness::default_on(&b()).await;
+    bounded("refusals", async {
+        // A client that is in stays in while others are refused.
+        let good = h.client().await;
+        assert!(inbound(&good, MSG_SEND, 64, 1).await.unwrap().exact);
+
+        // A client that trusts another CA refuses the server's certificate.
+        let config =
+            ClientTlsConfig::new(roots(&pki().rogue_ca)).identity(pki().client_a.identity());
+        let err = refused_with(tls_client(config), &h.addr).await;
+        assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains("not signed by a root this client trusts"),
+            "{text}"
+        );
+        assert!(text.contains(&h.addr), "{text}");
+
+        // A client without a certificate, against a server that requires one.
+        let config = ClientTlsConfig::new(roots(&pki().ca));
+        let err = refused_with(tls_client(config), &h.addr).await;
+        assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains("requires a client certificate"),
+            "{err}"
+        );
+
+        // A client whose certificate another CA signed.
+        let config = ClientTlsConfig::new(roots(&pki().ca)).identity(pki().rogue_client.identity());
+        let err = refused_with(tls_client(config), &h.addr).await;
+        assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+        assert!(
+            err.to_string()
+                .contains("does not trust this client's certificate"),
+            "{err}"
+        );
+
+        // A client that speaks no TLS is refused cleanly, told that the server speaks TLS.
+        let plain_addr = h.addr.replacen("tls://", "tcp://", 1);
+        let err = refused_with(Arc::new(TcpTransport::new()), &plain_addr).await;
+        assert!(err.to_string().contains("TLS"), "{err}");
+
+        // A server name the certificate does not carry.
+        let config = client_a().server_name("elsewhere.example");
+        let err = refused_with(tls_client(config), &h.addr).await;
+        assert!(
+            err.to_string().contains("does not name the host dialled"),
+            "{err}"
+        );
+
+        // None of it touched the connection that was in, and the server takes new ones.
+        assert!(inbound(&good, MSG_SEND, 64, 2).await.unwrap().exact);
+        let again = h.client().await;
+        assert!(inbound(&again, MSG_SEND, 64, 3).await.unwrap().exact);
+        assert_eq!(h.count.current(), 2);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_client_of_a_plain_server_is_told_it_speaks_no_tls() {
+    let h = Harness::default_on(&super::tcp_backend()).await;
+    bounded("TLS client, plain server", async {
+        let tls_addr = h.addr.replacen("tcp://", "tls://", 1);
+        let err = refused_with(tls_client(client_a()), &tls_addr).await;
+        assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+        assert!(err.to_string().contains("does not speak TLS"), "{err}");
+        // And a server of the wrong CA is refused like any untrusted one.
+        let rogue = backend_with(
+            ServerTlsConfig::new(pki().rogue_server.identity()),
+            ClientTlsConfig::new(roots(&pki().rogue_ca)),
+        );
+        let rogue = Harness::default_on(&rogue).await;
+        let err = refused_with(tls_client(client_a()), &rogue.addr).await;
+        assert!(err.to_string().contains("not signed by a root"), "{err}");
+    })
+    .await;
+}
+
+/// A file under the system's temporary directory, removed when dropped.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str, contents: &str) -> TempFile {
+        let path = std::env::temp_dir().join(format!("rdma-rpc-tls-{}-{name}", std::process::id()));
+        std::fs::write(&path, contents).unwrap();
+        TempFile(path)
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn certificates_that_do_not_load_name_the_file_and_the_cause() {
+    let cert = TempFile::new("server.pem", &pki().server.cert);
+    let key = TempFile::new("server.key", &pki().server.key);
+    let not_pem = TempFile::new("notes.txt", "not a certificate\n");
+    let other_key = TempFile::new("client.key", &pki().client_a.key);
+
+    // Files that load.
+    let identity = Identity::from_pem_files(&cert.0, &key.0).expect("loads");
+    TlsTransport::server(ServerTlsConfig::new(identity)).expect("a server");
+    Roots::from_pem_file(&cert.0).expect("a certificate as a root");
+
+    // A path that does not exist: the path and the OS's reason.
+    let missing = std::env::temp_dir().join("rdma-rpc-no-such-dir/server.pem");
+    let err = Identity::from_pem_files(&missing, &key.0).unwrap_err();
+    assert!(matches!(err, Error::Io { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("rdma-rpc-no-such-dir/server.pem"),
+        "{err}"
+    );
+    let err = Roots::from_pem_file(&missing).unwrap_err();
+    assert!(
+        err.to_string().contains("rdma-rpc-no-such-dir/server.pem"),
+        "{err}"
+    );
+
+    // A file that holds no certificate, or no key.
+    let err = Identity::from_pem_files(&not_pem.0, &key.0).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("notes.txt") && text.contains("no CERTIFICATE"),
+        "{text}"
+    );
+    let err = Identity::from_pem_files(&cert.0, &cert.0).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("server.pem") && text.contains("no PRIVATE KEY"),
+        "{text}"
+    );
+
+    // A key that is not the certificate's: refused when the transport is made.
+    let identity = Identity::from_pem_files(&cert.0, &other_key.0).unwrap();
+    let err = TlsTransport::server(ServerTlsConfig::new(identity)).unwrap_err();
+    assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+    assert!(err.to_string().contains("certificate and key"), "{err}");
+}
+
+#[tokio::test]
+async fn tls_addresses_need_a_tls_transport() {
+    let err = crate::transport::transport_for("tls://127.0.0.1:7470").unwrap_err();
+    assert!(err.to_string().contains("TlsTransport"), "{err}");
+    // A transport for one side only refuses the other, saying so.
+    let client_only = tls_client(client_a());
+    let err = client_only.listen("tls://127.0.0.1:0").await.unwrap_err();
+    assert!(err.to_string().contains("no server certificate"), "{err}");
+    let server_only = TlsTransport::server(mtls_server()).unwrap();
+    let err = server_only.connect("tls://127.0.0.1:1").await.unwrap_err();
+    assert!(err.to_string().contains("no client settings"), "{err}");
+    // And a tls:// transport takes no tcp:// address.
+    let err = client_only.connect("tcp://127.0.0.1:1").await.unwrap_err();
+    assert!(err.to_string().contains("tls://"), "{err}");
+}
