@@ -556,6 +556,21 @@ struct PoolInner {
     count: usize,
     /// The allocations the buffers are views of (one unless the pool is over 1 GiB).
     slabs: Vec<Arc<Region>>,
+    /// The metrics gauge of the buffers in use, for a server's pool: set as each buffer is
+    /// taken and given back.
+    gauge: OnceLock<crate::observe::PoolGauge>,
+}
+
+impl PoolInner {
+    /// Sets the gauge, if the pool has one, to the buffers taken now.
+    fn report(&self) {
+        if let Some(gauge) = self.gauge.get() {
+            gauge.update(|| {
+                self.count
+                    .saturating_sub(self.available.available_permits())
+            });
+        }
+    }
 }
 
 impl Recycle for PoolInner {
@@ -566,6 +581,7 @@ impl Recycle for PoolInner {
             Err(_) => return,
         }
         self.available.add_permits(1);
+        self.report();
     }
 }
 
@@ -606,8 +622,16 @@ impl BufferPool {
                 buf_size,
                 count,
                 slabs,
+                gauge: OnceLock::new(),
             }),
         })
+    }
+
+    /// Reports the buffers in use as the `pool_buffers_in_use` gauge of `path` (feature
+    /// `metrics`), from now on: a server's pools. Once per pool; later calls change nothing.
+    pub(crate) fn observe(&self, path: &'static str) {
+        let _ = self.inner.gauge.set(crate::observe::PoolGauge::new(path));
+        self.inner.report();
     }
 
     /// The allocations the buffers are views of, for a transport to register up front.
@@ -663,6 +687,7 @@ impl BufferPool {
             .unwrap_or_else(|e| e.into_inner())
             .pop()
             .expect("a permit guarantees a free buffer");
+        self.inner.report();
         RegisteredBuf {
             region,
             start,

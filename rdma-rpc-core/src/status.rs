@@ -101,11 +101,26 @@ impl fmt::Display for Code {
 }
 
 /// The error of a call: a code and a message for people.
-#[derive(Clone, PartialEq, Eq)]
+///
+/// Two statuses are equal when their codes and messages are: a message never carries a
+/// figure that changes from call to call (a countdown, a time), so that logs and alerts can
+/// group errors by it. Such figures have accessors of their own
+/// ([`retry_after`](Status::retry_after)).
+#[derive(Clone)]
 pub struct Status {
     code: Code,
     message: String,
+    /// When the client will try again (a reconnection's backoff); not sent on the wire.
+    retry_after: Option<std::time::Duration>,
 }
+
+impl PartialEq for Status {
+    fn eq(&self, other: &Status) -> bool {
+        self.code == other.code && self.message == other.message
+    }
+}
+
+impl Eq for Status {}
 
 macro_rules! constructors {
     ($($(#[$doc:meta])* $name:ident => $code:ident),* $(,)?) => {
@@ -124,6 +139,7 @@ impl Status {
         Status {
             code,
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -171,11 +187,29 @@ impl Status {
     pub fn message(&self) -> &str {
         &self.message
     }
+
+    /// How long until the client tries again, when it said so: a call refused at once
+    /// (`UNAVAILABLE`) while the client waits out the backoff after a failed reconnection
+    /// carries the time left until the next attempt. The message says the same without the
+    /// figure, so that it reads the same for every such call.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        self.retry_after
+    }
+
+    /// Sets [`retry_after`](Status::retry_after).
+    pub(crate) fn with_retry_after(mut self, wait: std::time::Duration) -> Status {
+        self.retry_after = Some(wait);
+        self
+    }
 }
 
 impl fmt::Debug for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Status({}: {:?})", self.code, self.message)
+        write!(f, "Status({}: {:?}", self.code, self.message)?;
+        if let Some(wait) = self.retry_after {
+            write!(f, ", retry after {wait:?}")?;
+        }
+        f.write_str(")")
     }
 }
 

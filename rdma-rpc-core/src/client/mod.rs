@@ -301,6 +301,8 @@ pub(crate) struct Inner {
     closed: Mutex<Option<Status>>,
     /// Whether `closed` is set.
     over: AtomicBool,
+    /// Closed by this client: its goodbye closes the connection.
+    leaving: AtomicBool,
     in_flight: Arc<Semaphore>,
     next_id: AtomicU64,
     counters: Arc<Counters>,
@@ -338,6 +340,20 @@ impl Inner {
     fn end(&self, why: Status) {
         lock(&self.closed).get_or_insert(why);
         self.over.store(true, Ordering::Release);
+    }
+
+    /// Ends every call in flight with the reason the connection is over: dropping the
+    /// entries ends each waiting call (it sees its channel close); streams are told why.
+    fn end_calls(&self) {
+        let mut calls = lock(&self.calls);
+        for entry in calls.values() {
+            if let Some(cell) = &entry.stream {
+                cell.end(self.closed_status());
+            }
+        }
+        calls.clear();
+        drop(calls);
+        lock(&self.pings).clear();
     }
 
     /// Why the connection is over, if it is.
@@ -399,7 +415,55 @@ impl Drop for Inner {
         if let Some(driver) = self.driver.get() {
             driver.abort();
         }
-        self.channel.conn().close();
+        if self.leaving.load(Ordering::Acquire) {
+            // `Client::close` said goodbye; that closes the connection.
+        } else if self.lost().is_none() {
+            // The last handle is gone: a client that leaves, not a connection lost.
+            leave(&self.channel);
+        } else {
+            self.channel.conn().close();
+        }
+    }
+}
+
+/// The status of a call refused while the client waits `wait` before its next attempt to
+/// reconnect: the same message for every call of the wait (no countdown in it, so errors
+/// group), the wait in [`Status::retry_after`].
+fn backing_off(why: &Status, addr: &str, error: &str, wait: Duration) -> Status {
+    Status::unavailable(format!(
+        "{} (reconnecting to {addr} failed: {error}; waiting before the next attempt)",
+        why.message()
+    ))
+    .with_retry_after(wait)
+}
+
+/// Longest a client's goodbye waits for the server to have it before the connection closes.
+const GOODBYE_WAIT: Duration = Duration::from_secs(1);
+
+/// Says goodbye to the server (a goaway frame, as the server sends one when it stops), then
+/// closes the connection once the server has the frame (at most [`GOODBYE_WAIT`] later). The
+/// server then counts a client that left, not a connection lost
+/// (`rdma_rpc_server_connections_dropped_total`). Without a credit free now, it closes at once.
+fn goodbye(channel: &Arc<FrameChannel>) -> crate::transport::BoxFuture<'static, ()> {
+    let frame = crate::protocol::frames::StatusFrame::from(&Status::new(
+        crate::status::Code::Ok,
+        "the client is leaving",
+    ));
+    let sent = channel.try_send_last(Kind::Goaway(frame));
+    let channel = channel.clone();
+    Box::pin(async move {
+        if let Some(sent) = sent {
+            let _ = tokio::time::timeout(GOODBYE_WAIT, sent).await;
+        }
+        channel.conn().close();
+    })
+}
+
+/// Runs a [`goodbye`] on a task of its own; outside a runtime, closes at once.
+fn leave(channel: &Arc<FrameChannel>) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn(goodbye(channel))),
+        Err(_) => channel.conn().close(),
     }
 }
 
@@ -407,8 +471,9 @@ impl Drop for Inner {
 ///
 /// When the connection is lost, calls in flight fail with `UNAVAILABLE` and the next call
 /// dials again (unless [`ClientConfig::reconnect`] is off): lazily, with exponential backoff
-/// between failed attempts; calls made during a backoff fail at once with `UNAVAILABLE`
-/// saying when the next attempt is due. A call is never repeated by the client: one that was
+/// between failed attempts; calls made during a backoff fail at once with `UNAVAILABLE`,
+/// the same message each (the last attempt's error) and the time left until the next
+/// attempt in [`Status::retry_after`]. A call is never repeated by the client: one that was
 /// in flight may or may not have run. Offers of [`remote_memory`](Client::remote_memory)
 /// belong to one connection and end with it.
 #[derive(Clone)]
@@ -541,11 +606,7 @@ impl Client {
         }
         let addr = &redial.addr;
         if let Err((wait, error)) = backoff.ready(Instant::now()) {
-            return Err(Status::unavailable(format!(
-                "{} (reconnecting to {addr}: the last attempt failed: {error}; next attempt in \
-                 {wait:?})",
-                why.message()
-            )));
+            return Err(backing_off(&why, addr, error, wait));
         }
         match dial(
             &redial.transport,
@@ -579,10 +640,7 @@ impl Client {
                     next_attempt_in = ?wait,
                     "reconnecting failed"
                 );
-                Err(Status::unavailable(format!(
-                    "{} (reconnecting to {addr} failed: {e}; next attempt in {wait:?})",
-                    why.message()
-                )))
+                Err(backing_off(&why, addr, &e.to_string(), wait))
             }
         }
     }
@@ -618,11 +676,43 @@ impl Client {
 
     /// Closes the connection for good: calls in flight end with
     /// [`Code::Unavailable`](crate::Code), and later calls fail (no reconnection).
+    ///
+    /// The client says goodbye first, so the server counts a client that left rather than a
+    /// connection lost; the connection closes once the server has the goodbye, on a task of
+    /// its own. A process about to exit awaits [`shutdown`](Client::shutdown) instead.
     pub fn close(&self) {
+        if let Some(inner) = self.begin_close() {
+            leave(&inner.channel);
+        }
+    }
+
+    /// As [`close`](Client::close), and resolves once the server has the client's goodbye
+    /// and the connection is closed (at most a second): for a process that exits right after
+    /// (a probe, a command line tool), whose runtime would otherwise stop before the goodbye
+    /// left.
+    pub async fn shutdown(&self) {
+        if let Some(inner) = self.begin_close() {
+            goodbye(&inner.channel).await;
+        }
+    }
+
+    /// Marks the client closed and ends the calls in flight; the connection to say goodbye
+    /// on, if it was still open.
+    fn begin_close(&self) -> Option<Arc<Inner>> {
         self.shared.closed.store(true, Ordering::Release);
         let inner = self.current();
+        if inner.leaving.swap(true, Ordering::AcqRel) {
+            return None; // closed before: its goodbye is under way
+        }
+        let open = inner.lost().is_none();
         inner.end(Status::unavailable("closed by this client"));
-        inner.channel.conn().close();
+        inner.end_calls();
+        if open {
+            Some(inner)
+        } else {
+            inner.channel.conn().close();
+            None
+        }
     }
 
     /// Measures one round trip to the server's runtime (no handler runs): a ping frame the
@@ -718,6 +808,7 @@ impl Client {
             calls: Mutex::new(CallMap::default()),
             closed: Mutex::new(None),
             over: AtomicBool::new(false),
+            leaving: AtomicBool::new(false),
             in_flight: Arc::new(Semaphore::new(max_in_flight as usize)),
             next_id: AtomicU64::new(1),
             counters,
@@ -884,16 +975,6 @@ async fn drive(inner: std::sync::Weak<Inner>, channel: Arc<FrameChannel>) {
     channel.conn().close();
     if let Some(inner) = inner.upgrade() {
         inner.end(reason);
-        // Dropping the entries ends every waiting call (it sees its channel close); streams
-        // are told why.
-        let mut calls = lock(&inner.calls);
-        for entry in calls.values() {
-            if let Some(cell) = &entry.stream {
-                cell.end(inner.closed_status());
-            }
-        }
-        calls.clear();
-        drop(calls);
-        lock(&inner.pings).clear();
+        inner.end_calls();
     }
 }

@@ -4,8 +4,9 @@
 //! Calls that were in flight when the connection ended fail with `UNAVAILABLE` (they may or
 //! may not have run: the client never repeats them). The next call dials again; calls made
 //! while an attempt runs wait for it, and calls made during the backoff after a failed
-//! attempt fail at once with `UNAVAILABLE`, naming the last error and when the next attempt
-//! is due.
+//! attempt fail at once with `UNAVAILABLE`, naming the last error, with the time left until
+//! the next attempt in `Status::retry_after` (never in the message, which stays the same for
+//! every call of the wait).
 
 use std::time::{Duration, Instant};
 

@@ -298,8 +298,7 @@ fn finished(
     if started.is_some() {
         tracing::debug!(elapsed_us = elapsed.as_micros() as u64, "call answered");
     }
-    let in_use = call.pool.count().saturating_sub(call.pool.available());
-    call.metrics.answered(code, bytes, elapsed, in_use);
+    call.metrics.answered(code, bytes, elapsed);
 }
 
 /// Room kept in a frame for what wraps the response (the frame's own fields, credits, slots).

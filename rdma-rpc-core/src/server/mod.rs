@@ -62,7 +62,7 @@ pub struct ServerConfig {
     pub max_frame: usize,
     /// Most receives posted per connection for control frames (the client's credits). A
     /// connection starts with 4 and adds one with each frame it receives until it has this
-    /// many, so an idle connection holds 5 × `max_frame` (80 KiB). Default 64.
+    /// many, so an idle connection holds 4 × `max_frame` (64 KiB). Default 64.
     pub recv_credits: u32,
     /// Send payloads and receive results up to this size travel inside control frames
     /// instead of through RDMA. Default 8 KiB.
@@ -469,7 +469,9 @@ impl Routes {
             let count = (config.pool_budget / (*size).max(1) as usize)
                 .clamp(config.min_buffers.max(1), config.max_buffers.max(1));
             let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
-            pools.insert(*path, BufferPool::new(*size as usize, count, access)?);
+            let pool = BufferPool::new(*size as usize, count, access)?;
+            pool.observe(path);
+            pools.insert(*path, pool);
         }
         let mut paths: HashMap<&'static str, [Option<Route>; 4]> = HashMap::new();
         for service in services {

@@ -212,7 +212,7 @@ pub(crate) async fn a_client_without_reconnection_stays_closed_on(b: &Backend) {
 pub(crate) async fn failed_reconnections_back_off_and_say_why_on(b: &Backend) {
     let h = Harness::default_on(b).await;
     let config = ClientConfig {
-        reconnect_backoff: Duration::from_secs(3600),
+        reconnect_backoff: config_backoff(),
         connect_timeout: Duration::from_secs(5),
         ..ClientConfig::default()
     };
@@ -231,14 +231,28 @@ pub(crate) async fn failed_reconnections_back_off_and_say_why_on(b: &Backend) {
         first.message().contains("reconnecting to") && first.message().contains("failed"),
         "{first}"
     );
-    // During the backoff calls fail at once, saying why and when the next attempt is due.
+    // During the backoff calls fail at once, saying why, with the same message as the
+    // attempt's (no countdown in it: errors group), and the wait apart.
     let next = inbound(&client, MSG_SEND, 10, 4).await.unwrap_err();
+    let again = inbound(&client, MSG_SEND, 10, 5).await.unwrap_err();
     assert_eq!(next.code(), Code::Unavailable, "{next}");
     assert!(
-        next.message().contains("the last attempt failed")
-            && next.message().contains("next attempt in"),
+        next.message().contains("waiting before the next attempt"),
         "{next}"
     );
+    assert_eq!(next.message(), first.message());
+    assert_eq!(again.message(), next.message());
+    for status in [&first, &next, &again] {
+        let wait = status
+            .retry_after()
+            .expect("the wait, apart from the message");
+        assert!(wait <= config_backoff(), "{wait:?}");
+    }
+}
+
+/// The backoff of [`failed_reconnections_back_off_and_say_why_on`].
+fn config_backoff() -> Duration {
+    Duration::from_secs(3600)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
