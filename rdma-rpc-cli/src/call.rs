@@ -60,7 +60,10 @@ pub(crate) async fn call(args: CallArgs) -> ExitCode {
                     Ok(json) => println!("{json}"),
                     Err(e) => return crate::fail(&format!("{what}: a streamed message"), &e),
                 },
-                Ok(None) => return ExitCode::SUCCESS,
+                Ok(None) => {
+                    client.shutdown().await;
+                    return ExitCode::SUCCESS;
+                }
                 Err(status) => return crate::fail(&what, &status),
             }
         }
@@ -91,6 +94,8 @@ pub(crate) async fn call(args: CallArgs) -> ExitCode {
             None => eprintln!("{} bytes of data (--out FILE saves them)", data.len()),
         }
     }
+    // Goodbye to the server before the runtime stops: a client that left, not a lost one.
+    client.shutdown().await;
     ExitCode::SUCCESS
 }
 

@@ -5,6 +5,7 @@
 //! rdma-rpc generate [--no-server] [--no-client] [-o FILE] <SPEC>
 //! rdma-rpc devices [--json]                     DOCA devices: PCI address, capabilities
 //! rdma-rpc ping <ADDR> [-c N] [-i MS]           round trips to a server's runtime
+//! rdma-rpc health <ADDR> [SERVICE] [--watch] [-H K=V]...   serving status (exit 1 unless SERVING)
 //! rdma-rpc call <ADDR> --spec S METHOD [-d JSON] [-H K=V]...   one typed call, JSON out
 //! rdma-rpc bench <ADDR> --path P --op OP ...    calls/s, MB/s and latency of one endpoint
 //! rdma-rpc bench <ADDR> --spec S --method M [-d JSON] [-H K=V]...   the same, typed
@@ -15,6 +16,7 @@
 mod call;
 mod devices;
 mod dynamic;
+mod health;
 mod net;
 mod request;
 mod specs;
@@ -72,6 +74,29 @@ enum Command {
         /// Wait between pings, in milliseconds.
         #[arg(short, long, default_value_t = 200)]
         interval: u64,
+    },
+    /// Ask a server's health service for its serving status, or a service's: prints
+    /// SERVING, NOT_SERVING or SERVICE_UNKNOWN and exits 0 only for SERVING.
+    ///
+    /// The server adds the service with `ServerBuilder::add_health`; its interceptors apply,
+    /// so pass the metadata they ask for: `rdma-rpc health tcp://127.0.0.1:7470 Greeter
+    /// -H authorization='Bearer 0123'`.
+    Health {
+        /// The server: tcp://HOST:PORT, doca://IP:PORT, doca+oob://IP:PORT.
+        addr: String,
+        /// The service (its name, as its spec's `service:`); without it, the server as a whole.
+        #[arg(default_value = "")]
+        service: String,
+        /// Follow the status: a line per change, until the server shuts down or the
+        /// connection ends (the exit code is the last status's).
+        #[arg(long)]
+        watch: bool,
+        /// Metadata of the call, `key=value` (repeatable): `-H authorization='Bearer 0123'`.
+        #[arg(short = 'H', long = "metadata", value_name = "KEY=VALUE", value_parser = request::parse_metadata)]
+        metadata: Vec<(String, String)>,
+        /// Deadline of a check, in milliseconds.
+        #[arg(long, value_name = "MS", default_value_t = 5_000)]
+        timeout: u64,
     },
     /// Make one typed call: the request given as JSON or YAML and encoded from the spec, the
     /// response printed as JSON.
@@ -242,6 +267,25 @@ fn main() -> ExitCode {
             count,
             interval,
         } => runtime().block_on(net::ping(&addr, count, interval)),
+        Command::Health {
+            addr,
+            service,
+            watch,
+            metadata,
+            timeout,
+        } => {
+            let metadata = match request::metadata(&metadata) {
+                Ok(metadata) => metadata,
+                Err(e) => return call::refuse(&e),
+            };
+            runtime().block_on(health::health(health::HealthArgs {
+                addr,
+                service,
+                watch,
+                metadata,
+                timeout: std::time::Duration::from_millis(timeout),
+            }))
+        }
         Command::Call {
             addr,
             method,

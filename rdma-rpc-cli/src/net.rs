@@ -42,6 +42,8 @@ pub(crate) async fn ping(addr: &str, count: u32, interval_ms: u64) -> ExitCode {
             s.min, s.avg, s.p50, s.max
         );
     }
+    // Goodbye to the server before the runtime stops: a client that left, not a lost one.
+    client.shutdown().await;
     ExitCode::SUCCESS
 }
 
@@ -225,6 +227,9 @@ pub(crate) async fn bench(args: BenchArgs) -> ExitCode {
             "{:.2} protocol round trips per call",
             (rts.0 + rts.1) as f64 / rts.0 as f64
         );
+    }
+    for client in &clients {
+        client.shutdown().await;
     }
     ExitCode::SUCCESS
 }

@@ -82,7 +82,7 @@ impl RequestError {
 }
 
 /// `key=value`, split at the first `=`.
-fn parse_metadata(text: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_metadata(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
         _ => Err(format!("`{text}` is not key=value")),

@@ -19,6 +19,7 @@ pub mod client;
 #[doc(hidden)]
 pub mod codegen;
 pub mod error;
+pub mod health;
 pub mod interceptor;
 pub mod memory;
 pub mod metadata;

@@ -188,6 +188,8 @@ pub struct ServerBuilder {
     services: Vec<Arc<dyn Service>>,
     transport: Option<Arc<dyn Transport>>,
     interceptors: Chain<dyn ServerInterceptor>,
+    /// The health services added, with their reporters.
+    health: Vec<crate::health::HealthServer>,
 }
 
 impl fmt::Debug for ServerBuilder {
@@ -237,6 +239,17 @@ impl ServerBuilder {
     pub fn add_service(mut self, service: impl Service) -> Self {
         self.services.push(Arc::new(service));
         self
+    }
+
+    /// Adds the standard health service (see [`health`](crate::health)), serving the
+    /// statuses `reporter` sets: when the server binds, each of its services (and the server
+    /// as a whole, the empty name) is `SERVING` unless `reporter` says otherwise; once it
+    /// starts shutting down, every name is `NOT_SERVING` and watches end. Interceptors apply
+    /// to its calls as to any other.
+    pub fn add_health(mut self, reporter: &crate::health::HealthReporter) -> Self {
+        let health = crate::health::HealthServer::new(reporter.clone());
+        self.health.push(health.clone());
+        self.add_service(health)
     }
 
     /// Adds an interceptor: it runs before the handler of each call, after those added
@@ -343,6 +356,14 @@ impl ServerBuilder {
             transport.register_pool(pool)?;
         }
         let listener = transport.listen(addr).await?;
+        for health in &self.health {
+            for service in &self.services {
+                if service.name() != crate::health::SERVICE_NAME {
+                    health.reporter().serving_unless_set(service.name());
+                }
+            }
+            health.reporter().serving_unless_set("");
+        }
         tracing::info!(addr = %listener.local_addr(), "rdma-rpc server listening");
         Ok(BoundServer {
             shared: Arc::new(Shared {
@@ -351,6 +372,7 @@ impl ServerBuilder {
                 interceptors: self.interceptors,
                 live: listing::Live::default(),
                 logs: logs::LogBudget::new(),
+                health: self.health.iter().map(|h| h.stopping()).collect(),
             }),
             listener,
             admission: admission::Admission::new(),
@@ -534,6 +556,8 @@ pub(crate) struct Shared {
     pub(crate) live: listing::Live,
     /// What this server may still log of each kind of line a peer can cause.
     pub(crate) logs: logs::LogBudget,
+    /// Set when the server starts shutting down: its health services then say `NOT_SERVING`.
+    health: Vec<Arc<watch::Sender<bool>>>,
 }
 
 /// A server bound to its address, ready to serve.
@@ -618,6 +642,9 @@ impl BoundServer {
             }
         }
         tracing::info!(connections = conns.len(), "shutting down");
+        for stopping in &self.shared.health {
+            stopping.send_replace(true);
+        }
         drop(self.listener);
         stop_tx.send_replace(true);
         let drain = async { while conns.join_next().await.is_some() {} };
