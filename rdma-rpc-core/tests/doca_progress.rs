@@ -74,7 +74,8 @@ async fn one_polling_thread_serves_every_context_of_a_transport() {
         clients.push(client);
     }
     assert_eq!(count.current(), 8);
-    // Nine contexts (the listener and eight client connections), one thread.
+    // Two contexts (the listener, and the client context its eight connections share), one
+    // thread.
     assert_eq!(threads_named("doca-progress"), 1);
 
     // Calls on all connections at once, all progressed by that thread.

@@ -278,9 +278,14 @@ impl FrameChannel {
         }
         self.add_credits(frame.credits);
         // Receives grow with the frames that carry work, never with credit updates (which
-        // would otherwise answer each other until both sides had grown). Only this task
+        // would otherwise answer each other until both sides had grown) nor with the
+        // handshake (an idle connection keeps its initial receives). Only this task
         // receives, so the decision holds until it is carried out.
-        let grow = frame.kind.is_some() && self.credits().should_grow();
+        let work = matches!(
+            &frame.kind,
+            Some(kind) if !matches!(kind, super::frames::Kind::Hello(_) | super::frames::Kind::HelloAck(_))
+        );
+        let grow = work && self.credits().should_grow();
         let grew = grow && self.post_one_more();
         let update = {
             let mut credits = self.credits();

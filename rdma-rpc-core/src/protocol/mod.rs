@@ -60,9 +60,9 @@ pub const PROTOCOL_VERSION: u32 = 4;
 pub(crate) const FRAME_OVERHEAD: usize = 512;
 
 /// Receives each side posts for control frames when a connection opens; it adds one with
-/// each frame it receives (other than a credit update), up to its `recv_credits`, so an idle
-/// connection holds about `INITIAL_RECEIVES * max_frame` bytes of receives (one more after
-/// the handshake) and a busy one all it announced.
+/// each frame it receives (other than a credit update or the handshake), up to its
+/// `recv_credits`, so an idle connection holds `INITIAL_RECEIVES * max_frame` bytes of
+/// receives and a busy one all it announced.
 pub(crate) const INITIAL_RECEIVES: u32 = 4;
 
 /// Most receives a peer's handshake may announce: what it claims beyond this is not believed.

@@ -156,19 +156,34 @@ pub struct DocaConfig {
     /// first device with every RDMA capability.
     pub device: Option<String>,
     /// Most connections of one listening context (`doca_rdma_set_max_num_connections`).
-    /// Default 256.
+    /// Default 1024.
     pub max_connections: u16,
+    /// Most connections of one client context: a transport's connects share a context (its
+    /// progress engine, inventory and staging receives) until it holds this many, then open
+    /// another. Default 256.
+    pub client_connections_per_context: u16,
     /// Send queue depth per connection: most operations outstanding on one connection
     /// (more wait in order). Bounded by the device's maximum. Default 512.
     pub send_queue_size: u32,
-    /// Staging receives posted per context, bounded by the device's maximum receive queue.
-    /// Pinned: `recv_queue_size * max_recv_size` bytes per context. Default 512.
+    /// Most staging receives of one context, bounded by the device's maximum receive queue.
+    /// They are registered 64 at a time as the context's connections post receives (each
+    /// connection reserves as many as it has posted at its peak), so the pinned memory is
+    /// `max_recv_size` per receive in use, not per receive allowed. A connection that would
+    /// need more fails to grow (or, at its first receive, to open) with an error naming
+    /// this setting. Default 32768.
     pub recv_queue_size: u32,
-    /// Size of each staging receive: the largest message a peer may send. Default 32 KiB.
+    /// Size of each staging receive: the largest message a peer may send, at least the
+    /// `max_frame` of the servers and clients that use the transport (a larger receive is
+    /// refused with an error naming this setting). Default 16 KiB (the default `max_frame`).
     pub max_recv_size: usize,
     /// How long a message waits for the connection's next posted receive before the
     /// connection fails with receiver not ready. Default 500 ms.
     pub rnr_timeout: Duration,
+    /// RNR retries of the hardware (`doca_rdma_set_rnr_retry_count`, 0 to 7; 7 retries
+    /// forever). Receives cannot run out for a peer that respects its credits, so a send
+    /// that finds none is a broken or stalled peer: after these retries its connection fails
+    /// instead of stalling for good. Default 6.
+    pub rnr_retry_count: u8,
     /// How progress engines are driven. Default [`ProgressMode::Event`].
     pub progress: ProgressMode,
     /// In [`ProgressMode::Spin`], how long an owner keeps polling after its context's last
@@ -194,11 +209,13 @@ impl Default for DocaConfig {
     fn default() -> Self {
         DocaConfig {
             device: None,
-            max_connections: 256,
+            max_connections: 1024,
+            client_connections_per_context: 256,
             send_queue_size: 512,
-            recv_queue_size: 512,
-            max_recv_size: 32 * 1024,
+            recv_queue_size: 32 * 1024,
+            max_recv_size: 16 * 1024,
             rnr_timeout: Duration::from_millis(500),
+            rnr_retry_count: 6,
             progress: ProgressMode::Event,
             spin: Duration::from_micros(50),
             gid_index: None,
@@ -290,6 +307,12 @@ pub struct DocaTransport {
     staging: Arc<StagingPools>,
     /// Busy-poll mode: the thread every context of this transport (and its clones) joins.
     poller: Option<Arc<engine::Poller>>,
+    /// The contexts its connects share, each up to
+    /// [`DocaConfig::client_connections_per_context`] connections; kept while the transport
+    /// lives, so reconnecting registers nothing new.
+    clients: Arc<tokio::sync::Mutex<Vec<Arc<engine::EngineShared>>>>,
+    /// See [`DocaTransport::wakeups`].
+    wakeups: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for DocaTransport {
@@ -357,6 +380,8 @@ impl DocaTransport {
             config: Arc::new(config),
             dev,
             poller,
+            clients: Arc::default(),
+            wakeups: Arc::default(),
         })
     }
 
@@ -385,14 +410,41 @@ impl DocaTransport {
             &self.staging,
             max_connections,
             self.poller.as_deref(),
+            &self.wakeups,
         )
         .await
+    }
+
+    /// How often the event-mode progress owners of this transport's contexts (and its
+    /// clones') woke up so far: a notification, a command or a timer each. Take two readings
+    /// to see what an idle connection costs ([`ProgressMode::Event`]).
+    pub fn wakeups(&self) -> u64 {
+        self.wakeups.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A client context with room for one more connection, claimed for it: the first of the
+    /// transport's with room, or a new one.
+    async fn client_engine(&self) -> Result<Arc<engine::EngineShared>> {
+        let mut clients = self.clients.lock().await;
+        if let Some(engine) = clients.iter().find(|e| e.claim()) {
+            return Ok(engine.clone());
+        }
+        let engine = self
+            .engine(self.config.client_connections_per_context.max(1))
+            .await?;
+        if !engine.claim() {
+            return Err(Error::InvalidArgument(
+                "a new DOCA client context has no room for a connection".into(),
+            ));
+        }
+        clients.push(engine.clone());
+        Ok(engine)
     }
 
     /// Connects to `addr` and returns the concrete connection type.
     pub async fn connect_doca(&self, addr: &str) -> Result<DocaConnection> {
         let p = parse(addr)?;
-        let engine = self.engine(1).await?;
+        let engine = self.client_engine().await?;
         let limit = self.config.handshake_timeout;
         let peer = format!("{}://{}", scheme(p.oob), p.addr);
         if p.oob {
@@ -401,8 +453,16 @@ impl DocaTransport {
                 .map_err(|_| Error::Protocol {
                     peer: peer.clone(),
                     reason: format!("no side channel within {limit:?}"),
-                })?
-                .map_err(|e| Error::io(format!("connecting to {addr}"), e))?;
+                })
+                .and_then(|r| r.map_err(|e| Error::io(format!("connecting to {addr}"), e)));
+            let stream = match stream {
+                Ok(stream) => stream,
+                Err(e) => {
+                    // The context never heard of this connection: its claim goes back here.
+                    engine.unclaim();
+                    return Err(e);
+                }
+            };
             return conn::oob_connect(&engine, stream, peer, limit, self.config.bounce_budget)
                 .await;
         }
@@ -465,8 +525,7 @@ impl Transport for DocaTransport {
         Box::pin(async move {
             let p = parse(&addr)?;
             if p.oob {
-                let listener = tokio::net::TcpListener::bind(p.addr)
-                    .await
+                let listener = side_channel_listener(p.addr)
                     .map_err(|e| Error::io(format!("listening on {addr}"), e))?;
                 let local = listener
                     .local_addr()
@@ -502,6 +561,24 @@ impl Transport for DocaTransport {
         }
         Ok(())
     }
+}
+
+/// Side channels a listener keeps waiting to be accepted: clients that reconnect all at once
+/// (a thousand after a failover) must not find the queue full (the kernel caps it at
+/// `net.core.somaxconn`).
+const SIDE_CHANNEL_BACKLOG: u32 = 4096;
+
+/// The TCP listener of an out-of-band listener, with room for [`SIDE_CHANNEL_BACKLOG`]
+/// connections waiting to be accepted.
+fn side_channel_listener(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(SIDE_CHANNEL_BACKLOG)
 }
 
 /// The transport a `doca://` or `doca+oob://` address names, with [`DocaConfig::from_env`].

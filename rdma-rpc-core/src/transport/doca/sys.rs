@@ -406,9 +406,14 @@ impl fmt::Debug for Mmap {
     }
 }
 
-/// A buffer inventory.
+/// A buffer inventory that grows on demand (`doca_buf_inventory_expand`): it starts small
+/// and doubles when it runs out, up to its maximum, instead of holding the worst case from
+/// the start.
 pub(super) struct Inventory {
     raw: NonNull<sys::doca_buf_inventory>,
+    /// Elements so far, and the most it may grow to.
+    elements: std::cell::Cell<usize>,
+    max: usize,
 }
 
 // SAFETY: an inventory is used only by the progress owner of its context (one thread at a
@@ -416,14 +421,19 @@ pub(super) struct Inventory {
 unsafe impl Send for Inventory {}
 
 impl Inventory {
-    pub(super) fn new(count: usize) -> Result<Inventory> {
+    /// An inventory of `initial` buffers that may grow to `max`.
+    pub(super) fn new(initial: usize, max: usize) -> Result<Inventory> {
         let mut raw = ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer.
         check("doca_buf_inventory_create", unsafe {
-            sys::doca_buf_inventory_create(count, &mut raw)
+            sys::doca_buf_inventory_create(initial, &mut raw)
         })?;
         let raw = NonNull::new(raw).ok_or_else(|| doca_error("doca_buf_inventory_create", 1))?;
-        let inv = Inventory { raw };
+        let inv = Inventory {
+            raw,
+            elements: std::cell::Cell::new(initial),
+            max: max.max(initial),
+        };
         // SAFETY: a new inventory.
         check("doca_buf_inventory_start", unsafe {
             sys::doca_buf_inventory_start(inv.raw.as_ptr())
@@ -431,8 +441,26 @@ impl Inventory {
         Ok(inv)
     }
 
+    /// Doubles the inventory, within its maximum; whether it grew.
+    fn expand(&self) -> bool {
+        let now = self.elements.get();
+        let add = now.min(self.max - now).min(u32::MAX as usize);
+        if add == 0 {
+            return false;
+        }
+        // SAFETY: a started inventory of this owner.
+        let code = unsafe { sys::doca_buf_inventory_expand(self.raw.as_ptr(), add as u32) };
+        if code != sys::DOCA_SUCCESS {
+            tracing::debug!(error = %error_name(code), "doca_buf_inventory_expand");
+            return false;
+        }
+        self.elements.set(now + add);
+        true
+    }
+
     /// A buffer over `[addr, addr + len)` of `mmap` whose data section is
-    /// `[data, data + data_len)`.
+    /// `[data, data + data_len)`. An inventory with every buffer out grows (doubling, up to
+    /// its maximum) before it answers `NO_MEMORY`.
     ///
     /// # Safety
     /// The memory must stay valid and not be accessed by anything else while DOCA uses the
@@ -444,26 +472,32 @@ impl Inventory {
         len: usize,
         data_len: usize,
     ) -> Result<Buf> {
-        let mut raw = ptr::null_mut();
         let p = addr as usize as *mut c_void;
-        // SAFETY: live inventory and mmap; the range is checked by DOCA against the mmap.
-        check("doca_buf_inventory_buf_get_by_args", unsafe {
-            sys::doca_buf_inventory_buf_get_by_args(
-                self.raw.as_ptr(),
-                mmap.raw(),
-                p,
-                len,
-                p,
-                data_len,
-                &mut raw,
-            )
-        })?;
-        let raw =
-            NonNull::new(raw).ok_or_else(|| doca_error("doca_buf_inventory_buf_get_by_args", 1))?;
-        Ok(Buf {
-            raw,
-            _mmap: mmap.clone(),
-        })
+        loop {
+            let mut raw = ptr::null_mut();
+            // SAFETY: live inventory and mmap; the range is checked by DOCA against the mmap.
+            let code = unsafe {
+                sys::doca_buf_inventory_buf_get_by_args(
+                    self.raw.as_ptr(),
+                    mmap.raw(),
+                    p,
+                    len,
+                    p,
+                    data_len,
+                    &mut raw,
+                )
+            };
+            if code == sys::DOCA_ERROR_NO_MEMORY && self.expand() {
+                continue;
+            }
+            check("doca_buf_inventory_buf_get_by_args", code)?;
+            let raw = NonNull::new(raw)
+                .ok_or_else(|| doca_error("doca_buf_inventory_buf_get_by_args", 1))?;
+            return Ok(Buf {
+                raw,
+                _mmap: mmap.clone(),
+            });
+        }
     }
 }
 

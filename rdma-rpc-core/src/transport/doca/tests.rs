@@ -148,7 +148,15 @@ async fn message_larger_than_the_posted_receive_fails_the_connection() {
 #[tokio::test]
 async fn message_larger_than_the_staging_receive_fails_both_sides() {
     let (a, b) = pair().await;
-    b.post_recv(recv_buf(1 << 20)).unwrap();
+    // A receive larger than the staging receives would promise the peer more than DOCA can
+    // take: refused, naming the setting.
+    let err = b.post_recv(recv_buf(1 << 20)).unwrap_err();
+    assert!(
+        matches!(&err, Error::LimitExceeded { limit, max, .. }
+            if limit.contains("max_recv_size") && *max == 16 * 1024),
+        "{err}"
+    );
+    b.post_recv(recv_buf(16 * 1024)).unwrap();
     let err = a
         .send(SendData::Bytes(Bytes::from(vec![1; 64 * 1024])), None)
         .await

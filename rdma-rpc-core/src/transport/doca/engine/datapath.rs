@@ -148,11 +148,24 @@ impl Owner {
     }
 
     /// After a completion freed room: the completing connection first, then those that
-    /// waited for tasks or buffers of the context.
+    /// waited for tasks or buffers of the context. What the backlogs release is submitted
+    /// without flushing, and one doorbell rings for all of it.
     fn resume(&mut self, id: ConnId) {
+        self.batching = true;
         self.drain(id);
         for other in std::mem::take(&mut self.waiting) {
             self.drain(other);
+        }
+        self.batching = false;
+        self.ring();
+    }
+
+    /// Flushes the tasks submitted without a doorbell (`doca_ctx_flush_tasks`).
+    pub(super) fn ring(&mut self) {
+        if std::mem::take(&mut self.unflushed) {
+            // SAFETY: a started context of this owner; the tasks it flushes were submitted
+            // to it.
+            unsafe { sys::doca_ctx_flush_tasks(self.rdma.ctx()) };
         }
     }
 
@@ -363,8 +376,12 @@ impl Owner {
         let op_id = self.next_op;
         self.next_op += 1;
         let c = self.conns.get_mut(&id).expect("live connection");
-        let task = match task.submit(op_id, bufs) {
-            Ok(task) => task,
+        let flush = !self.batching;
+        let task = match task.submit_with(op_id, bufs, flush) {
+            Ok(task) => {
+                self.unflushed |= !flush;
+                task
+            }
             Err((task, code)) => {
                 c.pool(task);
                 if busy(code) {

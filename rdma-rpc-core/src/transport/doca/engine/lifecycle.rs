@@ -154,8 +154,16 @@ impl Owner {
                 );
             }
             Err(e) => {
+                self.unclaim();
                 let _ = reply.send(Err(e));
             }
+        }
+    }
+
+    /// Gives back a connection's claim on a shared client context.
+    fn unclaim(&self) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.unclaim();
         }
     }
 
@@ -165,9 +173,13 @@ impl Owner {
         let mut len = 0usize;
         let mut conn = ptr::null_mut();
         // SAFETY: running context; valid out-pointers.
-        check("doca_rdma_export", unsafe {
+        let exported = check("doca_rdma_export", unsafe {
             sys::doca_rdma_export(self.rdma.raw(), &mut blob, &mut len, &mut conn)
-        })?;
+        });
+        if let Err(e) = exported {
+            self.unclaim();
+            return Err(e);
+        }
         // SAFETY: DOCA returned `len` readable bytes, valid while the connection exists;
         // copied at once.
         let bytes = unsafe { std::slice::from_raw_parts(blob.cast::<u8>(), len) }.to_vec();
@@ -217,7 +229,7 @@ impl Owner {
             self.fail_conn(id, e.duplicate());
             return Err(e);
         }
-        if let Err(e) = self.staging.post_all(&self.rdma, &self.inv) {
+        if let Err(e) = self.staging.open(&self.rdma, &self.inv) {
             self.fail_conn(id, e.duplicate());
             return Err(e);
         }
@@ -259,7 +271,7 @@ impl Owner {
             }
         }
         // Receives go up with the first established connection, as in NVIDIA's samples.
-        if let Err(e) = self.staging.post_all(&self.rdma, &self.inv) {
+        if let Err(e) = self.staging.open(&self.rdma, &self.inv) {
             self.fail_conn(id, e);
             return;
         }
@@ -330,9 +342,24 @@ impl Owner {
             );
             return None;
         };
+        // One staging receive for the peer's first message (its Hello may come before this
+        // side posted anything); the connection reserves the rest as it posts receives.
+        if !engine.receives.reserve(1) {
+            let max = engine.receives.max;
+            self.fail_conn(
+                id,
+                Error::LimitExceeded {
+                    limit: "DocaConfig::recv_queue_size (staging receives of one DOCA context)",
+                    max: max as u64,
+                    actual: max as u64 + 1,
+                },
+            );
+            return None;
+        }
         c.phase = Phase::Live;
         let shared = ConnShared::new(id, c.peer.clone(), engine);
         c.shared = Some(shared.clone());
+        self.grow_receives();
         Some(shared)
     }
 
@@ -375,9 +402,17 @@ impl Owner {
             .get(&id)
             .is_some_and(|c| c.phase == Phase::Dead && c.inflight == 0);
         if remove {
-            if let Some(raw) = self.conns.remove(&id).and_then(|c| c.raw) {
+            let Some(c) = self.conns.remove(&id) else {
+                return;
+            };
+            if let Some(raw) = c.raw {
                 self.by_raw.remove(&raw.key());
             }
+            if let Some(conn) = &c.shared {
+                // Its receives stay posted for the context's next connections.
+                conn.engine.receives.release(conn.give_back_reserved());
+            }
+            self.unclaim();
         }
     }
 

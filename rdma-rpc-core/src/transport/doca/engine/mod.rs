@@ -49,7 +49,7 @@ mod task;
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -151,6 +151,55 @@ pub(super) enum Cmd {
         id: ConnId,
         err: Error,
     },
+    /// A connection reserved more staging receives (see [`Receives`]): register and post
+    /// them before the operations queued behind this command.
+    Grow,
+}
+
+/// The staging receives of one context, as its connections reserve them: a connection
+/// reserves one for each receive it posts beyond its earlier peak (the credits its peer may
+/// hold), so the owner can keep at least that many posted. Shared by the connections'
+/// application handles, which reserve without waiting for the owner.
+pub(super) struct Receives {
+    /// Bytes of one staging receive (`DocaConfig::max_recv_size`).
+    pub(super) slot_size: usize,
+    /// Most staging receives of the context (`DocaConfig::recv_queue_size`, bounded by the
+    /// device).
+    pub(super) max: usize,
+    reserved: std::sync::atomic::AtomicUsize,
+}
+
+impl Receives {
+    fn new(slot_size: usize, max: usize) -> Receives {
+        Receives {
+            slot_size,
+            max,
+            reserved: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// Reserves `n` more staging receives, if the context has room for them.
+    pub(super) fn reserve(&self, n: usize) -> bool {
+        self.reserved
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                r.checked_add(n).filter(|t| *t <= self.max)
+            })
+            .is_ok()
+    }
+
+    /// Gives back `n` reserved staging receives (a connection ended).
+    pub(super) fn release(&self, n: usize) {
+        let _ = self
+            .reserved
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                Some(r.saturating_sub(n))
+            });
+    }
+
+    /// Staging receives reserved by the context's connections.
+    pub(super) fn reserved(&self) -> usize {
+        self.reserved.load(Ordering::Acquire)
+    }
 }
 
 /// What every handle of one context shares: the way to its owner.
@@ -161,6 +210,15 @@ pub(super) struct EngineShared {
     doorbell: Arc<AtomicBool>,
     pub(super) dev: Arc<Device>,
     pub(super) staging: Arc<StagingPools>,
+    /// The context's staging receives, as reserved by its connections.
+    pub(super) receives: Receives,
+    /// Connections of a shared client context claimed by connects (the transport picks a
+    /// context with room; the owner gives the claim back when the connection is gone).
+    claimed: std::sync::atomic::AtomicUsize,
+    /// Most connections of the context.
+    pub(super) capacity: usize,
+    /// Wake-ups of event-mode owners, counted per transport.
+    wakeups: Arc<AtomicU64>,
 }
 
 impl EngineShared {
@@ -169,6 +227,24 @@ impl EngineShared {
     pub(super) fn send(&self, cmd: Cmd) {
         let _ = self.cmds.send(cmd);
         self.doorbell.store(true, Ordering::Release);
+    }
+
+    /// Claims room for one more connection, if the context has it (shared client contexts).
+    pub(super) fn claim(&self) -> bool {
+        self.claimed
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                (c < self.capacity).then_some(c + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back a connection's claim (it is gone, or never came to be).
+    pub(super) fn unclaim(&self) {
+        let _ = self
+            .claimed
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                Some(c.saturating_sub(1))
+            });
     }
 
     /// Sends a command and waits for the owner's reply.
@@ -222,6 +298,10 @@ pub(super) struct Owner {
     /// The sink's previous batch of events, emptied: its capacity takes the next batch.
     events: Vec<Event>,
     max_message: u64,
+    /// A backlog is draining: tasks are submitted without a doorbell ([`Owner::ring`]).
+    batching: bool,
+    /// Tasks were submitted without a doorbell since the last one.
+    unflushed: bool,
     stop_begun: bool,
     stopped: bool,
 }
@@ -241,17 +321,23 @@ pub(super) async fn start(
     staging: &Arc<StagingPools>,
     max_connections: u16,
     poller: Option<&Poller>,
+    wakeups: &Arc<AtomicU64>,
 ) -> Result<Arc<EngineShared>> {
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
         Error::InvalidArgument("the DOCA transport must be used inside a tokio runtime".into())
     })?;
     let (tx, rx) = mpsc::unbounded_channel();
     let doorbell = Arc::new(AtomicBool::new(false));
+    let sizes = Sizes::new(config, dev, max_connections);
     let shared = Arc::new(EngineShared {
         cmds: tx,
         doorbell: doorbell.clone(),
         dev: dev.clone(),
         staging: staging.clone(),
+        receives: Receives::new(sizes.recv_slot, sizes.recv_count as usize),
+        claimed: std::sync::atomic::AtomicUsize::new(0),
+        capacity: usize::from(max_connections.max(1)),
+        wakeups: wakeups.clone(),
     });
     let (weak, dev, cfg) = (Arc::downgrade(&shared), dev.clone(), config.clone());
     match config.progress {
@@ -443,6 +529,9 @@ impl Owner {
                     timer_at = now;
                 }
             }
+            if let Some(shared) = owner.shared.upgrade() {
+                shared.wakeups.fetch_add(1, Ordering::Relaxed);
+            }
             active_at = Instant::now();
         }
         drop(afd);
@@ -555,12 +644,30 @@ impl Owner {
                 let _ = reply.send(self.connect_oob(id, &blob, peer));
             }
             Cmd::Op { id, op } => self.post(id, op),
+            Cmd::Grow => self.grow_receives(),
             Cmd::Close { id, err } => {
                 // Completions already in DOCA's queues come first: what the peer sent before
                 // the connection ended is delivered, not dropped.
                 self.progress_up_to(shared, PROGRESS_ROUNDS);
                 self.fail_conn(id, err);
             }
+        }
+    }
+
+    /// Registers and posts the staging receives the context's connections reserved.
+    fn grow_receives(&mut self) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let wanted = shared.receives.reserved();
+        if let Err(e) = self.staging.ensure(wanted, &self.rdma, &self.inv) {
+            // The reservations stand, so a peer may find no receive: say so loudly once.
+            tracing::error!(
+                error = %e,
+                wanted,
+                posted = self.staging.slots(),
+                "could not register more DOCA staging receives"
+            );
         }
     }
 

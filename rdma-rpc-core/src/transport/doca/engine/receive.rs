@@ -19,10 +19,10 @@ use doca_sys as sys;
 use tokio::sync::watch;
 
 use super::super::sys::{Buf, Inventory, Mmap, Rdma};
-use super::task::{Submitted, Task};
+use super::task::{Doorbell, Submitted, Task};
 use super::{Cmd, ConnId, EngineShared};
 use crate::error::{Error, Result};
-use crate::memory::RegisteredBuf;
+use crate::memory::{Access, RegisteredBuf};
 use crate::transport::common::RecvQueue;
 use crate::transport::{RecvCompletion, RecvOpcode};
 
@@ -40,6 +40,9 @@ struct Arrival {
 
 struct ConnState {
     error: Option<Error>,
+    /// Staging receives of the context this connection reserved: the most receives it had
+    /// posted at once (at least one), so never fewer than the credits its peer may hold.
+    reserved: usize,
     posted: VecDeque<RegisteredBuf>,
     arrived: VecDeque<Arrival>,
     next_seq: u64,
@@ -63,6 +66,7 @@ impl ConnShared {
             engine,
             state: Mutex::new(ConnState {
                 error: None,
+                reserved: 1,
                 posted: VecDeque::new(),
                 arrived: VecDeque::new(),
                 next_seq: 0,
@@ -115,12 +119,25 @@ impl ConnShared {
         }
     }
 
-    /// A posted receive buffer from the application.
+    /// A posted receive buffer from the application. A receive beyond the connection's
+    /// earlier peak reserves one more staging receive of the context first (the peer may
+    /// now hold one more credit), or fails if the context has none left to reserve.
     pub(in super::super) fn post_recv(&self, buf: RegisteredBuf) -> Result<()> {
+        let receives = &self.engine.receives;
+        if buf.capacity() > receives.slot_size {
+            // The peer is told it may send this much, and DOCA's receives hold less.
+            return Err(Error::LimitExceeded {
+                limit: "DocaConfig::max_recv_size (a receive larger than the DOCA transport's \
+                        staging receives: raise max_recv_size or lower max_frame)",
+                max: receives.slot_size as u64,
+                actual: buf.capacity() as u64,
+            });
+        }
         let mut st = lock(&self.state);
         if let Some(e) = &st.error {
             return Err(e.duplicate());
         }
+        let mut grew = false;
         match st.arrived.pop_front() {
             Some(a) => {
                 let result = self.fill(buf, &a.data, a.opcode, a.imm);
@@ -129,9 +146,32 @@ impl ConnShared {
                     self.fail_and_close(e);
                 }
             }
-            None => st.posted.push_back(buf),
+            None => {
+                if st.posted.len() >= st.reserved {
+                    if !receives.reserve(1) {
+                        return Err(Error::LimitExceeded {
+                            limit: "DocaConfig::recv_queue_size (staging receives of one DOCA \
+                                    context, all reserved by its connections)",
+                            max: receives.max as u64,
+                            actual: receives.max as u64 + 1,
+                        });
+                    }
+                    st.reserved += 1;
+                    grew = true;
+                }
+                st.posted.push_back(buf);
+            }
+        }
+        if grew {
+            // Ahead of any operation that could tell the peer about this receive.
+            self.engine.send(Cmd::Grow);
         }
         Ok(())
+    }
+
+    /// The staging receives this connection reserved, given back once (it ended).
+    pub(super) fn give_back_reserved(&self) -> usize {
+        std::mem::take(&mut lock(&self.state).reserved)
     }
 
     fn fill(
@@ -245,64 +285,127 @@ pub(super) fn deliver(
 /// User data of staging receives: this bit set, and the slot index.
 pub(super) const RECV_TAG: u64 = 1 << 63;
 
+/// Staging receives registered together: one registration (and one doorbell) per chunk.
+pub(super) const CHUNK_SLOTS: usize = 64;
+
+/// Staging receives kept posted beyond what the context's connections reserved: room for a
+/// connection's first message while its reservation travels to the owner.
+pub(super) const SPARE_SLOTS: usize = 16;
+
 /// One staging receive: posted (owned by DOCA) or not yet posted.
 struct Slot {
+    chunk: usize,
     offset: usize,
     /// `None` before posting and once freed (after its flushed completion during a stop).
     task: Option<Submitted>,
 }
 
-/// The context's staging receives: `count` slots of `slot_size` bytes in one registered
-/// buffer.
-pub(super) struct Staging {
-    slots: Vec<Slot>,
-    slot_size: usize,
-    posted: bool,
-    // Declared after the slots: their buffers go before the mmap, the mmap before the memory.
+/// Registered memory of [`CHUNK_SLOTS`] staging receives.
+struct Chunk {
+    // The mmap goes before the memory it covers.
     mmap: Arc<Mmap>,
     memory: RegisteredBuf,
 }
 
+/// The context's staging receives: slots of `slot_size` bytes, registered a chunk at a time
+/// as the context's connections reserve them ([`Staging::ensure`]), never more than `max`.
+/// Receives match any connection of the context, so what matters is the sum: the owner keeps
+/// at least as many posted as its connections promised their peers (their posted receives),
+/// and a peer that respects its credits can never find none (receiver not ready).
+pub(super) struct Staging {
+    slots: Vec<Slot>,
+    slot_size: usize,
+    max: usize,
+    /// Whether receives may be posted (a connection of the context was established).
+    open: bool,
+    // Declared after the slots: their buffers go before the mmaps, the mmaps before the
+    // memory.
+    chunks: Vec<Chunk>,
+}
+
 impl Staging {
-    pub(super) fn new(
-        memory: RegisteredBuf,
-        mmap: Arc<Mmap>,
-        count: u32,
-        slot_size: usize,
-    ) -> Staging {
+    pub(super) fn new(slot_size: usize, max: usize) -> Staging {
         Staging {
-            slots: (0..count as usize)
-                .map(|i| Slot {
-                    offset: i * slot_size,
-                    task: None,
-                })
-                .collect(),
+            slots: Vec::new(),
             slot_size,
-            posted: false,
-            mmap,
-            memory,
+            max,
+            open: false,
+            chunks: Vec::new(),
         }
     }
 
-    /// Posts every slot, once (at the first established connection).
-    pub(super) fn post_all(&mut self, rdma: &Rdma, inv: &Inventory) -> Result<()> {
-        if std::mem::replace(&mut self.posted, true) {
+    /// Staging receives registered so far.
+    pub(super) fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Receives may be posted from now on (the context's first established connection, as
+    /// NVIDIA's CPU samples post them): posts every slot registered so far.
+    pub(super) fn open(&mut self, rdma: &Rdma, inv: &Inventory) -> Result<()> {
+        if std::mem::replace(&mut self.open, true) {
             return Ok(());
         }
-        let base = self.memory.addr();
-        for (i, slot) in self.slots.iter_mut().enumerate() {
-            // SAFETY: the slot lies inside the staging memory, which only receives write into
+        self.post_from(0, rdma, inv)
+    }
+
+    /// Makes sure `wanted` receives (plus [`SPARE_SLOTS`]) are registered, and posted once
+    /// receives may be posted, up to the context's maximum: one registration per
+    /// [`CHUNK_SLOTS`] slots, and one doorbell per chunk.
+    pub(super) fn ensure(&mut self, wanted: usize, rdma: &Rdma, inv: &Inventory) -> Result<()> {
+        let target = wanted.saturating_add(SPARE_SLOTS).min(self.max);
+        while self.slots.len() < target {
+            let first = self.slots.len();
+            let count = CHUNK_SLOTS.min(self.max - first);
+            let memory = RegisteredBuf::new(self.slot_size * count, Access::LOCAL_WRITE)?;
+            // SAFETY: the chunk's memory is owned by its `Chunk` together with this mmap and
+            // outlives it (field order in `Chunk`, chunks dropped after the slots).
+            let mmap = Arc::new(unsafe {
+                Mmap::local(
+                    rdma.device(),
+                    memory.ptr_at(0),
+                    memory.capacity(),
+                    sys::DOCA_ACCESS_FLAG_LOCAL_READ_WRITE,
+                )
+            }?);
+            let chunk = self.chunks.len();
+            self.chunks.push(Chunk { mmap, memory });
+            self.slots.extend((0..count).map(|i| Slot {
+                chunk,
+                offset: i * self.slot_size,
+                task: None,
+            }));
+            if self.open {
+                self.post_from(first, rdma, inv)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts the slots from index `first` on, ringing one doorbell for all of them.
+    fn post_from(&mut self, first: usize, rdma: &Rdma, inv: &Inventory) -> Result<()> {
+        let mut batch = Doorbell::new(rdma);
+        for (i, slot) in self.slots.iter_mut().enumerate().skip(first) {
+            let chunk = &self.chunks[slot.chunk];
+            // SAFETY: the slot lies inside its chunk's memory, which only receives write into
             // and which outlives every buffer taken from it (field order above).
-            let buf: Buf =
-                unsafe { inv.buf(&self.mmap, base + slot.offset as u64, self.slot_size, 0) }?;
+            let buf: Buf = unsafe {
+                inv.buf(
+                    &chunk.mmap,
+                    chunk.memory.addr() + slot.offset as u64,
+                    self.slot_size,
+                    0,
+                )
+            }?;
             let task = Task::receive(rdma, &buf)?;
-            match task.submit(RECV_TAG | i as u64, vec![buf]) {
+            match batch.submit(task, RECV_TAG | i as u64, vec![buf]) {
                 Ok(submitted) => slot.task = Some(submitted),
                 Err((_task, code)) => {
-                    return Err(super::super::sys::doca_error("doca_task_submit", code));
+                    batch.ring();
+                    return Err(super::super::sys::doca_error("doca_task_submit_ex", code));
                 }
             }
         }
+        batch.ring();
         Ok(())
     }
 
@@ -314,10 +417,11 @@ impl Staging {
     /// The bytes of a completed receive of slot `user`, still in place.
     pub(super) fn message(&self, user: u64, len: usize) -> Option<&[u8]> {
         let slot = self.slots.get((user & !RECV_TAG) as usize)?;
+        let chunk = self.chunks.get(slot.chunk)?;
         let len = len.min(self.slot_size);
         // SAFETY: the receive completed, so DOCA is done writing its slot, which lies inside
-        // the staging memory; the slot is not reposted before the caller is done.
-        Some(unsafe { std::slice::from_raw_parts(self.memory.ptr_at(slot.offset), len) })
+        // its chunk's memory; the slot is not reposted before the caller is done.
+        Some(unsafe { std::slice::from_raw_parts(chunk.memory.ptr_at(slot.offset), len) })
     }
 
     /// After a receive's completion: reposts it (`running`) or frees it (the context stops).

@@ -9,15 +9,12 @@ use std::time::{Duration, Instant};
 
 use doca_sys as sys;
 
-use super::super::sys::{
-    check, doca_error, error_name, Device, Inventory, Mmap, Pe, PeDriver, Rdma,
-};
+use super::super::sys::{check, doca_error, error_name, Device, Inventory, Pe, PeDriver, Rdma};
 use super::super::DocaConfig;
 use super::callbacks::*;
 use super::receive::{Deadlines, Staging};
 use super::{EngineShared, Owner};
 use crate::error::{Error, Result};
-use crate::memory::{Access, RegisteredBuf};
 
 /// How long a context may take to start or to stop.
 pub(super) const STATE_CHANGE_LIMIT: Duration = Duration::from_secs(10);
@@ -31,13 +28,28 @@ const MAX_TASKS_PER_KIND: u32 = 16 * 1024;
 pub(super) struct Sizes {
     /// Operations in flight per connection (`doca_rdma_set_send_queue_size`).
     pub(super) send_queue: u32,
-    /// Staging receives of the context.
+    /// Most staging receives of the context (registered and posted as its connections
+    /// reserve them).
     pub(super) recv_count: u32,
+    /// Bytes of each staging receive.
+    pub(super) recv_slot: usize,
     /// Tasks of each kind the context configures.
     pub(super) tasks_per_kind: u32,
-    /// `doca_buf`s of the context's inventory.
+    /// `doca_buf`s of the context's inventory when it starts; it grows on demand
+    /// (`doca_buf_inventory_expand`) up to [`MAX_INVENTORY`].
     pub(super) inventory: usize,
 }
+
+/// `doca_buf`s an inventory starts with: enough for a few connections' receives and
+/// operations; more are added as they are needed.
+const INITIAL_INVENTORY: usize = 1024;
+
+/// Most `doca_buf`s of one context's inventory: every staging receive holds one and every
+/// operation at most two.
+pub(super) const MAX_INVENTORY: usize = 1 << 22;
+
+/// Smallest staging receive: room for any control frame of the protocol.
+const MIN_RECV_SLOT: usize = 64;
 
 impl Sizes {
     pub(super) fn new(config: &DocaConfig, dev: &Device, max_connections: u16) -> Sizes {
@@ -50,15 +62,12 @@ impl Sizes {
             .clamp(1, info.max_recv_queue_size.max(1));
         let ops = send_queue.saturating_mul(u32::from(max_connections.max(1)));
         let tasks_per_kind = ops.min(MAX_TASKS_PER_KIND);
-        // Every operation holds at most two buffers; every receive one.
-        let inventory = (recv_count as usize)
-            .saturating_add(2 * (ops as usize).min(7 * tasks_per_kind as usize))
-            .min(1 << 22);
         Sizes {
             send_queue,
             recv_count,
+            recv_slot: config.max_recv_size.max(MIN_RECV_SLOT),
             tasks_per_kind,
-            inventory,
+            inventory: INITIAL_INVENTORY,
         }
     }
 }
@@ -176,6 +185,13 @@ impl Owner {
                 "doca_rdma_set_transport_type",
                 sys::doca_rdma_set_transport_type(r, sys::DOCA_RDMA_TRANSPORT_TYPE_RC),
             )?;
+            // Receives cannot run out by design (see `Receives`): a peer that finds none
+            // broke its credits or stalled, and its connection fails after these retries
+            // instead of stalling the queue pair for good (7 would retry forever).
+            check(
+                "doca_rdma_set_rnr_retry_count",
+                sys::doca_rdma_set_rnr_retry_count(r, config.rnr_retry_count.min(7)),
+            )?;
             if let Some(gid) = config.gid_index {
                 check(
                     "doca_rdma_set_gid_index",
@@ -183,20 +199,8 @@ impl Owner {
                 )?;
             }
         }
-        let inv = Inventory::new(sizes.inventory)?;
-        let slot = config.max_recv_size.max(64);
-        let memory = RegisteredBuf::new(slot * sizes.recv_count as usize, Access::LOCAL_WRITE)?;
-        // SAFETY: the staging memory is owned by `Staging` together with this mmap and
-        // outlives it (field order in `Staging`).
-        let mmap = Arc::new(unsafe {
-            Mmap::local(
-                dev,
-                memory.ptr_at(0),
-                memory.capacity(),
-                sys::DOCA_ACCESS_FLAG_LOCAL_READ_WRITE,
-            )
-        }?);
-        let staging = Staging::new(memory, mmap, sizes.recv_count, slot);
+        let inv = Inventory::new(sizes.inventory, MAX_INVENTORY)?;
+        let staging = Staging::new(sizes.recv_slot, sizes.recv_count as usize);
         Ok(Owner {
             shared,
             config: config.clone(),
@@ -216,6 +220,8 @@ impl Owner {
             sink,
             events: Vec::new(),
             max_message: u64::from(dev.info().max_message_size),
+            batching: false,
+            unflushed: false,
             stop_begun: false,
             stopped: false,
         })

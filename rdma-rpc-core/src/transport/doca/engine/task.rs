@@ -421,18 +421,25 @@ impl Task {
     }
 
     /// Submits the task with `user` as its user data. The submitted task keeps `bufs` (the
-    /// buffers it uses) until it completes. On failure the task is idle again.
+    /// buffers it uses) until it completes. On failure the task is idle again. Without
+    /// `flush` DOCA may hold the task until the context's next flush (see [`Doorbell`]).
     #[allow(clippy::result_large_err)]
-    pub(super) fn submit(
+    pub(super) fn submit_with(
         self,
         user: u64,
         bufs: Vec<Buf>,
+        flush: bool,
     ) -> std::result::Result<Submitted, (Task, sys::doca_error_t)> {
         let task = self.raw.as_task();
+        let flags = if flush {
+            sys::DOCA_TASK_SUBMIT_FLAG_FLUSH
+        } else {
+            sys::DOCA_TASK_SUBMIT_FLAG_NONE
+        };
         // SAFETY: an idle task of this engine; its buffers are kept by the `Submitted`.
         let code = unsafe {
             sys::doca_task_set_user_data(task, sys::doca_data { u64_: user });
-            sys::doca_task_submit(task)
+            sys::doca_task_submit_ex(task, flags)
         };
         if code != sys::DOCA_SUCCESS {
             return Err((self, code));
@@ -511,5 +518,52 @@ impl Drop for Submitted {
             tracing::warn!(kind = ?raw.kind(), "leaking a DOCA task that did not complete");
             std::mem::forget(std::mem::take(&mut self.bufs));
         }
+    }
+}
+
+/// Tasks submitted together, with one doorbell for all of them: each is submitted without
+/// `DOCA_TASK_SUBMIT_FLAG_FLUSH` and [`Doorbell::ring`] flushes the context once
+/// (`doca_ctx_flush_tasks`). Used where a batch is known to follow (a backlog draining, a
+/// chunk of receives); a single operation is submitted with the flag.
+pub(super) struct Doorbell<'a> {
+    rdma: &'a Rdma,
+    pending: bool,
+}
+
+impl<'a> Doorbell<'a> {
+    pub(super) fn new(rdma: &'a Rdma) -> Doorbell<'a> {
+        Doorbell {
+            rdma,
+            pending: false,
+        }
+    }
+
+    /// Submits `task` without ringing.
+    #[allow(clippy::result_large_err)]
+    pub(super) fn submit(
+        &mut self,
+        task: Task,
+        user: u64,
+        bufs: Vec<Buf>,
+    ) -> std::result::Result<Submitted, (Task, sys::doca_error_t)> {
+        let submitted = task.submit_with(user, bufs, false)?;
+        self.pending = true;
+        Ok(submitted)
+    }
+
+    /// Rings once for every task submitted since the last ring.
+    pub(super) fn ring(&mut self) {
+        if std::mem::take(&mut self.pending) {
+            // SAFETY: a started context of this owner; the tasks it flushes were submitted
+            // to it.
+            unsafe { sys::doca_ctx_flush_tasks(self.rdma.ctx()) };
+        }
+    }
+}
+
+impl Drop for Doorbell<'_> {
+    fn drop(&mut self) {
+        // Never leave submitted tasks unflushed.
+        self.ring();
     }
 }
