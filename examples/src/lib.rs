@@ -10,3 +10,4 @@ pub mod logging;
 pub mod object_store;
 pub mod report;
 pub mod storage;
+pub mod tls;

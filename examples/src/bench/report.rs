@@ -69,6 +69,58 @@ pub struct GrpcRow {
     pub download_throughput: Throughput,
 }
 
+/// rdma-rpc over one transport, in the TLS comparison.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct TransportFigures {
+    /// 64 B sends, one in flight.
+    pub send_64b: Latency,
+    /// 4 MiB writes, several in flight on one connection.
+    pub write_4mib: Throughput,
+    /// 4 MiB reads, several in flight on one connection.
+    pub read_4mib: Throughput,
+}
+
+/// rdma-rpc over `tls://` (with client certificates) next to `tcp://`, measured the same way
+/// in the same run, on servers of their own.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct TlsFigures {
+    /// Over `tcp://`.
+    pub tcp: TransportFigures,
+    /// Over `tls://`.
+    pub tls: TransportFigures,
+}
+
+impl TlsFigures {
+    /// Lines of the table: each figure over both, and TLS's as a multiple of TCP's.
+    fn table(&self, depth: usize, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "\nTLS: rdma-rpc over tls:// (TLS 1.3, client certificates) next to tcp://, same \
+             run (throughput with {depth} in flight):"
+        );
+        let (tcp, tls) = (&self.tcp, &self.tls);
+        let _ = writeln!(
+            out,
+            "  64 B send p50      tcp {:>8.1} us   tls {:>8.1} us   tls/tcp {}",
+            tcp.send_64b.p50_us,
+            tls.send_64b.p50_us,
+            ratio(tls.send_64b.p50_us, tcp.send_64b.p50_us)
+        );
+        for (what, a, b) in [
+            ("4 MiB write", tcp.write_4mib, tls.write_4mib),
+            ("4 MiB read ", tcp.read_4mib, tls.read_4mib),
+        ] {
+            let _ = writeln!(
+                out,
+                "  {what} GB/s   tcp {:>8.3}      tls {:>8.3}      tls/tcp {}",
+                a.gb_per_s,
+                b.gb_per_s,
+                ratio(b.gb_per_s, a.gb_per_s)
+            );
+        }
+    }
+}
+
 /// A target from the issue, with the measured ratio.
 #[derive(Debug, Clone, Serialize)]
 pub struct Target {
@@ -111,6 +163,8 @@ pub struct Results {
     pub read_into: Option<RegistrationCost>,
     /// Bulk and message streams (`None` in results of runs before streams).
     pub streams: Option<super::streams::StreamFigures>,
+    /// rdma-rpc over `tls://` next to `tcp://` (`None` in results of runs before TLS).
+    pub tls: Option<TlsFigures>,
     /// Peak resident memory of the whole run, MiB.
     pub peak_rss_mib: f64,
     /// The issue's targets.
@@ -274,6 +328,9 @@ impl Results {
                 unary.map_or("-".into(), |u| ratio(st.messages_per_s, u)),
                 self.depth
             );
+        }
+        if let Some(tls) = &self.tls {
+            tls.table(self.depth, &mut out);
         }
         let _ = writeln!(out, "\ngRPC (tonic) baseline:");
         let _ = writeln!(

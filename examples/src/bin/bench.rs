@@ -1,6 +1,6 @@
 //! The benchmark: rdma-rpc's four operations at payload sizes from 64 B to 16 MiB, next to raw
-//! TCP and gRPC (tonic) measured in the same run. Prints a table of ratios and writes JSON and
-//! an SVG chart.
+//! TCP and gRPC (tonic) measured in the same run, and rdma-rpc over `tls://` next to `tcp://`
+//! (64 B latency, 4 MiB GB/s). Prints a table of ratios and writes JSON and an SVG chart.
 //!
 //! `cargo run --release -p examples --bin bench -- [--quick] [--transport ADDR] [--out DIR]
 //! [--depth N] [--connections N] [--runtime split|shared|single]
@@ -29,7 +29,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use examples::bench::measure::{latency, peak_rss_mib, throughput, BenchError, Progress};
-use examples::bench::report::{GrpcRow, OpRow, RegistrationCost, Results, Target};
+use examples::bench::report::{
+    GrpcRow, OpRow, RegistrationCost, Results, Target, TlsFigures, TransportFigures,
+};
 use examples::bench::service::{BenchClient, BenchServer, Len, Sink};
 use examples::bench::streams::{self, StreamSink};
 use examples::bench::tcp_baseline;
@@ -38,6 +40,7 @@ use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport, ProgressMode};
 use rdma_rpc_core::transport::Transport;
 use rdma_rpc_core::{Client, Server};
 use tokio::runtime::{Builder, Handle};
+use tokio::task::JoinHandle;
 
 /// The server's pool budget per path.
 const POOL_BUDGET: usize = 128 << 20;
@@ -234,8 +237,98 @@ async fn calls_over_object(
     Ok(t.gb_per_s)
 }
 
+/// Starts the benchmark's server on the serving runtime, listening on `addr` (over
+/// `transport`, or the one the address names): the address it is bound to, and its task.
+async fn start_server(
+    server: &Handle,
+    addr: &str,
+    transport: Option<Arc<dyn Transport>>,
+) -> Result<(String, JoinHandle<()>), BenchError> {
+    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+    let addr = addr.to_owned();
+    let serving = server.spawn(async move {
+        let mut builder = Server::builder()
+            .pool_budget(POOL_BUDGET)
+            .max_in_flight(256)
+            .add_service(BenchServer::new(Sink))
+            .add_service(StreamSink);
+        if let Some(t) = transport {
+            builder = builder.transport(t);
+        }
+        match builder.bind(&addr).await {
+            Ok(bound) => {
+                let _ = addr_tx.send(Ok(bound.local_addr()));
+                if let Err(e) = bound.serve().await {
+                    eprintln!("bench server stopped: {e}");
+                }
+            }
+            Err(e) => {
+                let _ = addr_tx.send(Err(e));
+            }
+        }
+    });
+    let bound = addr_rx.await??;
+    Ok((bound, serving))
+}
+
+/// A client of `addr`, over `transport` or the one the address names.
+fn client_builder(transport: &Option<Arc<dyn Transport>>) -> rdma_rpc_core::ClientBuilder {
+    let builder = Client::builder();
+    match transport {
+        Some(t) => builder.transport(t.clone()),
+        None => builder,
+    }
+}
+
+/// rdma-rpc over `tls://` (demo certificates made now, client certificates required) next
+/// to `tcp://`: 64 B send latency and 4 MiB write and read throughput, each on a server of its
+/// own, measured the same way one after the other.
+async fn tls_vs_tcp(o: &Options, server: &Handle) -> Result<TlsFigures, BenchError> {
+    let certs = examples::tls::DemoCerts::generate()?;
+    let tls: Arc<dyn Transport> = Arc::new(certs.transport()?);
+    let mut figures = Vec::new();
+    for (addr, transport) in [
+        ("tcp://127.0.0.1:0", None),
+        ("tls://127.0.0.1:0", Some(tls)),
+    ] {
+        let (addr, serving) = start_server(server, addr, transport.clone()).await?;
+        let client = BenchClient::new(client_builder(&transport).connect(&addr).await?);
+        let small = Bytes::from(vec![0x5a; 64]);
+        let send_64b = latency(calls(64, o.quick).0, || call(&client, "send", &small)).await?;
+        let write_4mib = bulk_4mib(&client, "write", o).await?;
+        let read_4mib = bulk_4mib(&client, "read", o).await?;
+        serving.abort();
+        figures.push(TransportFigures {
+            send_64b,
+            write_4mib,
+            read_4mib,
+        });
+    }
+    Ok(TlsFigures {
+        tcp: figures[0],
+        tls: figures[1],
+    })
+}
+
+/// 4 MiB `op` calls, `--depth` in flight on one connection.
+async fn bulk_4mib(
+    client: &BenchClient,
+    op: &'static str,
+    o: &Options,
+) -> Result<examples::bench::measure::Throughput, BenchError> {
+    let big = Bytes::from(vec![0x5a; 4 << 20]);
+    throughput(calls(big.len(), o.quick).1, big.len(), o.depth, |_| {
+        let (client, big) = (client.clone(), big.clone());
+        move || {
+            let (client, big) = (client.clone(), big.clone());
+            async move { call(&client, op, &big).await }
+        }
+    })
+    .await
+}
+
 async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
-    let steps = 5 + SIZES.len() * (OPS.len() * 3 + 4);
+    let steps = 6 + SIZES.len() * (OPS.len() * 3 + 4);
     let mut progress = Progress::new(steps);
 
     // The 64 B round-trip baseline is taken in blocks: one now and one right before each
@@ -255,42 +348,11 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
     let tcp_bulk =
         tcp_baseline::bulk_stream(server, 4 << 20, if o.quick { 25 } else { 250 }).await? / 1e9;
 
-    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
-    let transport = o.transport.clone();
     let doca = chosen_transport(o)?;
     let chosen = doca.clone().map(|t| Arc::new(t) as Arc<dyn Transport>);
-    let server_transport = chosen.clone();
-    let serving = server.spawn(async move {
-        let mut builder = Server::builder()
-            .pool_budget(POOL_BUDGET)
-            .max_in_flight(256)
-            .add_service(BenchServer::new(Sink))
-            .add_service(StreamSink);
-        if let Some(t) = server_transport {
-            builder = builder.transport(t);
-        }
-        let bound = builder.bind(&transport).await;
-        match bound {
-            Ok(bound) => {
-                let _ = addr_tx.send(Ok(bound.local_addr()));
-                if let Err(e) = bound.serve().await {
-                    eprintln!("bench server stopped: {e}");
-                }
-            }
-            Err(e) => {
-                let _ = addr_tx.send(Err(e));
-            }
-        }
-    });
-    let addr = addr_rx.await??;
+    let (addr, serving) = start_server(server, &o.transport, chosen.clone()).await?;
+    let client_builder = || client_builder(&chosen);
     // Staging for results as deep as the server's pools: 8 results of 16 MiB in flight.
-    let client_builder = || {
-        let builder = Client::builder();
-        match &chosen {
-            Some(t) => builder.transport(t.clone()),
-            None => builder,
-        }
-    };
     // Streams keep as many windows in flight as the throughput rows keep calls.
     let client = BenchClient::new(
         client_builder()
@@ -419,6 +481,8 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
     serving.abort();
     ping.close().await?;
     let tcp_round_trip = examples::bench::measure::Latency::of(tcp_samples);
+    progress.step("rdma-rpc over tls:// next to tcp://: 64 B send latency, 4 MiB write and read");
+    let tls = tls_vs_tcp(o, server).await?;
 
     let grpc_server = grpc::start(server).await?;
     let grpc_client = grpc::connect(grpc_server.addr).await?;
@@ -505,6 +569,7 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
         rows,
         read_into,
         streams: Some(stream_figures),
+        tls: Some(tls),
         peak_rss_mib: peak_rss_mib(),
         targets: Vec::new(),
     };

@@ -1,18 +1,32 @@
 //! A standalone client of the doca-cpp endpoints: runs each endpoint once with byte-for-byte
 //! verification against a server started with the `server` example.
 //!
-//! `cargo run --release -p examples --bin client -- [ADDRESS] [WRITE_BYTES]`
-//! (default `tcp://127.0.0.1:7470` and 1 MiB).
+//! `cargo run --release -p examples --bin client -- [ADDRESS] [WRITE_BYTES]
+//! [--tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]]`
+//! (default `tcp://127.0.0.1:7470` and 1 MiB; a `tls://` address needs the CA of the server's
+//! certificate, and a client certificate if the server requires one).
 
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use examples::generated::doca_cpp::DocaCppEndpointsClient;
 use examples::report::size;
+use examples::tls::ClientTlsArgs;
+use rdma_rpc_core::transport::Transport;
 
-async fn run(addr: &str, len: usize) -> Result<(), Box<dyn std::error::Error>> {
-    let client = DocaCppEndpointsClient::connect(addr).await?;
+async fn run(
+    addr: &str,
+    len: usize,
+    transport: Option<Arc<dyn Transport>>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let builder = rdma_rpc_core::Client::builder();
+    let builder = match transport {
+        Some(t) => builder.transport(t),
+        None => builder,
+    };
+    let client = DocaCppEndpointsClient::new(builder.connect(addr).await?);
     println!("connected to {}", client.inner().peer());
 
     let message = Bytes::from_static(b"hello from the rdma-rpc client");
@@ -65,13 +79,22 @@ struct Args {
     /// Bytes written to and read back from /rdma/ep1.
     #[arg(value_name = "WRITE_BYTES", default_value_t = 1 << 20)]
     len: usize,
+    #[command(flatten)]
+    tls: ClientTlsArgs,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = <Args as clap::Parser>::parse();
     examples::logging::init();
-    match run(&args.addr, args.len).await {
+    let transport = match args.tls.transport(&args.addr) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("client: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args.addr, args.len, transport).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("client: {e}");

@@ -1,8 +1,10 @@
 //! A standalone server of the doca-cpp endpoints, for two terminals or two machines.
 //!
 //! `cargo run --release -p examples --bin server -- [ADDRESS] [--metrics HOST:PORT]
-//! [--report-every SECONDS]` (default `tcp://0.0.0.0:7470`; `doca://<ip>:<port>` for the DOCA
-//! transport). Ctrl-C shuts down gracefully. Logs go to stderr, filtered by `RUST_LOG`
+//! [--report-every SECONDS] [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]` (default
+//! `tcp://0.0.0.0:7470`; `doca://<ip>:<port>` for the DOCA transport; `tls://<ip>:<port>` with
+//! the server's certificate and key for TLS, and `--tls-client-ca` to require client
+//! certificates of that CA: mutual TLS). Ctrl-C shuts down gracefully. Logs go to stderr, filtered by `RUST_LOG`
 //! (default `warn`: every dropped connection and refused call with its reason;
 //! `RUST_LOG=rdma_rpc_core=debug` for every call). `--metrics` serves Prometheus metrics at
 //! `http://HOST:PORT/metrics`; `--report-every` prints the connections and pool use.
@@ -13,6 +15,7 @@ use std::time::Duration;
 
 use examples::buffers::PathBuffers;
 use examples::generated::doca_cpp::{DocaCppEndpointsServer, DOCA_CPP_ENDPOINTS_ENDPOINTS};
+use examples::tls::ServerTlsArgs;
 use rdma_rpc_core::{Server, ServerHandle};
 
 /// The doca-cpp example server: four endpoints over any transport.
@@ -28,6 +31,8 @@ struct Args {
     /// Print the connections and pools every N seconds.
     #[arg(long, value_name = "SECONDS", value_parser = seconds)]
     report_every: Option<Duration>,
+    #[command(flatten)]
+    tls: ServerTlsArgs,
 }
 
 /// A whole number of seconds, at least 1.
@@ -75,11 +80,17 @@ async fn main() -> ExitCode {
         println!("metrics on http://{at}/metrics");
     }
     let addr = args.addr;
-    let server = match Server::builder()
-        .add_service(DocaCppEndpointsServer::new(PathBuffers::default()))
-        .bind(&addr)
-        .await
-    {
+    let mut builder =
+        Server::builder().add_service(DocaCppEndpointsServer::new(PathBuffers::default()));
+    match args.tls.transport(&addr) {
+        Ok(Some(tls)) => builder = builder.transport(tls),
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("server: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let server = match builder.bind(&addr).await {
         Ok(server) => server,
         Err(e) => {
             eprintln!("server: cannot listen on {addr}: {e}");

@@ -1,0 +1,235 @@
+//! TLS for the example binaries: their `--tls-*` flags, and demo certificates made at run time
+//! (`tls-certs` writes them to files; the benchmark makes its own in memory).
+//!
+//! The demo certificates are for trying `tls://` on one machine: a throwaway CA that signs a
+//! server certificate for `localhost`, 127.0.0.1 and ::1, and a client certificate
+//! (`CN=demo-client`). Nothing here is committed; use your own CA's certificates elsewhere.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, SanType,
+};
+use rdma_rpc_core::transport::tls::{
+    ClientTlsConfig, Identity, Roots, ServerTlsConfig, TlsTransport,
+};
+use rdma_rpc_core::transport::Transport;
+
+/// A certificate and its private key, PEM.
+#[derive(Debug, Clone)]
+pub struct CertAndKey {
+    /// The certificate.
+    pub cert: String,
+    /// Its private key.
+    pub key: String,
+}
+
+impl CertAndKey {
+    /// As an rdma-rpc identity.
+    pub fn identity(&self) -> rdma_rpc_core::Result<Identity> {
+        Identity::from_pem(&self.cert, &self.key)
+    }
+}
+
+/// A demo CA and the server and client certificates it signed.
+#[derive(Debug, Clone)]
+pub struct DemoCerts {
+    /// The CA's certificate: the root both sides trust.
+    pub ca: String,
+    /// For `localhost`, 127.0.0.1 and ::1.
+    pub server: CertAndKey,
+    /// `CN=demo-client`, DNS name `demo-client.local`.
+    pub client: CertAndKey,
+}
+
+/// A certificate request with a common name and an organisation.
+fn params(common_name: &str) -> CertificateParams {
+    let mut params = CertificateParams::default();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    params
+        .distinguished_name
+        .push(DnType::OrganizationName, "rdma-rpc demo");
+    params
+}
+
+fn dns(name: &str) -> Result<SanType, rcgen::Error> {
+    Ok(SanType::DnsName(name.try_into()?))
+}
+
+impl DemoCerts {
+    /// Makes a fresh CA and certificates (ECDSA P-256).
+    pub fn generate() -> Result<DemoCerts, rcgen::Error> {
+        let mut ca = params("rdma-rpc demo CA");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate()?)?;
+        let sign = |mut p: CertificateParams, usage| {
+            p.extended_key_usages = vec![usage];
+            let key = KeyPair::generate()?;
+            let cert = p.signed_by(&key, &ca)?;
+            Ok::<_, rcgen::Error>(CertAndKey {
+                cert: cert.pem(),
+                key: key.serialize_pem(),
+            })
+        };
+        let mut server = params("localhost");
+        server.subject_alt_names = vec![
+            dns("localhost")?,
+            SanType::IpAddress([127, 0, 0, 1].into()),
+            SanType::IpAddress(std::net::Ipv6Addr::LOCALHOST.into()),
+        ];
+        let mut client = params("demo-client");
+        client.subject_alt_names = vec![dns("demo-client.local")?];
+        Ok(DemoCerts {
+            server: sign(server, ExtendedKeyUsagePurpose::ServerAuth)?,
+            client: sign(client, ExtendedKeyUsagePurpose::ClientAuth)?,
+            ca: ca.pem(),
+        })
+    }
+
+    /// Writes `ca.pem`, `server.pem`, `server.key`, `client.pem` and `client.key` into `dir`
+    /// (made if missing; the keys readable by their owner only). Returns the files written.
+    pub fn write_to(&self, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+        std::fs::create_dir_all(dir)?;
+        let files = [
+            ("ca.pem", &self.ca),
+            ("server.pem", &self.server.cert),
+            ("server.key", &self.server.key),
+            ("client.pem", &self.client.cert),
+            ("client.key", &self.client.key),
+        ];
+        let mut written = Vec::new();
+        for (name, contents) in files {
+            let path = dir.join(name);
+            write_private(&path, contents, name.ends_with(".key"))?;
+            written.push(path);
+        }
+        Ok(written)
+    }
+
+    /// A transport that serves with the server certificate, requires client certificates of
+    /// this CA, and connects as the demo client: both ends of a loopback run.
+    pub fn transport(&self) -> rdma_rpc_core::Result<TlsTransport> {
+        let roots = || Roots::from_pem(&self.ca);
+        TlsTransport::new(
+            Some(ServerTlsConfig::new(self.server.identity()?).client_roots(roots()?)),
+            Some(ClientTlsConfig::new(roots()?).identity(self.client.identity()?)),
+        )
+    }
+}
+
+fn write_private(path: &Path, contents: &str, private: bool) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    if private {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    #[cfg(not(unix))]
+    let _ = private;
+    std::io::Write::write_all(&mut options.open(path)?, contents.as_bytes())
+}
+
+/// The example server's TLS flags (used with a `tls://` address).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServerTlsArgs {
+    /// The server's certificate chain, PEM (with a tls:// address).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The server's private key, PEM.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (mutual TLS), PEM.
+    #[arg(long, value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// With --tls-client-ca: let in clients without a certificate too.
+    #[arg(long, requires = "tls_client_ca")]
+    pub tls_client_optional: bool,
+}
+
+impl ServerTlsArgs {
+    /// The transport for `addr`: a TLS one for `tls://` (which needs the certificate flags),
+    /// none otherwise (the address names it). TLS flags with another scheme are an error.
+    pub fn transport(&self, addr: &str) -> Result<Option<Arc<dyn Transport>>, String> {
+        if !wants_tls(
+            addr,
+            self.tls_cert.is_some() || self.tls_client_ca.is_some(),
+        )? {
+            return Ok(None);
+        }
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            return Err("a tls:// address needs --tls-cert and --tls-key".into());
+        };
+        let build = || {
+            let mut config = ServerTlsConfig::new(Identity::from_pem_files(cert, key)?);
+            if let Some(ca) = &self.tls_client_ca {
+                config = config
+                    .client_roots(Roots::from_pem_file(ca)?)
+                    .client_certificate_optional(self.tls_client_optional);
+            }
+            TlsTransport::server(config)
+        };
+        boxed(build())
+    }
+}
+
+/// The example client's TLS flags (used with a `tls://` address).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ClientTlsArgs {
+    /// The CA that signed the server's certificate, PEM (with a tls:// address).
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// This client's certificate chain, PEM, for servers that require one (mutual TLS).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// This client's private key, PEM.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// The name the server's certificate must carry, if not the host of the address.
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+}
+
+impl ClientTlsArgs {
+    /// The transport for `addr`: a TLS one for `tls://` (which needs --tls-ca), none
+    /// otherwise. TLS flags with another scheme are an error.
+    pub fn transport(&self, addr: &str) -> Result<Option<Arc<dyn Transport>>, String> {
+        if !wants_tls(addr, self.tls_ca.is_some() || self.tls_cert.is_some())? {
+            return Ok(None);
+        }
+        let Some(ca) = &self.tls_ca else {
+            return Err(
+                "a tls:// address needs --tls-ca (the CA of the server's certificate)".into(),
+            );
+        };
+        let build = || {
+            let mut config = ClientTlsConfig::new(Roots::from_pem_file(ca)?);
+            if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+                config = config.identity(Identity::from_pem_files(cert, key)?);
+            }
+            if let Some(name) = &self.tls_server_name {
+                config = config.server_name(name.clone());
+            }
+            TlsTransport::client(config)
+        };
+        boxed(build())
+    }
+}
+
+/// Whether `addr` is a `tls://` address; TLS flags with another scheme are a mistake.
+fn wants_tls(addr: &str, flags_given: bool) -> Result<bool, String> {
+    match (addr.starts_with("tls://"), flags_given) {
+        (false, true) => Err(format!("--tls-* flags need a tls:// address, not {addr}")),
+        (tls, _) => Ok(tls),
+    }
+}
+
+fn boxed(built: rdma_rpc_core::Result<TlsTransport>) -> Result<Option<Arc<dyn Transport>>, String> {
+    built
+        .map(|t| Some(Arc::new(t) as Arc<dyn Transport>))
+        .map_err(|e| e.to_string())
+}
