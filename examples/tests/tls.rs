@@ -1,0 +1,93 @@
+//! The example binaries' TLS, as their flags set it up: demo certificates written by
+//! `tls-certs`, a server with `--tls-cert --tls-key --tls-client-ca`, a client with `--tls-ca
+//! --tls-cert --tls-key`, every endpoint of the doca-cpp service over `tls://`.
+
+use std::path::PathBuf;
+
+use bytes::Bytes;
+use examples::buffers::PathBuffers;
+use examples::generated::doca_cpp::{DocaCppEndpointsClient, DocaCppEndpointsServer};
+use examples::tls::{ClientTlsArgs, DemoCerts, ServerTlsArgs};
+use rdma_rpc_core::{Client, Server};
+
+/// A directory of its own under the system's temporary directory, removed when dropped.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[tokio::test]
+async fn the_example_flags_serve_and_call_over_mutual_tls() {
+    let dir = TempDir(std::env::temp_dir().join(format!("rdma-rpc-tls-{}", std::process::id())));
+    DemoCerts::generate().unwrap().write_to(&dir.0).unwrap();
+    let file = |name: &str| Some(dir.0.join(name));
+
+    let server_args = ServerTlsArgs {
+        tls_cert: file("server.pem"),
+        tls_key: file("server.key"),
+        tls_client_ca: file("ca.pem"),
+        tls_client_optional: false,
+    };
+    let addr = "tls://127.0.0.1:0";
+    let transport = server_args
+        .transport(addr)
+        .unwrap()
+        .expect("a TLS transport");
+    let server = Server::builder()
+        .transport(transport)
+        .add_service(DocaCppEndpointsServer::new(PathBuffers::default()))
+        .bind(addr)
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    tokio::spawn(server.serve());
+
+    let client_args = ClientTlsArgs {
+        tls_ca: file("ca.pem"),
+        tls_cert: file("client.pem"),
+        tls_key: file("client.key"),
+        tls_server_name: None,
+    };
+    let transport = client_args
+        .transport(&addr)
+        .unwrap()
+        .expect("a TLS transport");
+    let client = Client::builder().transport(transport).connect(&addr).await;
+    let client = DocaCppEndpointsClient::new(client.unwrap());
+    let message = Bytes::from_static(b"over tls://");
+    client.rdma_ep0_send((), message.clone()).await.unwrap();
+    assert_eq!(client.rdma_ep0_receive(()).await.unwrap().1, message);
+    let block = Bytes::from(vec![7u8; 1 << 20]);
+    client.rdma_ep1_write((), block.clone()).await.unwrap();
+    assert_eq!(client.rdma_ep1_read(()).await.unwrap().1, block);
+
+    // Without its certificate the client is refused, and told why.
+    let no_cert = ClientTlsArgs {
+        tls_cert: None,
+        tls_key: None,
+        ..client_args.clone()
+    };
+    let transport = no_cert.transport(&addr).unwrap().expect("a TLS transport");
+    let err = Client::builder()
+        .transport(transport)
+        .connect(&addr)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("requires a client certificate"),
+        "{err}"
+    );
+
+    // Flags that do not fit the address are refused before anything runs.
+    let err = client_args.transport("tcp://127.0.0.1:7470").unwrap_err();
+    assert!(err.contains("need a tls:// address"), "{err}");
+    let err = ClientTlsArgs::default().transport(&addr).unwrap_err();
+    assert!(err.contains("--tls-ca"), "{err}");
+    let err = ServerTlsArgs::default()
+        .transport("tls://127.0.0.1:0")
+        .unwrap_err();
+    assert!(err.contains("--tls-cert and --tls-key"), "{err}");
+}
