@@ -2,11 +2,12 @@
 
 use std::time::{Duration, Instant};
 
+use crate::bench::measure::Latencies;
+
 /// Latencies of a run of calls.
 #[derive(Debug, Default)]
 pub struct Samples {
-    latencies: Vec<Duration>,
-    total: Duration,
+    latencies: Latencies,
 }
 
 impl Samples {
@@ -14,30 +15,23 @@ impl Samples {
     pub async fn time<T>(&mut self, call: impl std::future::Future<Output = T>) -> T {
         let start = Instant::now();
         let out = call.await;
-        let took = start.elapsed();
-        self.latencies.push(took);
-        self.total += took;
+        self.latencies.record(start.elapsed());
         out
     }
 
     /// The `q` quantile (0.0 ..= 1.0).
-    pub fn quantile(&mut self, q: f64) -> Duration {
-        if self.latencies.is_empty() {
-            return Duration::ZERO;
-        }
-        self.latencies.sort_unstable();
-        let i = ((self.latencies.len() - 1) as f64 * q).round() as usize;
-        self.latencies[i]
+    pub fn quantile(&self, q: f64) -> Duration {
+        self.latencies.quantile(q)
     }
 
     /// Number of calls timed.
     pub fn count(&self) -> usize {
-        self.latencies.len()
+        self.latencies.len() as usize
     }
 
     /// Megabytes (10^6 bytes) per second for `bytes_per_call`.
     pub fn mb_per_s(&self, bytes_per_call: usize) -> f64 {
-        let secs = self.total.as_secs_f64();
+        let secs = self.latencies.total().as_secs_f64();
         if secs == 0.0 {
             return 0.0;
         }

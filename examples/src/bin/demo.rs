@@ -52,7 +52,7 @@ fn verify(what: &str, len: usize, got: &[u8], want: &[u8]) -> Result<(), String>
 async fn run(client: &DocaCppEndpointsClient) -> Result<Vec<Row>, Box<dyn std::error::Error>> {
     let raw: &Client = client.inner();
     let mut rows = Vec::new();
-    let mut row = |operation: &str, len: usize, mut samples: Samples, rts: f64| {
+    let mut row = |operation: &str, len: usize, samples: Samples, rts: f64| {
         rows.push(Row {
             operation: operation.into(),
             size: len,

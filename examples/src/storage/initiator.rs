@@ -12,6 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rdma_rpc_core::transport::doca::Counters;
 use rdma_rpc_core::{Access, Client, SharedBuf, SharedRegion, Status};
 
+use crate::bench::measure::Latencies;
 use crate::generated::storage_service::{
     BlockIo, InitStorage, StorageCommand, StorageControl, StorageServiceClient,
 };
@@ -88,8 +89,8 @@ pub struct OpReport {
     pub bytes: u64,
     /// Wall time of the phase.
     pub elapsed: Duration,
-    /// Each I/O's latency, sorted.
-    pub latencies: Vec<Duration>,
+    /// Each I/O's latency.
+    pub latencies: Latencies,
 }
 
 impl OpReport {
@@ -105,7 +106,7 @@ impl OpReport {
 
     /// The `q` quantile of the latencies (0 when none).
     pub fn quantile(&self, q: f64) -> Duration {
-        crate::bench::measure::quantile(&self.latencies, q)
+        self.latencies.quantile(q)
     }
 }
 
@@ -395,7 +396,7 @@ pub async fn run_on(clients: Vec<Client>, config: &InitiatorConfig) -> Result<Re
             let seen =
                 joined.map_err(|e| Status::internal(format!("an I/O task failed: {e}")))??;
             for (latency, done) in seen {
-                op.latencies.push(latency);
+                op.latencies.record(latency);
                 op.count += 1;
                 op.bytes += config.block_size as u64;
                 if write {
@@ -411,7 +412,6 @@ pub async fn run_on(clients: Vec<Client>, config: &InitiatorConfig) -> Result<Re
             }
         }
         op.elapsed = started.elapsed();
-        op.latencies.sort_unstable();
         let from = *warm.lock().unwrap_or_else(|e| e.into_inner());
         let cost = match (from, config.counters.as_ref().and_then(|read| read())) {
             (Some(from), Some(to)) => {
