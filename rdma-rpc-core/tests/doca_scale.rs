@@ -350,8 +350,47 @@ async fn thousand_connections(scheme: &str) {
     }
 }
 
+/// A client whose connection queues calls behind a send queue of two: what each round of
+/// completions frees is submitted together, with one doorbell.
+async fn backlogs_drain_with_one_doorbell_per_round() {
+    let server = Server::builder()
+        .transport(Arc::new(transport("mlx5_0")))
+        .add_service(Scale)
+        .bind("doca://127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = server.local_addr();
+    tokio::spawn(server.serve());
+    let mut config = DocaConfig::default();
+    config.device = Some("mlx5_1".into());
+    config.send_queue_size = 2;
+    let narrow = DocaTransport::new(config).expect("the provider's second device");
+    let client = Client::builder()
+        .transport(Arc::new(narrow.clone()))
+        .connect(&addr)
+        .await
+        .expect("connect");
+    every_operation(&client, 1).await;
+    let before = narrow.counters().expect("the provider counts");
+    join_all((0..256).map(|i| every_operation(&client, i)).collect()).await;
+    let cost = narrow
+        .counters()
+        .expect("the provider counts")
+        .since(&before);
+    println!(
+        "send queue of 2, 1024 calls at once: {} doorbells for {} tasks",
+        cost.doorbells, cost.task_submissions
+    );
+    assert!(
+        cost.doorbells < cost.task_submissions,
+        "a draining backlog rang once per task: {cost:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_holds_a_thousand_connections_over_cm_and_out_of_band() {
     thousand_connections("doca").await;
     thousand_connections("doca+oob").await;
+    // Same devices, so after the others (the counters are per device).
+    backlogs_drain_with_one_doorbell_per_round().await;
 }

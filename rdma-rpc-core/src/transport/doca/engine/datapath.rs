@@ -147,12 +147,29 @@ impl Owner {
         }
     }
 
-    /// After a completion freed room: the completing connection first, then those that
-    /// waited for tasks or buffers of the context. What the backlogs release is submitted
-    /// without flushing, and one doorbell rings for all of it.
-    fn resume(&mut self, id: ConnId) {
+    /// A completion freed room on connection `id`: its backlog drains after this round of
+    /// progress ([`Owner::drain_freed`]).
+    fn completed_on(&mut self, id: ConnId) {
+        if !self.freed.contains(&id) {
+            self.freed.push(id);
+        }
+    }
+
+    /// After a round of progress whose completions freed room: the connections that
+    /// completed operations first, in completion order, then those that waited for tasks or
+    /// buffers of the context. What the backlogs release is submitted without flushing, and
+    /// one doorbell rings for all of it.
+    pub(super) fn drain_freed(&mut self) {
+        if self.freed.is_empty() {
+            return;
+        }
         self.batching = true;
-        self.drain(id);
+        let mut freed = std::mem::take(&mut self.freed);
+        for id in freed.drain(..) {
+            self.drain(id);
+        }
+        // Its capacity takes the next round's.
+        self.freed = freed;
         for other in std::mem::take(&mut self.waiting) {
             self.drain(other);
         }
@@ -458,7 +475,7 @@ impl Owner {
         if status == sys::DOCA_SUCCESS {
             complete(done, Ok(()));
             if live {
-                self.resume(id);
+                self.completed_on(id);
             } else {
                 self.maybe_remove(id);
             }
@@ -501,7 +518,7 @@ impl Owner {
         complete(done, Err(err.duplicate()));
         self.fail_conn(id, err);
         self.maybe_remove(id);
-        self.resume(id);
+        self.completed_on(id);
     }
 
     /// Fails every operation still in flight (the context could not stop): their tasks are

@@ -302,6 +302,9 @@ pub(super) struct Owner {
     batching: bool,
     /// Tasks were submitted without a doorbell since the last one.
     unflushed: bool,
+    /// Connections whose operations completed in this round of progress, in order: their
+    /// backlogs drain once the round is over.
+    freed: Vec<ConnId>,
     stop_begun: bool,
     stopped: bool,
 }
@@ -552,25 +555,33 @@ impl Owner {
     /// wait in their own sinks for their owners, and a busy neighbour is why `rounds` bounds
     /// the loop.
     pub(super) fn progress_up_to(&mut self, shared: Option<&mut PeDriver>, rounds: usize) -> bool {
-        if let Some(mut own) = self.own_pe.take() {
+        let any = if let Some(mut own) = self.own_pe.take() {
             let any = self.drive(&mut own, rounds);
             self.own_pe = Some(own);
-            return any;
-        }
-        match shared {
-            Some(pe) => self.drive(pe, rounds),
-            None => self.handle_events(),
-        }
+            any
+        } else {
+            match shared {
+                Some(pe) => self.drive(pe, rounds),
+                None => self.handle_events(),
+            }
+        };
+        // What the completions of this round freed goes out together, with one doorbell.
+        self.drain_freed();
+        any
     }
 
     fn drive(&mut self, pe: &mut PeDriver, rounds: usize) -> bool {
         let mut any = false;
-        for _ in 0..rounds {
+        for round in 1..=rounds {
             let progressed = pe.progress();
             if !self.handle_events() && !progressed {
                 return any;
             }
             any = true;
+            if round % PROGRESS_ROUNDS == 0 {
+                // A context that never runs dry still submits what its completions freed.
+                self.drain_freed();
+            }
         }
         any
     }

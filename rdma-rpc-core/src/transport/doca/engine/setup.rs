@@ -222,6 +222,7 @@ impl Owner {
             max_message: u64::from(dev.info().max_message_size),
             batching: false,
             unflushed: false,
+            freed: Vec::new(),
             stop_begun: false,
             stopped: false,
         })
