@@ -281,7 +281,9 @@ impl Latencies {
         if self.histogram.is_empty() {
             return None;
         }
-        let at = |q: f64| self.histogram.value_at_quantile(q) as f64 / 1e3;
+        // The middle of the sample's bucket: the same sample reads the same as min, p50 or max.
+        let h = &self.histogram;
+        let at = |q: f64| h.median_equivalent(h.value_at_quantile(q)) as f64 / 1e3;
         Some(Summary {
             min: at(0.0),
             avg: micros(self.total) / self.len() as f64,

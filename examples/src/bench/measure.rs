@@ -99,7 +99,10 @@ impl Latencies {
         if self.is_empty() {
             return Duration::ZERO;
         }
-        Duration::from_nanos(self.histogram.value_at_quantile(q.clamp(0.0, 1.0)))
+        // The middle of the sample's bucket: the same sample reads the same as min, quantile
+        // or max.
+        let at = self.histogram.value_at_quantile(q.clamp(0.0, 1.0));
+        Duration::from_nanos(self.histogram.median_equivalent(at))
     }
 
     /// The smallest sample (zero when none).

@@ -7,7 +7,8 @@
 //! certificates of that CA: mutual TLS). Ctrl-C shuts down gracefully. Logs go to stderr, filtered by `RUST_LOG`
 //! (default `warn`: every dropped connection and refused call with its reason;
 //! `RUST_LOG=rdma_rpc_core=debug` for every call). `--metrics` serves Prometheus metrics at
-//! `http://HOST:PORT/metrics`; `--report-every` prints the connections and pool use.
+//! `http://HOST:PORT/metrics`; `--report-every` prints the connections and pool use. It serves
+//! the standard health service too (`rdma-rpc health ADDR`).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -16,6 +17,7 @@ use std::time::Duration;
 use examples::buffers::PathBuffers;
 use examples::generated::doca_cpp::{DocaCppEndpointsServer, DOCA_CPP_ENDPOINTS_ENDPOINTS};
 use examples::tls::ServerTlsArgs;
+use rdma_rpc_core::health::HealthReporter;
 use rdma_rpc_core::{Server, ServerHandle};
 
 /// The doca-cpp example server: four endpoints over any transport.
@@ -80,8 +82,11 @@ async fn main() -> ExitCode {
         println!("metrics on http://{at}/metrics");
     }
     let addr = args.addr;
-    let mut builder =
-        Server::builder().add_service(DocaCppEndpointsServer::new(PathBuffers::default()));
+    // The standard health service: `rdma-rpc health ADDR [DocaCppEndpoints]` asks it.
+    let health = HealthReporter::new();
+    let mut builder = Server::builder()
+        .add_service(DocaCppEndpointsServer::new(PathBuffers::default()))
+        .add_health(&health);
     match args.tls.transport(&addr) {
         Ok(Some(tls)) => builder = builder.transport(tls),
         Ok(None) => {}
