@@ -173,6 +173,22 @@ pub enum Error {
         /// Why it failed.
         reason: String,
     },
+    /// A client of several servers found none it could connect to (each is named, with why).
+    #[error("no server is ready: {reasons}")]
+    NoServer {
+        /// Each server and why it is not ready, or why there is none.
+        reasons: String,
+    },
+    /// A [`Resolver`](crate::client::balance::Resolver) could not name the servers (a DNS
+    /// name without records, a discovery service that does not answer).
+    #[error("resolving {name}: {source}")]
+    Resolve {
+        /// What was resolved (`tcp://storage.internal:7470`).
+        name: String,
+        /// Why it failed.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The DOCA provider reported an error.
     #[error("DOCA call {call} failed: {name}")]
     Doca {
@@ -265,6 +281,13 @@ impl Error {
             Error::Tls { context, reason } => Error::Tls {
                 context: context.clone(),
                 reason: reason.clone(),
+            },
+            Error::NoServer { reasons } => Error::NoServer {
+                reasons: reasons.clone(),
+            },
+            Error::Resolve { name, source } => Error::Resolve {
+                name: name.clone(),
+                source: source.to_string().into(),
             },
             Error::Doca { call, name, code } => Error::Doca {
                 call,

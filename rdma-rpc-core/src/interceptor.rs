@@ -136,8 +136,13 @@ where
 }
 
 /// Interceptors of one end, in order.
-#[derive(Clone)]
 pub(crate) struct Chain<I: ?Sized>(Vec<Arc<I>>);
+
+impl<I: ?Sized> Clone for Chain<I> {
+    fn clone(&self) -> Self {
+        Chain(self.0.clone())
+    }
+}
 
 impl<I: ?Sized> Default for Chain<I> {
     fn default() -> Self {

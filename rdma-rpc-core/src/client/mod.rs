@@ -9,6 +9,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod balance;
 mod call;
 mod copies;
 mod reconnect;
@@ -171,6 +172,35 @@ impl ClientBuilder {
 
     /// Connects and runs the handshake.
     pub async fn connect(self, addr: &str) -> Result<Client> {
+        self.check()?;
+        let transport = match self.transport {
+            Some(t) => t,
+            None => transport_for(addr)?,
+        };
+        let counters = Arc::new(Counters::default());
+        let inner = dial(&transport, addr, &self.config, &counters).await?;
+        Ok(Client::single(
+            inner,
+            addr,
+            transport,
+            self.config,
+            self.interceptors,
+            counters,
+        ))
+    }
+
+    /// Connects to several servers, those `resolver` names (a fixed or changing list:
+    /// [`Addresses`](balance::Addresses); every address of a DNS name:
+    /// [`Dns`](balance::Dns); or a discovery service's client), and spreads calls over
+    /// those ready. Resolves once, dials every server, and returns once one is ready (an
+    /// error naming why each failed if none is); the others join as they connect. See
+    /// [`balance`].
+    pub async fn connect_balanced(self, resolver: impl balance::Resolver) -> Result<Client> {
+        balance::connect(self, resolver).await
+    }
+
+    /// Checks the settings that a connection needs.
+    fn check(&self) -> Result<()> {
         let min_receives = crate::protocol::credits::MIN_RECEIVES;
         if self.config.max_frame < 2 * crate::protocol::FRAME_OVERHEAD
             || self.config.recv_credits < min_receives
@@ -180,31 +210,7 @@ impl ClientBuilder {
                 2 * crate::protocol::FRAME_OVERHEAD
             )));
         }
-        let transport = match self.transport {
-            Some(t) => t,
-            None => transport_for(addr)?,
-        };
-        let counters = Arc::new(Counters::default());
-        let inner = dial(&transport, addr, &self.config, &counters).await?;
-        let redial = self.config.reconnect.then(|| Redial {
-            addr: addr.to_owned(),
-            transport,
-            backoff: tokio::sync::Mutex::new(reconnect::Backoff::new(
-                self.config.reconnect_backoff,
-                self.config.reconnect_backoff_max,
-            )),
-        });
-        Ok(Client {
-            shared: Arc::new(Shared {
-                current: Mutex::new(inner),
-                redial,
-                closed: AtomicBool::new(false),
-                counters,
-                interceptors: self.interceptors,
-                config: self.config,
-                metrics: Default::default(),
-            }),
-        })
+        Ok(())
     }
 }
 
@@ -301,9 +307,13 @@ pub(crate) struct Inner {
     closed: Mutex<Option<Status>>,
     /// Whether `closed` is set.
     over: AtomicBool,
+    /// Wakes those waiting for the connection to be over, once `over` is set.
+    gone: tokio::sync::Notify,
     /// Closed by this client: its goodbye closes the connection.
     leaving: AtomicBool,
     in_flight: Arc<Semaphore>,
+    /// Calls the server lets this connection have in flight (`in_flight`'s permits).
+    window: usize,
     next_id: AtomicU64,
     counters: Arc<Counters>,
     /// Pings waiting for their pong, by id.
@@ -340,6 +350,18 @@ impl Inner {
     fn end(&self, why: Status) {
         lock(&self.closed).get_or_insert(why);
         self.over.store(true, Ordering::Release);
+        self.gone.notify_waiters();
+    }
+
+    /// Resolves once the connection is over (lost, ended by the server's goaway, or closed).
+    pub(super) async fn ended(&self) {
+        let notified = self.gone.notified();
+        tokio::pin!(notified);
+        // Registered before the check: an end between the two still wakes this.
+        notified.as_mut().enable();
+        if self.lost().is_none() {
+            notified.await;
+        }
     }
 
     /// Ends every call in flight with the reason the connection is over: dropping the
@@ -483,6 +505,7 @@ pub struct Client {
 
 /// What the clones of a client share: the current connection and how to make a new one.
 struct Shared {
+    /// For a client of several servers, a connection of one of them (the first ready).
     current: Mutex<Arc<Inner>>,
     /// How to dial again; `None` when reconnection is off.
     redial: Option<Redial>,
@@ -492,6 +515,9 @@ struct Shared {
     interceptors: Chain<dyn ClientInterceptor>,
     config: ClientConfig,
     metrics: crate::observe::ClientEndpoints,
+    /// The servers of a client of several ([`ClientBuilder::connect_balanced`]); each call
+    /// takes a connection from them.
+    balance: Option<Arc<balance::Balancer>>,
 }
 
 struct Redial {
@@ -504,6 +530,12 @@ struct Redial {
 
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(balance) = &self.shared.balance {
+            return f
+                .debug_struct("Client")
+                .field("servers", &balance.servers())
+                .finish();
+        }
         let inner = self.current();
         f.debug_struct("Client")
             .field("peer", &inner.channel.conn().peer())
@@ -571,6 +603,37 @@ impl Client {
         ClientBuilder::default()
     }
 
+    /// A client of one server over `inner`, which reconnects to `addr` if the settings say so.
+    fn single(
+        inner: Arc<Inner>,
+        addr: &str,
+        transport: Arc<dyn Transport>,
+        config: ClientConfig,
+        interceptors: Chain<dyn ClientInterceptor>,
+        counters: Arc<Counters>,
+    ) -> Client {
+        let redial = config.reconnect.then(|| Redial {
+            addr: addr.to_owned(),
+            transport,
+            backoff: tokio::sync::Mutex::new(reconnect::Backoff::new(
+                config.reconnect_backoff,
+                config.reconnect_backoff_max,
+            )),
+        });
+        Client {
+            shared: Arc::new(Shared {
+                current: Mutex::new(inner),
+                redial,
+                closed: AtomicBool::new(false),
+                counters,
+                interceptors,
+                config,
+                metrics: Default::default(),
+                balance: None,
+            }),
+        }
+    }
+
     fn current(&self) -> Arc<Inner> {
         lock(&self.shared.current).clone()
     }
@@ -580,6 +643,9 @@ impl Client {
     /// The dialing lives in a boxed future of its own: the future of every call would
     /// otherwise carry room for a whole connection handshake.
     async fn connection(&self) -> Result<Arc<Inner>, Status> {
+        if let Some(balance) = &self.shared.balance {
+            return balance.pick().await;
+        }
         let inner = self.current();
         match inner.lost() {
             None => Ok(inner),
@@ -645,15 +711,28 @@ impl Client {
         }
     }
 
-    /// The server's address.
+    /// The server's address; for a client of several servers, their addresses, separated by
+    /// `, `.
     pub fn peer(&self) -> String {
+        if let Some(balance) = &self.shared.balance {
+            let servers = balance.servers();
+            let addrs: Vec<&str> = servers.iter().map(|s| s.addr.as_str()).collect();
+            return addrs.join(", ");
+        }
         self.current().channel.conn().peer().to_owned()
     }
 
     /// The current connection's remote memory: offer client memory to the server (the
     /// handles go in request messages), and use the remote buffers the server offers. Offers
     /// end with the connection (a reconnection starts with none).
+    ///
+    /// A client of several servers sends each call to any of them, so an offer made here may
+    /// not reach the server of the next call: take one server's client with
+    /// [`pick`](Client::pick) and make both the offer and the call with it.
     pub fn remote_memory(&self) -> RemoteMemory {
+        if let Some(inner) = self.shared.balance.as_ref().and_then(|b| b.ready_one()) {
+            return inner.remote.clone();
+        }
         self.current().remote.clone()
     }
 
@@ -670,7 +749,13 @@ impl Client {
     /// client has seen it (a failed call has). New calls then fail at once with the reason,
     /// or, with [`ClientConfig::reconnect`] on and unless [`close`](Client::close) was
     /// called, dial again.
+    ///
+    /// A client of several servers is closed when [`close`](Client::close) was called or no
+    /// server is ready.
     pub fn is_closed(&self) -> bool {
+        if let Some(balance) = &self.shared.balance {
+            return self.shared.closed.load(Ordering::Acquire) || balance.ready_one().is_none();
+        }
         self.current().lost().is_some()
     }
 
@@ -681,6 +766,11 @@ impl Client {
     /// connection lost; the connection closes once the server has the goodbye, on a task of
     /// its own. A process about to exit awaits [`shutdown`](Client::shutdown) instead.
     pub fn close(&self) {
+        if let Some(balance) = &self.shared.balance {
+            self.shared.closed.store(true, Ordering::Release);
+            balance.close();
+            return;
+        }
         if let Some(inner) = self.begin_close() {
             leave(&inner.channel);
         }
@@ -691,6 +781,11 @@ impl Client {
     /// (a probe, a command line tool), whose runtime would otherwise stop before the goodbye
     /// left.
     pub async fn shutdown(&self) {
+        if let Some(balance) = &self.shared.balance {
+            self.shared.closed.store(true, Ordering::Release);
+            balance.shutdown().await;
+            return;
+        }
         if let Some(inner) = self.begin_close() {
             goodbye(&inner.channel).await;
         }
@@ -808,8 +903,10 @@ impl Client {
             calls: Mutex::new(CallMap::default()),
             closed: Mutex::new(None),
             over: AtomicBool::new(false),
+            gone: tokio::sync::Notify::new(),
             leaving: AtomicBool::new(false),
             in_flight: Arc::new(Semaphore::new(max_in_flight as usize)),
+            window: max_in_flight as usize,
             next_id: AtomicU64::new(1),
             counters,
             pings: Mutex::new(HashMap::new()),
@@ -940,6 +1037,7 @@ async fn drive(inner: std::sync::Weak<Inner>, channel: Arc<FrameChannel>) {
                 );
                 *lock(&inner.closed) = Some(said);
                 inner.over.store(true, Ordering::Release);
+                inner.gone.notify_waiters();
                 continue;
             }
             Some(_) => {

@@ -83,6 +83,20 @@ async fn goaway(channel: &FrameChannel, status: &Status) {
     }
 }
 
+/// Tells the client, as the server starts to drain the calls in flight on this connection,
+/// that it shuts down: the client sends its next calls elsewhere (a client of several servers
+/// skips this one) while these calls still get their responses; the last goaway follows them.
+/// Sent from a task of its own, which waits for a credit if none is free.
+fn draining(channel: &Arc<FrameChannel>) {
+    let channel = channel.clone();
+    let status = Status::unavailable("the server is shutting down");
+    tokio::spawn(async move {
+        let _ = channel
+            .send_priority(Kind::Goaway(StatusFrame::from(&status)))
+            .await;
+    });
+}
+
 /// Waits (at most `limit`) for the client's Hello and applies it.
 async fn handshake_hello(channel: &FrameChannel, limit: Duration) -> Result<Hello, Error> {
     let peer = channel.conn().peer().to_owned();
@@ -388,6 +402,9 @@ async fn run(
             changed = stop.changed(), if !stopping => {
                 // A dropped sender means the server is gone: stop as well.
                 stopping = changed.is_err() || *stop.borrow_and_update();
+                if stopping && !tasks.set.is_empty() {
+                    draining(&channel);
+                }
             }
         }
     }

@@ -600,8 +600,9 @@ impl BoundServer {
         self.serve_with_shutdown(std::future::pending()).await
     }
 
-    /// Serves until `signal` completes; then stops accepting, lets in-flight calls finish
-    /// (up to [`ServerConfig::shutdown_grace`]), tells clients, and returns.
+    /// Serves until `signal` completes; then stops accepting, tells clients (a goaway on each
+    /// connection: they send new calls elsewhere, and their calls in flight go on), lets
+    /// in-flight calls finish (up to [`ServerConfig::shutdown_grace`]), and returns.
     pub async fn serve_with_shutdown(self, signal: impl Future<Output = ()> + Send) -> Result<()> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut conns = JoinSet::new();

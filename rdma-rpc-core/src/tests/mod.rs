@@ -74,6 +74,7 @@ macro_rules! with_suite {
     };
 }
 
+mod balance;
 #[cfg(feature = "doca")]
 mod doca;
 mod e2e;
