@@ -8,6 +8,9 @@
 //! // Generated clients wrap it: `KvStoreClient::new(client.clone())`.
 //! # Ok(()) }
 //! ```
+//!
+//! One client can also stand for several servers and spread calls over them
+//! ([`ClientBuilder::connect_balanced`], see [`balance`]).
 
 pub mod balance;
 mod call;
