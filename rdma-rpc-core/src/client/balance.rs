@@ -458,17 +458,20 @@ fn choose(room: &[Option<usize>], turn: usize) -> Option<usize> {
 impl Balancer {
     /// A connection for one call: of a ready server, waiting while none is but one connects.
     pub(super) async fn pick(&self) -> Result<Arc<Inner>, Status> {
-        self.take(true).await.map(|(_, inner)| inner)
+        let (server, inner) = self.take(true).await?;
+        server.calls.fetch_add(1, Ordering::Relaxed);
+        Ok(inner)
     }
 
-    /// A ready server and its connection; `count` counts a call sent to it.
-    async fn take(&self, count: bool) -> Result<(Arc<Server>, Arc<Inner>), Status> {
+    /// A ready server and its connection; `advance` moves the turn on (the next one looks
+    /// from the next server).
+    async fn take(&self, advance: bool) -> Result<(Arc<Server>, Arc<Inner>), Status> {
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
             // Registered before looking: a change between the two still wakes this.
             changed.as_mut().enable();
-            match self.try_take(count) {
+            match self.try_take(advance) {
                 Ok(taken) => return Ok(taken),
                 Err(NotReady::Wait) => changed.await,
                 Err(NotReady::Fail(status)) => return Err(status),
@@ -476,7 +479,7 @@ impl Balancer {
         }
     }
 
-    fn try_take(&self, count: bool) -> std::result::Result<(Arc<Server>, Arc<Inner>), NotReady> {
+    fn try_take(&self, advance: bool) -> std::result::Result<(Arc<Server>, Arc<Inner>), NotReady> {
         if self.closed.load(Ordering::Acquire) {
             return Err(NotReady::Fail(Status::unavailable("closed by this client")));
         }
@@ -486,16 +489,13 @@ impl Balancer {
             .iter()
             .map(|r| r.as_ref().map(|i| i.in_flight.available_permits()))
             .collect();
-        let turn = if count {
+        let turn = if advance {
             self.turn.fetch_add(1, Ordering::Relaxed)
         } else {
             self.turn.load(Ordering::Relaxed)
         };
         if let Some(at) = choose(&room, turn) {
             let server = servers[at].clone();
-            if count {
-                server.calls.fetch_add(1, Ordering::Relaxed);
-            }
             let inner = ready[at].clone().expect("chosen among the ready");
             return Ok((server, inner));
         }

@@ -508,7 +508,8 @@ pub struct Client {
 
 /// What the clones of a client share: the current connection and how to make a new one.
 struct Shared {
-    /// For a client of several servers, a connection of one of them (the first ready).
+    /// For a client of several servers, a connection of one of them, for
+    /// [`Client::remote_memory`] when none is ready (a call replaces it once it is lost).
     current: Mutex<Arc<Inner>>,
     /// How to dial again; `None` when reconnection is off.
     redial: Option<Redial>,
@@ -647,7 +648,14 @@ impl Client {
     /// otherwise carry room for a whole connection handshake.
     async fn connection(&self) -> Result<Arc<Inner>, Status> {
         if let Some(balance) = &self.shared.balance {
-            return balance.pick().await;
+            let inner = balance.pick().await?;
+            // What `remote_memory` falls back on: not a lost connection, which would keep its
+            // memory until this client is dropped.
+            let mut current = lock(&self.shared.current);
+            if current.lost().is_some() {
+                *current = inner.clone();
+            }
+            return Ok(inner);
         }
         let inner = self.current();
         match inner.lost() {
