@@ -314,7 +314,7 @@ impl Service for HealthServer {
         index: usize,
         call: ServerCall<'a>,
     ) -> BoxFuture<'a, Result<Bytes, Status>> {
-        use crate::codegen::{decode_request, encode_message, mismatched_call};
+        use crate::typed::server::{decode_request, encode_message, mismatched_call};
         match (index, call) {
             (0, ServerCall::Inbound { request, .. }) => Box::pin(async move {
                 let request = decode_request::<HealthCheckRequest>(request)?;
@@ -364,7 +364,7 @@ impl HealthClient {
         &self,
         request: impl IntoRequest<HealthCheckRequest>,
     ) -> Result<HealthCheckResponse, Status> {
-        crate::codegen::call_inbound(
+        crate::typed::client::call_inbound(
             &self.inner,
             &ENDPOINTS[0],
             request.into_request(),
@@ -380,6 +380,7 @@ impl HealthClient {
         &self,
         request: impl IntoRequest<HealthCheckRequest>,
     ) -> Result<Streaming<HealthCheckResponse>, Status> {
-        crate::codegen::call_server_stream(&self.inner, &ENDPOINTS[1], request.into_request()).await
+        crate::typed::client::call_server_stream(&self.inner, &ENDPOINTS[1], request.into_request())
+            .await
     }
 }

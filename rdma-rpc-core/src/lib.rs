@@ -16,7 +16,7 @@ macro_rules! setters {
 
 mod bounded;
 pub mod client;
-#[doc(hidden)]
+#[doc(hidden)] // The paths of code generated before `typed`; see `typed`.
 pub mod codegen;
 pub mod error;
 pub mod health;
@@ -31,6 +31,7 @@ pub mod service;
 pub mod status;
 pub mod stream;
 pub mod transport;
+pub mod typed;
 
 pub use bytes::Bytes;
 pub use client::{CallOptions, Client, ClientBuilder, ClientConfig, ClientStats};
@@ -43,6 +44,12 @@ pub use memory::{
     Access, Buffer, BufferPool, MemoryRegion, RegisteredBuf, SharedBuf, SharedRegion,
 };
 pub use metadata::Metadata;
+/// The prost crate, the version generated messages derive `prost::Message` with: a message
+/// written by hand derives it through this path too
+/// (`#[derive(rdma_rpc_core::prost::Message)]` with
+/// `#[prost(prost_path = "::rdma_rpc_core::prost")]`), and a handler that checks its response
+/// against its limit calls `prost::Message::encoded_len`.
+pub use prost;
 pub use remote::{Offer, RegionOffer, RemoteBuf, RemoteMemory, Share};
 pub use server::{
     BoundServer, ConnectionCount, ConnectionInfo, PoolInfo, Server, ServerBuilder, ServerConfig,
@@ -61,6 +68,7 @@ pub use transport::PeerIdentity;
 /// `Cargo.toml`). Expands to the same items as the build-script generator; the crate
 /// rebuilds when the spec changes.
 #[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use rdma_rpc_macros::spec;
 
 /// Includes the Rust code `rdma-rpc-codegen` generated in a build script for the spec file

@@ -41,6 +41,7 @@ mod common;
 #[cfg(test)]
 pub(crate) mod conformance;
 #[cfg(feature = "doca")]
+#[cfg_attr(docsrs, doc(cfg(feature = "doca")))]
 pub mod doca;
 mod identity;
 pub mod mem;

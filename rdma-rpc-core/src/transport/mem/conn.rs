@@ -14,7 +14,29 @@ use crate::transport::{
     check_grant_range, BoxFuture, Connection, Descriptor, Fencing, Grant, RecvCompletion, SendData,
 };
 
-/// One end of an in-process connection. See the [transport module](super).
+/// One end of an in-process connection (`mem://NAME`): RDMA's reliable connection between
+/// two ends in one process, with no socket and no task in between.
+///
+/// Get one from [`MemTransport::connect_mem`](super::MemTransport::connect_mem) (connecting
+/// completes at once; the other end comes out of the listener's
+/// [`accept`](crate::transport::Listener::accept)), or as an `Arc<dyn Connection>` from
+/// [`Transport::connect`](crate::transport::Transport::connect). It keeps the semantics of the
+/// software transport over TCP, and carries out every operation on the thread that posts it:
+///
+/// - a [`send`](Connection::send) copies into the peer's next posted receive
+///   ([`post_recv`](Connection::post_recv)) and wakes the task waiting in its
+///   [`recv`](Connection::recv); one that finds none waits up to
+///   [`MemConfig::rnr_timeout`](super::MemConfig) and then fails the connection (receiver not
+///   ready), and the sender's later operations queue behind it;
+/// - a [`write`](Connection::write), [`read`](Connection::read) or atomic copies into or out
+///   of a window the peer [`grant`](Connection::grant)ed, once the peer's window table checked
+///   key, rights and bounds; it has completed when the method returns;
+/// - windows are [`Fencing::Revocable`]: a revoked window's key is forgotten and its buffer
+///   taken back, so later accesses fail.
+///
+/// The two ends may live on different runtimes and threads. Closing either end (or dropping
+/// it) fails both, and every operation still waiting completes with the error. Use it to test
+/// services, or to measure the framework without any transport cost.
 pub struct MemConnection {
     link: Arc<Link>,
     /// Which end of the link this is.

@@ -261,7 +261,30 @@ impl Shared {
     }
 }
 
-/// A software-transport connection. See the [transport module](crate::transport).
+/// One end of a software-transport connection (`tcp://`, and `tls://` inside TLS): RDMA's
+/// reliable connection over one TCP stream.
+///
+/// Get one from [`TcpTransport::connect_tcp`](super::TcpTransport::connect_tcp), or as an
+/// `Arc<dyn Connection>` from [`Transport::connect`](crate::transport::Transport::connect) and
+/// [`Listener::accept`](crate::transport::Listener::accept); the runtime's clients and servers
+/// make theirs that way. Everything it does is the [`Connection`] trait's:
+///
+/// - two-sided [`send`](Connection::send)s land in receives the peer posted with
+///   [`post_recv`](Connection::post_recv), in order; a send that finds none waits up to
+///   [`TcpConfig::rnr_timeout`](super::TcpConfig) and then fails the connection, as receiver
+///   not ready does on RDMA;
+/// - one-sided [`write`](Connection::write), [`read`](Connection::read) and atomics reach a
+///   window the peer [`grant`](Connection::grant)ed: the peer's reader task plays its NIC,
+///   checks key, bounds and rights, and moves the bytes between the socket and the window's
+///   registered memory with no handler running and no staging copy;
+/// - windows are [`Fencing::Revocable`]: once revoked, the key is forgotten and later
+///   accesses fail without touching memory.
+///
+/// Two tasks carry it, a reader and a writer that batches packets into the socket; an error
+/// on either (or a peer that breaks the rules) puts the connection in error, and every
+/// operation posted on it completes with that error. Dropping the last handle closes it.
+/// [`Connection::peer_identity`] is the client certificate's identity over mutual TLS,
+/// `None` otherwise.
 pub struct TcpConnection {
     shared: Arc<Shared>,
 }
