@@ -45,7 +45,11 @@
 //! writes `$OUT_DIR/kv_store.rs`, which the crate includes with
 //! `rdma_rpc_core::include_spec!("kv_store");`. Without a build script, the
 //! `rdma_rpc_core::spec!("specs/kv_store.yaml")` macro (from `rdma-rpc-macros`) expands to
-//! the same items. The shape of the generated code is described in `docs/codegen-target.md`.
+//! the same items. Their layout is tonic-build's: the messages, enums and endpoint table at the
+//! include site, `kv_store_server::{KvStore, KvStoreServer}` and
+//! `kv_store_client::KvStoreClient` in a module each (re-exported at the include site too),
+//! calling only `rdma-rpc-core`'s public API (`rdma_rpc_core::typed`). The shape of the
+//! generated code is described in `docs/codegen-target.md`.
 //!
 //! # Feature flags
 //!

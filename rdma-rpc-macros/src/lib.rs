@@ -4,8 +4,9 @@
 //! # `spec!`
 //!
 //! Generates, in place, the items `rdma-rpc-codegen` would write from a build script: the
-//! messages and enums, the endpoint table, the service trait with its `<Service>Server<T>`
-//! adapter and the `<Service>Client`.
+//! messages and enums, the endpoint table, the module `<service>_server` with the service
+//! trait and its `<Service>Server<T>` adapter, the module `<service>_client` with the
+//! `<Service>Client`, and a `pub use` of the trait, server and client.
 //!
 //! ```ignore
 //! mod kv {

@@ -1,5 +1,5 @@
 //! The client side: `<Service>Client`, one async method per endpoint over
-//! `rdma_rpc_core::codegen::Client` (two for receive and read endpoints with a payload, which
+//! `rdma_rpc_core::Client` (two for receive and read endpoints with a payload, which
 //! can also land their bytes in the caller's buffer, and three for bulk read streams, which
 //! can also hand their chunks over as they arrive).
 
@@ -15,7 +15,7 @@ use crate::ir::{EndpointIr, OpKind, ServiceIr};
 fn call_doc(ep: &EndpointIr) -> String {
     let max_len = size_text(ep.stream.max_len().unwrap_or(ep.buffer_size));
     match shape(ep) {
-        Shape::Unary => unary_call_doc(ep.op, ep.payload).to_owned(),
+        Shape::Unary => unary_call_doc(ep.op, ep.payload, &size_text(ep.buffer_size)),
         Shape::Messages {
             requests,
             responses,
@@ -50,32 +50,49 @@ fn call_doc(ep: &EndpointIr) -> String {
         }
         Shape::BulkWrite => format!(
             "Moves `data`, at most {max_len}, to the server in chunks of at most the buffer size,\n\
-             several in flight: the server RDMA-reads each from this client's memory as its\n\
+             several in flight: this client offers read-only windows of its memory, and the\n\
+             server pulls each chunk by RDMA read into one of the path's pooled buffers as its\n\
              handler takes them (a slow handler makes this call wait). Returns the response."
         ),
         Shape::BulkRead => format!(
             "Returns the response and every byte of the stream (at most {max_len}), collected\n\
-             into one buffer as the chunks arrive; [`{m}_stream`](Self::{m}_stream) hands them\n\
-             over one by one instead.",
+             into one buffer as the chunks arrive: the server RDMA-writes each chunk, at most\n\
+             the buffer size, into a window this client offers (`stream_depth` of them at a\n\
+             time, each offered again once emptied). [`{m}_stream`](Self::{m}_stream) hands\n\
+             them over one by one instead.",
             m = ep.method
         ),
     }
 }
 
-/// What a unary client method's arguments and result mean, by operation.
-fn unary_call_doc(op: OpKind, payload: bool) -> &'static str {
+/// What a unary client method's arguments and result mean, by operation: the route the
+/// runtime's client and server take (`rdma-rpc-core`'s `protocol/route.rs`).
+fn unary_call_doc(op: OpKind, payload: bool, buffer: &str) -> String {
     match op {
-        OpKind::Send if !payload => "Sends the request message; returns the response.",
-        OpKind::Receive if !payload => "Sends the request message; returns the response.",
-        OpKind::Send => "Sends `data` to the server with the request; returns the response.",
-        OpKind::Write => {
-            "RDMA-writes `data` into the endpoint's server buffer (at most the buffer size); \
-             returns the response."
+        OpKind::Send | OpKind::Receive if !payload => {
+            "Sends the request message alone, inside the request frame; returns the response \
+             message, which comes back inside the response frame."
+                .to_owned()
         }
-        OpKind::Receive => "Returns the response and the bytes the server sent.",
-        OpKind::Read => {
-            "Returns the response and the bytes RDMA-read from the endpoint's server buffer."
-        }
+        OpKind::Send | OpKind::Write => format!(
+            "Moves `data` (at most {buffer}) to the server with the request: up to the\n\
+             connection's inline threshold (8 KiB by default) inside the request frame. A\n\
+             larger payload that fits one of the connection's write slots (64 KiB by default,\n\
+             armed after its first large payload) this client RDMA-writes into a free one: one\n\
+             round trip. Else, where the server pulls (`pull_writes`, the default over DOCA),\n\
+             the server RDMA-reads it from a read-only window this client offers with the\n\
+             request: one round trip; over the software transport by default, the server\n\
+             grants a window for the call and this client RDMA-writes it there: two. Returns\n\
+             the response once the handler returned."
+        ),
+        OpKind::Receive | OpKind::Read => format!(
+            "Returns the response and the bytes the handler put in its buffer (at most\n\
+             {buffer}): up to the connection's inline threshold (8 KiB by default) inside the\n\
+             response frame; a larger result is RDMA-written by the server into a write-only\n\
+             window this client offers with the request (sized by this endpoint's last\n\
+             result) before it responds: one round trip. A result that finds no window that\n\
+             fits costs a second, in which the server asks for one. No copy on the way out."
+        ),
     }
 }
 
@@ -86,7 +103,7 @@ pub(super) fn generate(ir: &ServiceIr) -> TokenStream {
     let doc = doc_attrs(&format!("Client of `{}`. Cheap to clone.", ir.name));
     let methods = ir.endpoints.iter().enumerate().map(|(index, ep)| {
         let index = Literal::usize_unsuffixed(index);
-        let endpoint = quote!(&#table[#index]);
+        let endpoint = quote!(&super::#table[#index]);
         match shape(ep) {
             Shape::Unary if !ep.payload => message_only(ep, &endpoint),
             Shape::Unary if ep.op.is_inbound() => inbound(ep, &endpoint),
@@ -102,26 +119,26 @@ pub(super) fn generate(ir: &ServiceIr) -> TokenStream {
         #doc
         #[derive(Debug, Clone)]
         pub struct #client {
-            inner: ::rdma_rpc_core::codegen::Client,
+            inner: ::rdma_rpc_core::Client,
         }
 
         impl #client {
             /// Connects to `addr` (e.g. `tcp://127.0.0.1:7470`).
             pub async fn connect(
                 addr: &str,
-            ) -> ::core::result::Result<Self, ::rdma_rpc_core::codegen::Error> {
+            ) -> ::core::result::Result<Self, ::rdma_rpc_core::Error> {
                 ::core::result::Result::Ok(Self::new(
-                    ::rdma_rpc_core::codegen::Client::connect(addr).await?,
+                    ::rdma_rpc_core::Client::connect(addr).await?,
                 ))
             }
 
             /// Uses an existing connection.
-            pub fn new(inner: ::rdma_rpc_core::codegen::Client) -> Self {
+            pub fn new(inner: ::rdma_rpc_core::Client) -> Self {
                 Self { inner }
             }
 
             /// The underlying client.
-            pub fn inner(&self) -> &::rdma_rpc_core::codegen::Client {
+            pub fn inner(&self) -> &::rdma_rpc_core::Client {
                 &self.inner
             }
 
@@ -132,7 +149,7 @@ pub(super) fn generate(ir: &ServiceIr) -> TokenStream {
 
 /// `IntoRequest::into_request(request)`, spelled so that the trait need not be in scope.
 fn into_request() -> TokenStream {
-    quote!(::rdma_rpc_core::codegen::IntoRequest::into_request(request))
+    quote!(::rdma_rpc_core::IntoRequest::into_request(request))
 }
 
 /// An endpoint without payload: the request goes alone, the result bytes (none) are dropped.
@@ -144,17 +161,17 @@ fn message_only(ep: &EndpointIr, endpoint: &TokenStream) -> TokenStream {
     let into_request = into_request();
     let body = if ep.op.is_inbound() {
         quote! {
-            ::rdma_rpc_core::codegen::call_inbound(
+            ::rdma_rpc_core::typed::client::call_inbound(
                 &self.inner,
                 #endpoint,
                 #into_request,
-                ::rdma_rpc_core::codegen::Bytes::new(),
+                ::rdma_rpc_core::Bytes::new(),
             )
             .await
         }
     } else {
         quote! {
-            let (response, _) = ::rdma_rpc_core::codegen::call_outbound(
+            let (response, _) = ::rdma_rpc_core::typed::client::call_outbound(
                 &self.inner,
                 #endpoint,
                 #into_request,
@@ -167,8 +184,8 @@ fn message_only(ep: &EndpointIr, endpoint: &TokenStream) -> TokenStream {
         #doc
         pub async fn #method(
             &self,
-            request: impl ::rdma_rpc_core::codegen::IntoRequest<#request>,
-        ) -> ::core::result::Result<#response, ::rdma_rpc_core::codegen::Status> {
+            request: impl ::rdma_rpc_core::IntoRequest<#request>,
+        ) -> ::core::result::Result<#response, ::rdma_rpc_core::Status> {
             #body
         }
     }
@@ -185,10 +202,10 @@ fn inbound(ep: &EndpointIr, endpoint: &TokenStream) -> TokenStream {
         #doc
         pub async fn #method(
             &self,
-            request: impl ::rdma_rpc_core::codegen::IntoRequest<#request>,
-            data: impl ::core::convert::Into<::rdma_rpc_core::codegen::Bytes>,
-        ) -> ::core::result::Result<#response, ::rdma_rpc_core::codegen::Status> {
-            ::rdma_rpc_core::codegen::call_inbound(
+            request: impl ::rdma_rpc_core::IntoRequest<#request>,
+            data: impl ::core::convert::Into<::rdma_rpc_core::Bytes>,
+        ) -> ::core::result::Result<#response, ::rdma_rpc_core::Status> {
+            ::rdma_rpc_core::typed::client::call_inbound(
                 &self.inner,
                 #endpoint,
                 #into_request,
@@ -242,12 +259,12 @@ fn outbound(ep: &EndpointIr, endpoint: &TokenStream) -> TokenStream {
             #doc_stream
             pub async fn #method_stream(
                 &self,
-                request: impl ::rdma_rpc_core::codegen::IntoRequest<#request>,
+                request: impl ::rdma_rpc_core::IntoRequest<#request>,
             ) -> ::core::result::Result<
-                ::rdma_rpc_core::codegen::Download<#response>,
-                ::rdma_rpc_core::codegen::Status,
+                ::rdma_rpc_core::Download<#response>,
+                ::rdma_rpc_core::Status,
             > {
-                ::rdma_rpc_core::codegen::call_read_stream(&self.inner, #endpoint, #into_request)
+                ::rdma_rpc_core::typed::client::call_read_stream(&self.inner, #endpoint, #into_request)
                     .await
             }
         }
@@ -256,25 +273,25 @@ fn outbound(ep: &EndpointIr, endpoint: &TokenStream) -> TokenStream {
         #doc
         pub async fn #method(
             &self,
-            request: impl ::rdma_rpc_core::codegen::IntoRequest<#request>,
+            request: impl ::rdma_rpc_core::IntoRequest<#request>,
         ) -> ::core::result::Result<
-            (#response, ::rdma_rpc_core::codegen::Bytes),
-            ::rdma_rpc_core::codegen::Status,
+            (#response, ::rdma_rpc_core::Bytes),
+            ::rdma_rpc_core::Status,
         > {
-            ::rdma_rpc_core::codegen::call_outbound(&self.inner, #endpoint, #into_request)
+            ::rdma_rpc_core::typed::client::call_outbound(&self.inner, #endpoint, #into_request)
                 .await
         }
 
         #doc_into
-        pub async fn #method_into<B: ::rdma_rpc_core::codegen::Buffer>(
+        pub async fn #method_into<B: ::rdma_rpc_core::Buffer>(
             &self,
-            request: impl ::rdma_rpc_core::codegen::IntoRequest<#request>,
+            request: impl ::rdma_rpc_core::IntoRequest<#request>,
             dst: B,
         ) -> ::core::result::Result<
             (#response, B),
-            ::rdma_rpc_core::codegen::Status,
+            ::rdma_rpc_core::Status,
         > {
-            ::rdma_rpc_core::codegen::call_outbound_into(
+            ::rdma_rpc_core::typed::client::call_outbound_into(
                 &self.inner,
                 #endpoint,
                 #into_request,
@@ -301,23 +318,23 @@ fn messages(
     let response = message_type(ep.response.as_ref());
     let (param, argument) = if requests {
         (
-            quote!(impl ::rdma_rpc_core::codegen::IntoStreamingRequest<Message = #request>),
-            quote!(::rdma_rpc_core::codegen::IntoStreamingRequest::into_streaming_request(request)),
+            quote!(impl ::rdma_rpc_core::IntoStreamingRequest<Message = #request>),
+            quote!(::rdma_rpc_core::IntoStreamingRequest::into_streaming_request(request)),
         )
     } else {
         (
-            quote!(impl ::rdma_rpc_core::codegen::IntoRequest<#request>),
+            quote!(impl ::rdma_rpc_core::IntoRequest<#request>),
             into_request(),
         )
     };
     let (output, call) = match (requests, responses) {
         (true, true) => (
-            quote!(::rdma_rpc_core::codegen::Streaming<#response>),
+            quote!(::rdma_rpc_core::Streaming<#response>),
             quote!(call_bidi_stream),
         ),
         (true, false) => (response, quote!(call_client_stream)),
         (false, _) => (
-            quote!(::rdma_rpc_core::codegen::Streaming<#response>),
+            quote!(::rdma_rpc_core::Streaming<#response>),
             quote!(call_server_stream),
         ),
     };
@@ -326,8 +343,8 @@ fn messages(
         pub async fn #method(
             &self,
             request: #param,
-        ) -> ::core::result::Result<#output, ::rdma_rpc_core::codegen::Status> {
-            ::rdma_rpc_core::codegen::#call(&self.inner, #endpoint, #argument).await
+        ) -> ::core::result::Result<#output, ::rdma_rpc_core::Status> {
+            ::rdma_rpc_core::typed::client::#call(&self.inner, #endpoint, #argument).await
         }
     }
 }

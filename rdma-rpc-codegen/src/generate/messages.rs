@@ -33,8 +33,8 @@ fn message(ir: &ServiceIr, msg: &MessageIr) -> TokenStream {
     let fields = msg.fields.iter().map(|f| field(ir, msg, f));
     quote! {
         #doc
-        #[derive(Clone, PartialEq, ::rdma_rpc_core::codegen::prost::Message)]
-        #[prost(prost_path = "::rdma_rpc_core::codegen::prost")]
+        #[derive(Clone, PartialEq, ::rdma_rpc_core::prost::Message)]
+        #[prost(prost_path = "::rdma_rpc_core::prost")]
         pub struct #name {
             #(#fields)*
         }
@@ -62,7 +62,7 @@ fn field(ir: &ServiceIr, msg: &MessageIr, f: &FieldIr) -> TokenStream {
             let ty = ident(m);
             (quote!(message), quote!(#ty))
         }
-        TypeRef::RemoteBuffer => (quote!(message), quote!(::rdma_rpc_core::codegen::RemoteBuf)),
+        TypeRef::RemoteBuffer => (quote!(message), quote!(::rdma_rpc_core::RemoteBuf)),
     };
     let (attr, ty) = match (&f.ty, f.label) {
         (TypeRef::RemoteBuffer, FieldLabel::Singular | FieldLabel::Optional) => (
@@ -179,9 +179,9 @@ fn enumeration(ir: &ServiceIr, e: &EnumIr) -> TokenStream {
         #doc
         #[derive(
             Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
-            ::rdma_rpc_core::codegen::prost::Enumeration
+            ::rdma_rpc_core::prost::Enumeration
         )]
-        #[prost(prost_path = "::rdma_rpc_core::codegen::prost")]
+        #[prost(prost_path = "::rdma_rpc_core::prost")]
         #[repr(i32)]
         pub enum #name {
             #(#variants)*

@@ -1,14 +1,22 @@
 //! The code generator: a validated [`ServiceIr`] → tokens → `syn::File` → formatted source.
 //!
-//! The generated file holds, in this order: the messages and enums (prost derives), the
-//! endpoint table `<SERVICE>_ENDPOINTS`, the server trait and its `<Service>Server<T>` adapter
-//! (unless [`Options::build_server`] is off) and the `<Service>Client` (unless
-//! [`Options::build_client`] is off). Its shape is fixed by `docs/codegen-target.md`.
+//! The generated file has tonic-build's layout. At the include site: the messages and enums
+//! (prost derives, as prost-build writes them) and the endpoint table `<SERVICE>_ENDPOINTS`.
+//! Then a module per side, each with one module-level `#![allow(dead_code)]` (a crate that
+//! includes the code privately and uses one side gets no warnings for the other):
+//! `<service>_server` with the service trait and its `<Service>Server<T>` adapter (unless
+//! [`Options::build_server`] is off) and `<service>_client` with the `<Service>Client`
+//! (unless [`Options::build_client`] is off). Last, one `pub use` re-exports the trait, the
+//! server and the client at the include site, the paths earlier versions generated them at.
+//! Its shape is shown in `docs/codegen-target.md`.
 //!
-//! Generated code names the runtime only through absolute paths into
-//! `::rdma_rpc_core::codegen`, and std items through `::core` / `::std` paths, so it compiles
-//! wherever it is included (a nested module, a crate that shadows `Result`) and needs no
-//! dependency besides `rdma-rpc-core`.
+//! Inside the modules, the spec's messages and the table are named through `super::`, and
+//! the runtime only through absolute paths to its public, documented API (the crate root,
+//! `::rdma_rpc_core::typed::{client, server}`, `::rdma_rpc_core::transport::BoxFuture`), std
+//! items through `::core` / `::std` paths: a spec message named `Status`, `Request` or
+//! `ClientStats` shadows none of the runtime's, the code compiles wherever it is included (a
+//! nested module, a crate that shadows `Result`) and needs no dependency besides
+//! `rdma-rpc-core`.
 
 mod client;
 mod messages;
@@ -16,9 +24,9 @@ mod server;
 
 use std::time::Duration;
 
-use heck::ToShoutySnakeCase;
+use heck::{ToShoutySnakeCase, ToSnakeCase};
 use proc_macro2::{Ident, Literal, Span, TokenStream};
-use quote::{quote, ToTokens};
+use quote::{format_ident, quote};
 
 use crate::ir::{EndpointIr, OpKind, ScalarType, ServiceIr, StreamKind, TypeRef};
 use crate::naming;
@@ -77,40 +85,78 @@ pub fn generate(ir: &ServiceIr, options: &Options) -> String {
 /// expands to. Has no header comment (comments are not tokens).
 pub fn generate_tokens(ir: &ServiceIr, options: &Options) -> TokenStream {
     let messages = messages::generate(ir);
-    let table = endpoint_table(ir);
-    let server = options.build_server.then(|| server::generate(ir));
-    let client = options.build_client.then(|| client::generate(ir));
-    allow_unused(quote! {
+    // Without modules nothing names the table: a crate that includes the messages alone in
+    // a private module and never reads the table gets no warning for it.
+    let unused = !options.build_server && !options.build_client;
+    let table = endpoint_table(ir, unused.then(|| quote!(#[allow(dead_code)])));
+    let name = ident(&ir.name);
+    let mut reexports = Vec::new();
+    let server = options.build_server.then(|| {
+        let module = server_module(ir);
+        let items = server::generate(ir);
+        let doc = doc_attrs(&format!(
+            "The server side of `{}`: the [`{name}`] trait to implement and the\n\
+             [`{name}Server`] that serves an implementation.",
+            ir.name
+        ));
+        let server = format_ident!("{}Server", name);
+        reexports.push(quote!(#module::{#name, #server}));
+        quote! {
+            #doc
+            pub mod #module {
+                #![allow(dead_code)]
+                #items
+            }
+        }
+    });
+    let client = options.build_client.then(|| {
+        let module = client_module(ir);
+        let items = client::generate(ir);
+        let doc = doc_attrs(&format!(
+            "The client side of `{}`: [`{name}Client`], one method per endpoint.",
+            ir.name
+        ));
+        let client = format_ident!("{}Client", name);
+        reexports.push(quote!(#module::#client));
+        quote! {
+            #doc
+            pub mod #module {
+                #![allow(dead_code)]
+                #items
+            }
+        }
+    });
+    // The trait, server and client where earlier versions generated them, so that code
+    // written against those paths keeps compiling. Not used by a crate that names the
+    // modules: allowed to go unused.
+    let reexports = match reexports.as_slice() {
+        [] => None,
+        [one] => Some(quote!(self::#one)),
+        many => Some(quote!(self::{#(#many),*})),
+    }
+    .map(|paths| {
+        quote! {
+            #[allow(unused_imports)]
+            pub use #paths;
+        }
+    });
+    quote! {
         #messages
         #table
         #server
         #client
-    })
+        #reexports
+    }
 }
 
-/// Marks every generated item `#[allow(dead_code)]`: a crate that includes the code in a
-/// private module and uses part of it (only the client, say) gets no warnings for the rest.
-fn allow_unused(tokens: TokenStream) -> TokenStream {
-    let Ok(mut file) = syn::parse2::<syn::File>(tokens.clone()) else {
-        return tokens;
-    };
-    let allow: syn::Attribute = syn::parse_quote!(#[allow(dead_code)]);
-    for item in &mut file.items {
-        let attrs = match item {
-            syn::Item::Const(i) => &mut i.attrs,
-            syn::Item::Enum(i) => &mut i.attrs,
-            syn::Item::Fn(i) => &mut i.attrs,
-            syn::Item::Impl(i) => &mut i.attrs,
-            syn::Item::Mod(i) => &mut i.attrs,
-            syn::Item::Static(i) => &mut i.attrs,
-            syn::Item::Struct(i) => &mut i.attrs,
-            syn::Item::Trait(i) => &mut i.attrs,
-            syn::Item::Type(i) => &mut i.attrs,
-            _ => continue,
-        };
-        attrs.push(allow.clone());
-    }
-    file.into_token_stream()
+/// The module of the server side: `KvStore` → `kv_store_server`.
+pub(crate) fn server_module(ir: &ServiceIr) -> Ident {
+    ident(&format!("{}_server", ir.name.to_snake_case()))
+}
+
+/// The module of the client side: `KvStore` → `kv_store_client`.
+pub(crate) fn client_module(ir: &ServiceIr) -> Ident {
+    ident(&format!("{}_client", ir.name.to_snake_case()))
 }
 
 /// The first line of a generated file.
@@ -125,7 +171,7 @@ pub(crate) fn table_name(ir: &ServiceIr) -> Ident {
     ident(&format!("{}_ENDPOINTS", ir.name.to_shouty_snake_case()))
 }
 
-fn endpoint_table(ir: &ServiceIr) -> TokenStream {
+fn endpoint_table(ir: &ServiceIr, attrs: Option<TokenStream>) -> TokenStream {
     let name = table_name(ir);
     let doc = doc_attrs(&format!(
         "The endpoints of `{}`, in spec order: path, operation, buffer size, method and timeout.\n\
@@ -146,9 +192,9 @@ fn endpoint_table(ir: &ServiceIr) -> TokenStream {
             None => quote!(::core::option::Option::None),
         };
         quote! {
-            ::rdma_rpc_core::codegen::EndpointDef {
+            ::rdma_rpc_core::EndpointDef {
                 path: #path,
-                op: ::rdma_rpc_core::codegen::OpKind::#op,
+                op: ::rdma_rpc_core::OpKind::#op,
                 buffer_size: #size,
                 method: #method,
                 timeout_ms: #timeout,
@@ -158,23 +204,24 @@ fn endpoint_table(ir: &ServiceIr) -> TokenStream {
     });
     quote! {
         #doc
-        pub const #name: &[::rdma_rpc_core::codegen::EndpointDef] = &[#(#entries),*];
+        #attrs
+        pub const #name: &[::rdma_rpc_core::EndpointDef] = &[#(#entries),*];
     }
 }
 
 /// The runtime's `StreamKind` of an endpoint, as an expression.
 fn stream_kind(kind: StreamKind) -> TokenStream {
     match kind {
-        StreamKind::Unary => quote!(::rdma_rpc_core::codegen::StreamKind::Unary),
+        StreamKind::Unary => quote!(::rdma_rpc_core::StreamKind::Unary),
         StreamKind::Bulk { max_len } => {
             let max_len = Literal::u64_unsuffixed(max_len);
-            quote!(::rdma_rpc_core::codegen::StreamKind::Bulk { max_len: #max_len })
+            quote!(::rdma_rpc_core::StreamKind::Bulk { max_len: #max_len })
         }
         StreamKind::Messages {
             requests,
             responses,
         } => quote! {
-            ::rdma_rpc_core::codegen::StreamKind::Messages {
+            ::rdma_rpc_core::StreamKind::Messages {
                 requests: #requests,
                 responses: #responses,
             }
@@ -260,18 +307,20 @@ pub(crate) fn doc_attrs(text: &str) -> TokenStream {
     quote!(#(#[doc = #lines])*)
 }
 
-/// The Rust type of a request or response: the message, or `()` when the spec gives none.
+/// The Rust type of a request or response, as the server and client modules name it: the
+/// message one level up (`super::Name`, at the include site), or `()` when the spec gives
+/// none.
 pub(crate) fn message_type(ty: Option<&TypeRef>) -> TokenStream {
     match ty {
         None => quote!(()),
         Some(TypeRef::Message(name)) => {
             let name = ident(name);
-            quote!(#name)
+            quote!(super::#name)
         }
         // Validation only lets messages through; keep the output total anyway.
         Some(TypeRef::Enum(_)) => quote!(i32),
         Some(TypeRef::Scalar(s)) => scalar_type(*s),
-        Some(TypeRef::RemoteBuffer) => quote!(::rdma_rpc_core::codegen::RemoteBuf),
+        Some(TypeRef::RemoteBuffer) => quote!(::rdma_rpc_core::RemoteBuf),
     }
 }
 

@@ -1,5 +1,5 @@
 //! The server side: the service trait users implement and the `<Service>Server<T>` adapter
-//! that implements `rdma_rpc_core::codegen::Service` for any implementation of it.
+//! that implements `rdma_rpc_core::Service` for any implementation of it.
 
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
@@ -23,7 +23,7 @@ pub(super) fn generate(ir: &ServiceIr) -> TokenStream {
 fn handler_doc(ep: &EndpointIr) -> String {
     let max_len = size_text(ep.stream.max_len().unwrap_or(ep.buffer_size));
     match shape(ep) {
-        Shape::Unary => unary_handler_doc(ep.op, ep.payload).to_owned(),
+        Shape::Unary => unary_handler_doc(ep.op, ep.payload, &size_text(ep.buffer_size)),
         Shape::Messages {
             requests,
             responses,
@@ -71,33 +71,33 @@ fn handler_doc(ep: &EndpointIr) -> String {
     }
 }
 
-/// What a unary handler's arguments mean, by operation.
-fn unary_handler_doc(op: OpKind, payload: bool) -> &'static str {
+/// What a unary handler's arguments mean, by operation: the route the runtime took
+/// (`rdma-rpc-core`'s `protocol/route.rs`).
+fn unary_handler_doc(op: OpKind, payload: bool, buffer: &str) -> String {
     match op {
         OpKind::Send | OpKind::Receive if !payload => {
             "The request message is the whole call: no bytes come with it, and the response\n\
              message is the whole answer."
+                .to_owned()
         }
-        OpKind::Send => {
-            "`data` holds the bytes the client sent. It may be a lease of one of the path's\n\
-             pooled buffers: keeping it (or a slice of it) after returning keeps that buffer\n\
-             from the path's later calls; copy what you keep (`data.to_vec()`)."
-        }
-        OpKind::Write => {
-            "`data` holds the bytes the client wrote into the endpoint's buffer: a lease of\n\
-             one of the path's pooled buffers. Keeping it (or a slice of it) after returning\n\
-             keeps that buffer from the path's later calls, which fail with\n\
-             `RESOURCE_EXHAUSTED` once every buffer is kept; copy what you keep\n\
+        OpKind::Send | OpKind::Write => format!(
+            "`data` holds the bytes the client sent (at most {buffer}): up to the connection's\n\
+             inline threshold (8 KiB by default) they came inside the request frame; larger\n\
+             ones are in registered memory, either one of this connection's write slots that\n\
+             the client RDMA-wrote, or one of the path's pooled buffers that this server\n\
+             RDMA-read from a window the client offered (pull mode) or that the client\n\
+             RDMA-wrote through a window this server granted. Keeping `data` (or a slice of\n\
+             it) after returning keeps that buffer from later calls, which fail with\n\
+             `RESOURCE_EXHAUSTED` once every buffer of the path is kept; copy what you keep\n\
              (`data.to_vec()`)."
-        }
-        OpKind::Receive => {
-            "Fill `buf` (its capacity is the buffer size; set its length with `fill_from` or \
-             `set_len`): the client receives its contents with the response."
-        }
-        OpKind::Read => {
-            "Fill `buf` (its capacity is the buffer size; set its length with `fill_from` or \
-             `set_len`): the client reads its contents once the handler returned."
-        }
+        ),
+        OpKind::Receive | OpKind::Read => format!(
+            "Fill `buf`, one of the path's pooled buffers (its capacity is {buffer}; set its\n\
+             length with `fill_from` or `set_len`). Once the handler returned, its contents go\n\
+             back inside the response frame up to the connection's inline threshold (8 KiB by\n\
+             default); a larger result this server RDMA-writes into the window the client\n\
+             offered with the request (asking for one first if none fits)."
+        ),
     }
 }
 
@@ -121,7 +121,7 @@ fn service_trait(ir: &ServiceIr) -> TokenStream {
         let doc = endpoint_doc(ep, &handler_doc(ep));
         let mut request = message_type(ep.request.as_ref());
         if ep.stream.streams_requests() {
-            request = quote!(::rdma_rpc_core::codegen::Streaming<#request>);
+            request = quote!(::rdma_rpc_core::Streaming<#request>);
         }
         let mut response = message_type(ep.response.as_ref());
         // A handler that streams its responses returns a stream of its own choosing, named by
@@ -135,8 +135,8 @@ fn service_trait(ir: &ServiceIr) -> TokenStream {
             ));
             stream_type = quote! {
                 #doc
-                type #name: ::rdma_rpc_core::codegen::Stream<
-                    Item = ::core::result::Result<#response, ::rdma_rpc_core::codegen::Status>,
+                type #name: ::rdma_rpc_core::Stream<
+                    Item = ::core::result::Result<#response, ::rdma_rpc_core::Status>,
                 > + ::core::marker::Send + 'static;
             };
             response = quote!(Self::#name);
@@ -147,10 +147,10 @@ fn service_trait(ir: &ServiceIr) -> TokenStream {
             #doc
             fn #method(
                 &self,
-                request: ::rdma_rpc_core::codegen::Request<#request>,
+                request: ::rdma_rpc_core::Request<#request>,
                 #payload
             ) -> impl ::core::future::Future<
-                Output = ::core::result::Result<#response, ::rdma_rpc_core::codegen::Status>,
+                Output = ::core::result::Result<#response, ::rdma_rpc_core::Status>,
             > + ::core::marker::Send;
         }
     });
@@ -166,12 +166,12 @@ fn service_trait(ir: &ServiceIr) -> TokenStream {
 /// the chunks of a bulk stream or where to send them, or none for an endpoint without payload.
 fn payload_param(ep: &EndpointIr) -> TokenStream {
     match shape(ep) {
-        Shape::BulkWrite => quote!(chunks: ::rdma_rpc_core::codegen::Chunks,),
-        Shape::BulkRead => quote!(sink: &mut ::rdma_rpc_core::codegen::ChunkSink,),
+        Shape::BulkWrite => quote!(chunks: ::rdma_rpc_core::Chunks,),
+        Shape::BulkRead => quote!(sink: &mut ::rdma_rpc_core::ChunkSink,),
         Shape::Messages { .. } => quote!(),
         Shape::Unary if !ep.payload => quote!(),
-        Shape::Unary if ep.op.is_inbound() => quote!(data: ::rdma_rpc_core::codegen::Bytes,),
-        Shape::Unary => quote!(buf: &mut ::rdma_rpc_core::codegen::RegisteredBuf,),
+        Shape::Unary if ep.op.is_inbound() => quote!(data: ::rdma_rpc_core::Bytes,),
+        Shape::Unary => quote!(buf: &mut ::rdma_rpc_core::RegisteredBuf,),
     }
 }
 
@@ -237,30 +237,30 @@ fn adapter(ir: &ServiceIr) -> TokenStream {
             }
         }
 
-        impl<T: #name> ::rdma_rpc_core::codegen::Service for #server<T> {
+        impl<T: #name> ::rdma_rpc_core::Service for #server<T> {
             fn name(&self) -> &'static str {
                 #service_name
             }
 
-            fn endpoints(&self) -> &'static [::rdma_rpc_core::codegen::EndpointDef] {
-                #table
+            fn endpoints(&self) -> &'static [::rdma_rpc_core::EndpointDef] {
+                super::#table
             }
 
             fn call<'a>(
                 &'a self,
                 index: usize,
-                call: ::rdma_rpc_core::codegen::ServerCall<'a>,
-            ) -> ::rdma_rpc_core::codegen::BoxFuture<
+                call: ::rdma_rpc_core::ServerCall<'a>,
+            ) -> ::rdma_rpc_core::transport::BoxFuture<
                 'a,
                 ::core::result::Result<
-                    ::rdma_rpc_core::codegen::Bytes,
-                    ::rdma_rpc_core::codegen::Status,
+                    ::rdma_rpc_core::Bytes,
+                    ::rdma_rpc_core::Status,
                 >,
             > {
                 match (index, call) {
                     #(#arms)*
                     (index, call) => {
-                        ::rdma_rpc_core::codegen::mismatched_call(#service_name, index, call)
+                        ::rdma_rpc_core::typed::server::mismatched_call(#service_name, index, call)
                     }
                 }
             }
@@ -296,7 +296,7 @@ fn unary_arm(index: Literal, ep: &EndpointIr) -> TokenStream {
                 quote! {
                     if !data.is_empty() {
                         return ::core::result::Result::Err(
-                            ::rdma_rpc_core::codegen::Status::invalid_argument(#refusal),
+                            ::rdma_rpc_core::Status::invalid_argument(#refusal),
                         );
                     }
                 },
@@ -306,10 +306,10 @@ fn unary_arm(index: Literal, ep: &EndpointIr) -> TokenStream {
     };
     let respond = respond(ep, args);
     quote! {
-        (#index, ::rdma_rpc_core::codegen::ServerCall::#pattern) => {
+        (#index, ::rdma_rpc_core::ServerCall::#pattern) => {
             ::std::boxed::Box::pin(async move {
                 #refuse
-                let request = ::rdma_rpc_core::codegen::decode_request::<#request>(request)?;
+                let request = ::rdma_rpc_core::typed::server::decode_request::<#request>(request)?;
                 #respond
             })
         }
@@ -324,12 +324,12 @@ fn respond(ep: &EndpointIr, args: TokenStream) -> TokenStream {
     if ep.response.is_some() {
         quote! {
             let response = self.inner.#method(#args).await?;
-            ::core::result::Result::Ok(::rdma_rpc_core::codegen::encode_message(&response))
+            ::core::result::Result::Ok(::rdma_rpc_core::typed::server::encode_message(&response))
         }
     } else {
         quote! {
             self.inner.#method(#args).await?;
-            ::core::result::Result::Ok(::rdma_rpc_core::codegen::encode_message(&()))
+            ::core::result::Result::Ok(::rdma_rpc_core::typed::server::encode_message(&()))
         }
     }
 }
@@ -349,23 +349,23 @@ fn messages_arm(index: Literal, ep: &EndpointIr, requests: bool, responses: bool
     let request = if requests {
         quote! {
             let request =
-                ::rdma_rpc_core::codegen::streaming_request::<#request_type>(request, requests);
+                ::rdma_rpc_core::typed::server::streaming_request::<#request_type>(request, requests);
         }
     } else {
         quote! {
-            let request = ::rdma_rpc_core::codegen::decode_request::<#request_type>(request)?;
+            let request = ::rdma_rpc_core::typed::server::decode_request::<#request_type>(request)?;
         }
     };
     let answer = if responses {
         quote! {
             let stream = self.inner.#method(request).await?;
-            ::rdma_rpc_core::codegen::send_responses(sink, stream).await
+            ::rdma_rpc_core::typed::server::send_responses(sink, stream).await
         }
     } else {
         respond(ep, quote!(request))
     };
     quote! {
-        (#index, ::rdma_rpc_core::codegen::ServerCall::Streaming { request, #streams }) => {
+        (#index, ::rdma_rpc_core::ServerCall::Streaming { request, #streams }) => {
             ::std::boxed::Box::pin(async move {
                 #request
                 #answer
@@ -385,9 +385,9 @@ fn bulk_arm(
     let request = message_type(ep.request.as_ref());
     let respond = respond(ep, quote!(request, #arg));
     quote! {
-        (#index, ::rdma_rpc_core::codegen::ServerCall::#pattern) => {
+        (#index, ::rdma_rpc_core::ServerCall::#pattern) => {
             ::std::boxed::Box::pin(async move {
-                let request = ::rdma_rpc_core::codegen::decode_request::<#request>(request)?;
+                let request = ::rdma_rpc_core::typed::server::decode_request::<#request>(request)?;
                 #respond
             })
         }

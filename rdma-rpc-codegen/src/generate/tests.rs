@@ -28,7 +28,7 @@ fn names() {
         "pub trait KvStore: ::core::marker::Send + ::core::marker::Sync + 'static {",
         "pub struct KvStoreServer<T> {",
         "pub struct KvStoreClient {",
-        "pub const KV_STORE_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = &[",
+        "pub const KV_STORE_ENDPOINTS: &[::rdma_rpc_core::EndpointDef] = &[",
         "pub struct PutBlockRequest {",
         "pub enum Status {",
         "pub async fn put_block(",
@@ -74,7 +74,7 @@ fn endpoint_table_contents() {
         4
     );
     assert!(doca.contains("pub async fn rdma_ep1_write("));
-    assert!(doca.contains("::rdma_rpc_core::codegen::Request<()>"));
+    assert!(doca.contains("::rdma_rpc_core::Request<()>"));
 }
 
 #[test]
@@ -112,14 +112,33 @@ fn client_false_omits_client() {
     );
     assert!(!code.contains("KvStoreClient"), "{code}");
     assert!(code.contains("pub const KV_STORE_ENDPOINTS"), "{code}");
+    // No module, no re-export: the table's own allow is the only one.
+    assert!(
+        !code.contains("pub mod") && !code.contains("pub use"),
+        "{code}"
+    );
+    assert_eq!(code.matches("allow(").count(), 1, "{code}");
+    assert!(code.contains("#[allow(dead_code)]\npub const KV_STORE_ENDPOINTS"));
 }
 
 #[test]
 fn docs_from_spec_and_defaults() {
     let code = generate(&kv(), &Options::default());
     assert!(code.contains(
-        "    /// Writes one block into the server's block buffer and commits it under `key`.\n    ///\n    /// Endpoint `/kv/block`, operation `write`, buffer of 4 MiB, timeout 250 ms.\n    /// `data` holds the bytes the client wrote into the endpoint's buffer: a lease of\n    /// one of the path's pooled buffers. Keeping it (or a slice of it) after returning\n"
+        "        /// Writes one block into the server's block buffer and commits it under `key`.\n        ///\n        /// Endpoint `/kv/block`, operation `write`, buffer of 4 MiB, timeout 250 ms.\n        /// `data` holds the bytes the client sent (at most 4 MiB): up to the connection's\n"
     ), "{code}");
+    // Each route names the mechanism the runtime uses, client side and server side.
+    for route in [
+        "this client RDMA-writes into a free one",
+        "the server RDMA-reads it from a read-only window this client offers",
+        "grants a window for the call and this client RDMA-writes it there",
+        "RDMA-written by the server into a write-only\n        /// window this client offers with the request",
+        "this server RDMA-writes into the window the client\n        /// offered",
+    ] {
+        assert!(code.contains(route), "missing `{route}` in\n{code}");
+    }
+    assert!(!code.contains("RDMA-writes `data` into the endpoint's server buffer"));
+    assert!(!code.contains("RDMA-read from the endpoint's server buffer"));
     assert!(code.contains("/// A key-value block store. Blocks move by one-sided RDMA"));
     // A field without `doc` gets one (`missing_docs` is on in user crates).
     assert!(
@@ -209,16 +228,16 @@ fn streams_shape_the_methods() {
     for item in [
         "StreamKind::Bulk {\n            max_len: 1099511627776,\n        }",
         "StreamKind::Messages {\n            requests: false,\n            responses: true,\n        }",
-        "chunks: ::rdma_rpc_core::codegen::Chunks,",
-        "sink: &mut ::rdma_rpc_core::codegen::ChunkSink,",
-        "type ListAllStream: ::rdma_rpc_core::codegen::Stream<",
-        "type EchoStream: ::rdma_rpc_core::codegen::Stream<",
+        "chunks: ::rdma_rpc_core::Chunks,",
+        "sink: &mut ::rdma_rpc_core::ChunkSink,",
+        "type ListAllStream: ::rdma_rpc_core::Stream<",
+        "type EchoStream: ::rdma_rpc_core::Stream<",
         "pub async fn get_stream(",
         "pub async fn get_into<",
-        "::rdma_rpc_core::codegen::call_server_stream(",
-        "::rdma_rpc_core::codegen::call_client_stream(",
-        "::rdma_rpc_core::codegen::call_bidi_stream(",
-        "::rdma_rpc_core::codegen::call_read_stream(",
+        "::rdma_rpc_core::typed::client::call_server_stream(",
+        "::rdma_rpc_core::typed::client::call_client_stream(",
+        "::rdma_rpc_core::typed::client::call_bidi_stream(",
+        "::rdma_rpc_core::typed::client::call_read_stream(",
         "buffer of 1 MiB, bulk stream of at most 1 TiB in chunks of the buffer.",
         "bulk stream of at most 2 MiB in chunks of the buffer, timeout 3 s for the whole call.",
         "server-streaming messages.",
@@ -241,4 +260,86 @@ fn streams_shape_the_methods() {
     );
     assert!(!client.contains("ListAllStream"));
     assert!(client.contains("pub async fn list_all("));
+}
+
+#[test]
+fn a_module_per_side_with_one_allow_each() {
+    let code = generate(&kv(), &Options::default());
+    for item in [
+        "pub mod kv_store_server {\n    #![allow(dead_code)]\n",
+        "pub mod kv_store_client {\n    #![allow(dead_code)]\n",
+        "#[allow(unused_imports)]\npub use self::{\n    kv_store_server::{KvStore, KvStoreServer},\n    kv_store_client::KvStoreClient,\n};",
+        "request: ::rdma_rpc_core::Request<super::PutBlockRequest>,",
+        "&super::KV_STORE_ENDPOINTS[0]",
+    ] {
+        assert!(code.contains(item), "missing `{item}` in\n{code}");
+    }
+    // Three allows in all: one per module, one on the re-export.
+    assert_eq!(code.matches("allow(").count(), 3, "{code}");
+    // The messages, enums and table stay at the include site.
+    let file = syn::parse_file(&code).unwrap();
+    let top: Vec<String> = file
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            syn::Item::Struct(s) => Some(s.ident.to_string()),
+            syn::Item::Enum(e) => Some(e.ident.to_string()),
+            syn::Item::Const(c) => Some(c.ident.to_string()),
+            syn::Item::Mod(m) => Some(format!("mod {}", m.ident)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        top,
+        [
+            "PutBlockRequest",
+            "PutBlockResponse",
+            "GetBlockRequest",
+            "GetBlockResponse",
+            "ControlCommand",
+            "Stats",
+            "ClientStats",
+            "Status",
+            "Action",
+            "KV_STORE_ENDPOINTS",
+            "mod kv_store_server",
+            "mod kv_store_client",
+        ]
+    );
+    let client_only = generate(
+        &kv(),
+        &Options {
+            build_server: false,
+            ..Options::default()
+        },
+    );
+    assert!(client_only
+        .contains("#[allow(unused_imports)]\npub use self::kv_store_client::KvStoreClient;"));
+    assert!(!client_only.contains("kv_store_server"));
+}
+
+/// Spec types named like the runtime's (`Status`, `ClientStats`, `Request`, ...) are the
+/// spec's wherever the generated code names a spec type, and never hide the runtime's: the
+/// runtime is named by absolute paths only.
+#[test]
+fn spec_names_never_shadow_runtime_names() {
+    let src = "version: \"rdma-rpc/1\"\nservice: Shadow\nendpoints:\n\
+        - { path: /s, type: send, method: check, request: Request, response: Status }\n\
+        - { path: /c, type: receive, method: stats, request: Client, response: ClientStats }\n\
+        messages:\n  Request: {}\n  Client: {}\n  Status:\n    fields:\n      - { name: code, type: Code }\n  \
+        ClientStats:\n    fields:\n      - { name: status, type: Status }\n\
+        enums:\n  Code:\n    values: [OK]\n";
+    let code = code(src, &Options::default());
+    for item in [
+        "request: ::rdma_rpc_core::Request<super::Request>,",
+        "::core::result::Result<super::Status, ::rdma_rpc_core::Status>",
+        "::core::result::Result<super::ClientStats, ::rdma_rpc_core::Status>",
+        "inner: ::rdma_rpc_core::Client,",
+    ] {
+        assert!(code.contains(item), "missing `{item}` in\n{code}");
+    }
+    // Every path into the runtime is absolute; every other path is a spec type's one level up.
+    for (i, _) in code.match_indices("rdma_rpc_core::") {
+        assert_eq!(&code[i - 2..i], "::", "relative runtime path at byte {i}");
+    }
 }

@@ -2,307 +2,352 @@
 
 /// The endpoints of `DocaCppEndpoints`, in spec order: path, operation, buffer size, method and timeout.
 /// Entry `i` is the endpoint that `Service::call` runs for index `i`.
-#[allow(dead_code)]
-pub const DOCA_CPP_ENDPOINTS_ENDPOINTS: &[::rdma_rpc_core::codegen::EndpointDef] = &[
-    ::rdma_rpc_core::codegen::EndpointDef {
+pub const DOCA_CPP_ENDPOINTS_ENDPOINTS: &[::rdma_rpc_core::EndpointDef] = &[
+    ::rdma_rpc_core::EndpointDef {
         path: "/rdma/ep0",
-        op: ::rdma_rpc_core::codegen::OpKind::Receive,
+        op: ::rdma_rpc_core::OpKind::Receive,
         buffer_size: 4096,
         method: "rdma_ep0_receive",
         timeout_ms: ::core::option::Option::None,
-        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
+        stream: ::rdma_rpc_core::StreamKind::Unary,
     },
-    ::rdma_rpc_core::codegen::EndpointDef {
+    ::rdma_rpc_core::EndpointDef {
         path: "/rdma/ep1",
-        op: ::rdma_rpc_core::codegen::OpKind::Write,
+        op: ::rdma_rpc_core::OpKind::Write,
         buffer_size: 4194304,
         method: "rdma_ep1_write",
         timeout_ms: ::core::option::Option::None,
-        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
+        stream: ::rdma_rpc_core::StreamKind::Unary,
     },
-    ::rdma_rpc_core::codegen::EndpointDef {
+    ::rdma_rpc_core::EndpointDef {
         path: "/rdma/ep0",
-        op: ::rdma_rpc_core::codegen::OpKind::Send,
+        op: ::rdma_rpc_core::OpKind::Send,
         buffer_size: 4096,
         method: "rdma_ep0_send",
         timeout_ms: ::core::option::Option::None,
-        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
+        stream: ::rdma_rpc_core::StreamKind::Unary,
     },
-    ::rdma_rpc_core::codegen::EndpointDef {
+    ::rdma_rpc_core::EndpointDef {
         path: "/rdma/ep1",
-        op: ::rdma_rpc_core::codegen::OpKind::Read,
+        op: ::rdma_rpc_core::OpKind::Read,
         buffer_size: 4194304,
         method: "rdma_ep1_read",
         timeout_ms: ::core::option::Option::None,
-        stream: ::rdma_rpc_core::codegen::StreamKind::Unary,
+        stream: ::rdma_rpc_core::StreamKind::Unary,
     },
 ];
-/// The `DocaCppEndpoints` service: implement this trait (with `async fn`s) and serve it with [`DocaCppEndpointsServer`].
-#[allow(dead_code)]
-pub trait DocaCppEndpoints: ::core::marker::Send + ::core::marker::Sync + 'static {
-    /// Endpoint `/rdma/ep0`, operation `receive`, buffer of 4 KiB.
-    /// Fill `buf` (its capacity is the buffer size; set its length with `fill_from` or `set_len`): the client receives its contents with the response.
-    fn rdma_ep0_receive(
-        &self,
-        request: ::rdma_rpc_core::codegen::Request<()>,
-        buf: &mut ::rdma_rpc_core::codegen::RegisteredBuf,
-    ) -> impl ::core::future::Future<
-        Output = ::core::result::Result<(), ::rdma_rpc_core::codegen::Status>,
-    > + ::core::marker::Send;
-    /// Endpoint `/rdma/ep1`, operation `write`, buffer of 4 MiB.
-    /// `data` holds the bytes the client wrote into the endpoint's buffer: a lease of
-    /// one of the path's pooled buffers. Keeping it (or a slice of it) after returning
-    /// keeps that buffer from the path's later calls, which fail with
-    /// `RESOURCE_EXHAUSTED` once every buffer is kept; copy what you keep
-    /// (`data.to_vec()`).
-    fn rdma_ep1_write(
-        &self,
-        request: ::rdma_rpc_core::codegen::Request<()>,
-        data: ::rdma_rpc_core::codegen::Bytes,
-    ) -> impl ::core::future::Future<
-        Output = ::core::result::Result<(), ::rdma_rpc_core::codegen::Status>,
-    > + ::core::marker::Send;
-    /// Endpoint `/rdma/ep0`, operation `send`, buffer of 4 KiB.
-    /// `data` holds the bytes the client sent. It may be a lease of one of the path's
-    /// pooled buffers: keeping it (or a slice of it) after returning keeps that buffer
-    /// from the path's later calls; copy what you keep (`data.to_vec()`).
-    fn rdma_ep0_send(
-        &self,
-        request: ::rdma_rpc_core::codegen::Request<()>,
-        data: ::rdma_rpc_core::codegen::Bytes,
-    ) -> impl ::core::future::Future<
-        Output = ::core::result::Result<(), ::rdma_rpc_core::codegen::Status>,
-    > + ::core::marker::Send;
-    /// Endpoint `/rdma/ep1`, operation `read`, buffer of 4 MiB.
-    /// Fill `buf` (its capacity is the buffer size; set its length with `fill_from` or `set_len`): the client reads its contents once the handler returned.
-    fn rdma_ep1_read(
-        &self,
-        request: ::rdma_rpc_core::codegen::Request<()>,
-        buf: &mut ::rdma_rpc_core::codegen::RegisteredBuf,
-    ) -> impl ::core::future::Future<
-        Output = ::core::result::Result<(), ::rdma_rpc_core::codegen::Status>,
-    > + ::core::marker::Send;
-}
-/// Serves a [`DocaCppEndpoints`] implementation: pass it to `Server::builder().add_service(..)`.
-/// Cloning it shares the implementation.
-#[allow(dead_code)]
-pub struct DocaCppEndpointsServer<T> {
-    inner: ::std::sync::Arc<T>,
-}
-#[allow(dead_code)]
-impl<T: DocaCppEndpoints> DocaCppEndpointsServer<T> {
-    /// Wraps an implementation.
-    pub fn new(inner: T) -> Self {
-        Self {
-            inner: ::std::sync::Arc::new(inner),
+/// The server side of `DocaCppEndpoints`: the [`DocaCppEndpoints`] trait to implement and the
+/// [`DocaCppEndpointsServer`] that serves an implementation.
+pub mod doca_cpp_endpoints_server {
+    #![allow(dead_code)]
+    /// The `DocaCppEndpoints` service: implement this trait (with `async fn`s) and serve it with [`DocaCppEndpointsServer`].
+    pub trait DocaCppEndpoints: ::core::marker::Send + ::core::marker::Sync + 'static {
+        /// Endpoint `/rdma/ep0`, operation `receive`, buffer of 4 KiB.
+        /// Fill `buf`, one of the path's pooled buffers (its capacity is 4 KiB; set its
+        /// length with `fill_from` or `set_len`). Once the handler returned, its contents go
+        /// back inside the response frame up to the connection's inline threshold (8 KiB by
+        /// default); a larger result this server RDMA-writes into the window the client
+        /// offered with the request (asking for one first if none fits).
+        fn rdma_ep0_receive(
+            &self,
+            request: ::rdma_rpc_core::Request<()>,
+            buf: &mut ::rdma_rpc_core::RegisteredBuf,
+        ) -> impl ::core::future::Future<
+            Output = ::core::result::Result<(), ::rdma_rpc_core::Status>,
+        > + ::core::marker::Send;
+        /// Endpoint `/rdma/ep1`, operation `write`, buffer of 4 MiB.
+        /// `data` holds the bytes the client sent (at most 4 MiB): up to the connection's
+        /// inline threshold (8 KiB by default) they came inside the request frame; larger
+        /// ones are in registered memory, either one of this connection's write slots that
+        /// the client RDMA-wrote, or one of the path's pooled buffers that this server
+        /// RDMA-read from a window the client offered (pull mode) or that the client
+        /// RDMA-wrote through a window this server granted. Keeping `data` (or a slice of
+        /// it) after returning keeps that buffer from later calls, which fail with
+        /// `RESOURCE_EXHAUSTED` once every buffer of the path is kept; copy what you keep
+        /// (`data.to_vec()`).
+        fn rdma_ep1_write(
+            &self,
+            request: ::rdma_rpc_core::Request<()>,
+            data: ::rdma_rpc_core::Bytes,
+        ) -> impl ::core::future::Future<
+            Output = ::core::result::Result<(), ::rdma_rpc_core::Status>,
+        > + ::core::marker::Send;
+        /// Endpoint `/rdma/ep0`, operation `send`, buffer of 4 KiB.
+        /// `data` holds the bytes the client sent (at most 4 KiB): up to the connection's
+        /// inline threshold (8 KiB by default) they came inside the request frame; larger
+        /// ones are in registered memory, either one of this connection's write slots that
+        /// the client RDMA-wrote, or one of the path's pooled buffers that this server
+        /// RDMA-read from a window the client offered (pull mode) or that the client
+        /// RDMA-wrote through a window this server granted. Keeping `data` (or a slice of
+        /// it) after returning keeps that buffer from later calls, which fail with
+        /// `RESOURCE_EXHAUSTED` once every buffer of the path is kept; copy what you keep
+        /// (`data.to_vec()`).
+        fn rdma_ep0_send(
+            &self,
+            request: ::rdma_rpc_core::Request<()>,
+            data: ::rdma_rpc_core::Bytes,
+        ) -> impl ::core::future::Future<
+            Output = ::core::result::Result<(), ::rdma_rpc_core::Status>,
+        > + ::core::marker::Send;
+        /// Endpoint `/rdma/ep1`, operation `read`, buffer of 4 MiB.
+        /// Fill `buf`, one of the path's pooled buffers (its capacity is 4 MiB; set its
+        /// length with `fill_from` or `set_len`). Once the handler returned, its contents go
+        /// back inside the response frame up to the connection's inline threshold (8 KiB by
+        /// default); a larger result this server RDMA-writes into the window the client
+        /// offered with the request (asking for one first if none fits).
+        fn rdma_ep1_read(
+            &self,
+            request: ::rdma_rpc_core::Request<()>,
+            buf: &mut ::rdma_rpc_core::RegisteredBuf,
+        ) -> impl ::core::future::Future<
+            Output = ::core::result::Result<(), ::rdma_rpc_core::Status>,
+        > + ::core::marker::Send;
+    }
+    /// Serves a [`DocaCppEndpoints`] implementation: pass it to `Server::builder().add_service(..)`.
+    /// Cloning it shares the implementation.
+    pub struct DocaCppEndpointsServer<T> {
+        inner: ::std::sync::Arc<T>,
+    }
+    impl<T: DocaCppEndpoints> DocaCppEndpointsServer<T> {
+        /// Wraps an implementation.
+        pub fn new(inner: T) -> Self {
+            Self {
+                inner: ::std::sync::Arc::new(inner),
+            }
+        }
+        /// Wraps a shared implementation.
+        pub fn from_arc(inner: ::std::sync::Arc<T>) -> Self {
+            Self { inner }
         }
     }
-    /// Wraps a shared implementation.
-    pub fn from_arc(inner: ::std::sync::Arc<T>) -> Self {
-        Self { inner }
+    impl<T> ::core::clone::Clone for DocaCppEndpointsServer<T> {
+        fn clone(&self) -> Self {
+            Self {
+                inner: ::std::sync::Arc::clone(&self.inner),
+            }
+        }
     }
-}
-#[allow(dead_code)]
-impl<T> ::core::clone::Clone for DocaCppEndpointsServer<T> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: ::std::sync::Arc::clone(&self.inner),
+    impl<T> ::core::fmt::Debug for DocaCppEndpointsServer<T> {
+        fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+            f.debug_struct("DocaCppEndpointsServer").finish_non_exhaustive()
+        }
+    }
+    impl<T: DocaCppEndpoints> ::rdma_rpc_core::Service for DocaCppEndpointsServer<T> {
+        fn name(&self) -> &'static str {
+            "DocaCppEndpoints"
+        }
+        fn endpoints(&self) -> &'static [::rdma_rpc_core::EndpointDef] {
+            super::DOCA_CPP_ENDPOINTS_ENDPOINTS
+        }
+        fn call<'a>(
+            &'a self,
+            index: usize,
+            call: ::rdma_rpc_core::ServerCall<'a>,
+        ) -> ::rdma_rpc_core::transport::BoxFuture<
+            'a,
+            ::core::result::Result<::rdma_rpc_core::Bytes, ::rdma_rpc_core::Status>,
+        > {
+            match (index, call) {
+                (0, ::rdma_rpc_core::ServerCall::Outbound { request, buf }) => {
+                    ::std::boxed::Box::pin(async move {
+                        let request = ::rdma_rpc_core::typed::server::decode_request::<
+                            (),
+                        >(request)?;
+                        self.inner.rdma_ep0_receive(request, buf).await?;
+                        ::core::result::Result::Ok(
+                            ::rdma_rpc_core::typed::server::encode_message(&()),
+                        )
+                    })
+                }
+                (1, ::rdma_rpc_core::ServerCall::Inbound { request, data }) => {
+                    ::std::boxed::Box::pin(async move {
+                        let request = ::rdma_rpc_core::typed::server::decode_request::<
+                            (),
+                        >(request)?;
+                        self.inner.rdma_ep1_write(request, data).await?;
+                        ::core::result::Result::Ok(
+                            ::rdma_rpc_core::typed::server::encode_message(&()),
+                        )
+                    })
+                }
+                (2, ::rdma_rpc_core::ServerCall::Inbound { request, data }) => {
+                    ::std::boxed::Box::pin(async move {
+                        let request = ::rdma_rpc_core::typed::server::decode_request::<
+                            (),
+                        >(request)?;
+                        self.inner.rdma_ep0_send(request, data).await?;
+                        ::core::result::Result::Ok(
+                            ::rdma_rpc_core::typed::server::encode_message(&()),
+                        )
+                    })
+                }
+                (3, ::rdma_rpc_core::ServerCall::Outbound { request, buf }) => {
+                    ::std::boxed::Box::pin(async move {
+                        let request = ::rdma_rpc_core::typed::server::decode_request::<
+                            (),
+                        >(request)?;
+                        self.inner.rdma_ep1_read(request, buf).await?;
+                        ::core::result::Result::Ok(
+                            ::rdma_rpc_core::typed::server::encode_message(&()),
+                        )
+                    })
+                }
+                (index, call) => {
+                    ::rdma_rpc_core::typed::server::mismatched_call(
+                        "DocaCppEndpoints",
+                        index,
+                        call,
+                    )
+                }
+            }
         }
     }
 }
-#[allow(dead_code)]
-impl<T> ::core::fmt::Debug for DocaCppEndpointsServer<T> {
-    fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-        f.debug_struct("DocaCppEndpointsServer").finish_non_exhaustive()
+/// The client side of `DocaCppEndpoints`: [`DocaCppEndpointsClient`], one method per endpoint.
+pub mod doca_cpp_endpoints_client {
+    #![allow(dead_code)]
+    /// Client of `DocaCppEndpoints`. Cheap to clone.
+    #[derive(Debug, Clone)]
+    pub struct DocaCppEndpointsClient {
+        inner: ::rdma_rpc_core::Client,
     }
-}
-#[allow(dead_code)]
-impl<T: DocaCppEndpoints> ::rdma_rpc_core::codegen::Service
-for DocaCppEndpointsServer<T> {
-    fn name(&self) -> &'static str {
-        "DocaCppEndpoints"
-    }
-    fn endpoints(&self) -> &'static [::rdma_rpc_core::codegen::EndpointDef] {
-        DOCA_CPP_ENDPOINTS_ENDPOINTS
-    }
-    fn call<'a>(
-        &'a self,
-        index: usize,
-        call: ::rdma_rpc_core::codegen::ServerCall<'a>,
-    ) -> ::rdma_rpc_core::codegen::BoxFuture<
-        'a,
-        ::core::result::Result<
-            ::rdma_rpc_core::codegen::Bytes,
-            ::rdma_rpc_core::codegen::Status,
-        >,
-    > {
-        match (index, call) {
-            (0, ::rdma_rpc_core::codegen::ServerCall::Outbound { request, buf }) => {
-                ::std::boxed::Box::pin(async move {
-                    let request = ::rdma_rpc_core::codegen::decode_request::<
-                        (),
-                    >(request)?;
-                    self.inner.rdma_ep0_receive(request, buf).await?;
-                    ::core::result::Result::Ok(
-                        ::rdma_rpc_core::codegen::encode_message(&()),
-                    )
-                })
-            }
-            (1, ::rdma_rpc_core::codegen::ServerCall::Inbound { request, data }) => {
-                ::std::boxed::Box::pin(async move {
-                    let request = ::rdma_rpc_core::codegen::decode_request::<
-                        (),
-                    >(request)?;
-                    self.inner.rdma_ep1_write(request, data).await?;
-                    ::core::result::Result::Ok(
-                        ::rdma_rpc_core::codegen::encode_message(&()),
-                    )
-                })
-            }
-            (2, ::rdma_rpc_core::codegen::ServerCall::Inbound { request, data }) => {
-                ::std::boxed::Box::pin(async move {
-                    let request = ::rdma_rpc_core::codegen::decode_request::<
-                        (),
-                    >(request)?;
-                    self.inner.rdma_ep0_send(request, data).await?;
-                    ::core::result::Result::Ok(
-                        ::rdma_rpc_core::codegen::encode_message(&()),
-                    )
-                })
-            }
-            (3, ::rdma_rpc_core::codegen::ServerCall::Outbound { request, buf }) => {
-                ::std::boxed::Box::pin(async move {
-                    let request = ::rdma_rpc_core::codegen::decode_request::<
-                        (),
-                    >(request)?;
-                    self.inner.rdma_ep1_read(request, buf).await?;
-                    ::core::result::Result::Ok(
-                        ::rdma_rpc_core::codegen::encode_message(&()),
-                    )
-                })
-            }
-            (index, call) => {
-                ::rdma_rpc_core::codegen::mismatched_call(
-                    "DocaCppEndpoints",
-                    index,
-                    call,
+    impl DocaCppEndpointsClient {
+        /// Connects to `addr` (e.g. `tcp://127.0.0.1:7470`).
+        pub async fn connect(
+            addr: &str,
+        ) -> ::core::result::Result<Self, ::rdma_rpc_core::Error> {
+            ::core::result::Result::Ok(
+                Self::new(::rdma_rpc_core::Client::connect(addr).await?),
+            )
+        }
+        /// Uses an existing connection.
+        pub fn new(inner: ::rdma_rpc_core::Client) -> Self {
+            Self { inner }
+        }
+        /// The underlying client.
+        pub fn inner(&self) -> &::rdma_rpc_core::Client {
+            &self.inner
+        }
+        /// Endpoint `/rdma/ep0`, operation `receive`, buffer of 4 KiB.
+        /// Returns the response and the bytes the handler put in its buffer (at most
+        /// 4 KiB): up to the connection's inline threshold (8 KiB by default) inside the
+        /// response frame; a larger result is RDMA-written by the server into a write-only
+        /// window this client offers with the request (sized by this endpoint's last
+        /// result) before it responds: one round trip. A result that finds no window that
+        /// fits costs a second, in which the server asks for one. No copy on the way out.
+        pub async fn rdma_ep0_receive(
+            &self,
+            request: impl ::rdma_rpc_core::IntoRequest<()>,
+        ) -> ::core::result::Result<
+            ((), ::rdma_rpc_core::Bytes),
+            ::rdma_rpc_core::Status,
+        > {
+            ::rdma_rpc_core::typed::client::call_outbound(
+                    &self.inner,
+                    &super::DOCA_CPP_ENDPOINTS_ENDPOINTS[0],
+                    ::rdma_rpc_core::IntoRequest::into_request(request),
                 )
-            }
+                .await
+        }
+        /// As [`rdma_ep0_receive`](Self::rdma_ep0_receive), but the bytes land in `dst`, memory registered once: a lease of a `MemoryRegion` (over DOCA copied in from the connection's bounce memory, which the server writes; the server never reaches `dst`) or of a `SharedRegion` shared with the connection (written in place). Nothing is registered per call. Returns the response and `dst` holding the bytes; a result larger than `dst` fails with `OUT_OF_RANGE`.
+        pub async fn rdma_ep0_receive_into<B: ::rdma_rpc_core::Buffer>(
+            &self,
+            request: impl ::rdma_rpc_core::IntoRequest<()>,
+            dst: B,
+        ) -> ::core::result::Result<((), B), ::rdma_rpc_core::Status> {
+            ::rdma_rpc_core::typed::client::call_outbound_into(
+                    &self.inner,
+                    &super::DOCA_CPP_ENDPOINTS_ENDPOINTS[0],
+                    ::rdma_rpc_core::IntoRequest::into_request(request),
+                    dst,
+                )
+                .await
+        }
+        /// Endpoint `/rdma/ep1`, operation `write`, buffer of 4 MiB.
+        /// Moves `data` (at most 4 MiB) to the server with the request: up to the
+        /// connection's inline threshold (8 KiB by default) inside the request frame. A
+        /// larger payload that fits one of the connection's write slots (64 KiB by default,
+        /// armed after its first large payload) this client RDMA-writes into a free one: one
+        /// round trip. Else, where the server pulls (`pull_writes`, the default over DOCA),
+        /// the server RDMA-reads it from a read-only window this client offers with the
+        /// request: one round trip; over the software transport by default, the server
+        /// grants a window for the call and this client RDMA-writes it there: two. Returns
+        /// the response once the handler returned.
+        pub async fn rdma_ep1_write(
+            &self,
+            request: impl ::rdma_rpc_core::IntoRequest<()>,
+            data: impl ::core::convert::Into<::rdma_rpc_core::Bytes>,
+        ) -> ::core::result::Result<(), ::rdma_rpc_core::Status> {
+            ::rdma_rpc_core::typed::client::call_inbound(
+                    &self.inner,
+                    &super::DOCA_CPP_ENDPOINTS_ENDPOINTS[1],
+                    ::rdma_rpc_core::IntoRequest::into_request(request),
+                    ::core::convert::Into::into(data),
+                )
+                .await
+        }
+        /// Endpoint `/rdma/ep0`, operation `send`, buffer of 4 KiB.
+        /// Moves `data` (at most 4 KiB) to the server with the request: up to the
+        /// connection's inline threshold (8 KiB by default) inside the request frame. A
+        /// larger payload that fits one of the connection's write slots (64 KiB by default,
+        /// armed after its first large payload) this client RDMA-writes into a free one: one
+        /// round trip. Else, where the server pulls (`pull_writes`, the default over DOCA),
+        /// the server RDMA-reads it from a read-only window this client offers with the
+        /// request: one round trip; over the software transport by default, the server
+        /// grants a window for the call and this client RDMA-writes it there: two. Returns
+        /// the response once the handler returned.
+        pub async fn rdma_ep0_send(
+            &self,
+            request: impl ::rdma_rpc_core::IntoRequest<()>,
+            data: impl ::core::convert::Into<::rdma_rpc_core::Bytes>,
+        ) -> ::core::result::Result<(), ::rdma_rpc_core::Status> {
+            ::rdma_rpc_core::typed::client::call_inbound(
+                    &self.inner,
+                    &super::DOCA_CPP_ENDPOINTS_ENDPOINTS[2],
+                    ::rdma_rpc_core::IntoRequest::into_request(request),
+                    ::core::convert::Into::into(data),
+                )
+                .await
+        }
+        /// Endpoint `/rdma/ep1`, operation `read`, buffer of 4 MiB.
+        /// Returns the response and the bytes the handler put in its buffer (at most
+        /// 4 MiB): up to the connection's inline threshold (8 KiB by default) inside the
+        /// response frame; a larger result is RDMA-written by the server into a write-only
+        /// window this client offers with the request (sized by this endpoint's last
+        /// result) before it responds: one round trip. A result that finds no window that
+        /// fits costs a second, in which the server asks for one. No copy on the way out.
+        pub async fn rdma_ep1_read(
+            &self,
+            request: impl ::rdma_rpc_core::IntoRequest<()>,
+        ) -> ::core::result::Result<
+            ((), ::rdma_rpc_core::Bytes),
+            ::rdma_rpc_core::Status,
+        > {
+            ::rdma_rpc_core::typed::client::call_outbound(
+                    &self.inner,
+                    &super::DOCA_CPP_ENDPOINTS_ENDPOINTS[3],
+                    ::rdma_rpc_core::IntoRequest::into_request(request),
+                )
+                .await
+        }
+        /// As [`rdma_ep1_read`](Self::rdma_ep1_read), but the bytes land in `dst`, memory registered once: a lease of a `MemoryRegion` (over DOCA copied in from the connection's bounce memory, which the server writes; the server never reaches `dst`) or of a `SharedRegion` shared with the connection (written in place). Nothing is registered per call. Returns the response and `dst` holding the bytes; a result larger than `dst` fails with `OUT_OF_RANGE`.
+        pub async fn rdma_ep1_read_into<B: ::rdma_rpc_core::Buffer>(
+            &self,
+            request: impl ::rdma_rpc_core::IntoRequest<()>,
+            dst: B,
+        ) -> ::core::result::Result<((), B), ::rdma_rpc_core::Status> {
+            ::rdma_rpc_core::typed::client::call_outbound_into(
+                    &self.inner,
+                    &super::DOCA_CPP_ENDPOINTS_ENDPOINTS[3],
+                    ::rdma_rpc_core::IntoRequest::into_request(request),
+                    dst,
+                )
+                .await
         }
     }
 }
-/// Client of `DocaCppEndpoints`. Cheap to clone.
-#[derive(Debug, Clone)]
-#[allow(dead_code)]
-pub struct DocaCppEndpointsClient {
-    inner: ::rdma_rpc_core::codegen::Client,
-}
-#[allow(dead_code)]
-impl DocaCppEndpointsClient {
-    /// Connects to `addr` (e.g. `tcp://127.0.0.1:7470`).
-    pub async fn connect(
-        addr: &str,
-    ) -> ::core::result::Result<Self, ::rdma_rpc_core::codegen::Error> {
-        ::core::result::Result::Ok(
-            Self::new(::rdma_rpc_core::codegen::Client::connect(addr).await?),
-        )
-    }
-    /// Uses an existing connection.
-    pub fn new(inner: ::rdma_rpc_core::codegen::Client) -> Self {
-        Self { inner }
-    }
-    /// The underlying client.
-    pub fn inner(&self) -> &::rdma_rpc_core::codegen::Client {
-        &self.inner
-    }
-    /// Endpoint `/rdma/ep0`, operation `receive`, buffer of 4 KiB.
-    /// Returns the response and the bytes the server sent.
-    pub async fn rdma_ep0_receive(
-        &self,
-        request: impl ::rdma_rpc_core::codegen::IntoRequest<()>,
-    ) -> ::core::result::Result<
-        ((), ::rdma_rpc_core::codegen::Bytes),
-        ::rdma_rpc_core::codegen::Status,
-    > {
-        ::rdma_rpc_core::codegen::call_outbound(
-                &self.inner,
-                &DOCA_CPP_ENDPOINTS_ENDPOINTS[0],
-                ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
-            )
-            .await
-    }
-    /// As [`rdma_ep0_receive`](Self::rdma_ep0_receive), but the bytes land in `dst`, memory registered once: a lease of a `MemoryRegion` (over DOCA copied in from the connection's bounce memory, which the server writes; the server never reaches `dst`) or of a `SharedRegion` shared with the connection (written in place). Nothing is registered per call. Returns the response and `dst` holding the bytes; a result larger than `dst` fails with `OUT_OF_RANGE`.
-    pub async fn rdma_ep0_receive_into<B: ::rdma_rpc_core::codegen::Buffer>(
-        &self,
-        request: impl ::rdma_rpc_core::codegen::IntoRequest<()>,
-        dst: B,
-    ) -> ::core::result::Result<((), B), ::rdma_rpc_core::codegen::Status> {
-        ::rdma_rpc_core::codegen::call_outbound_into(
-                &self.inner,
-                &DOCA_CPP_ENDPOINTS_ENDPOINTS[0],
-                ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
-                dst,
-            )
-            .await
-    }
-    /// Endpoint `/rdma/ep1`, operation `write`, buffer of 4 MiB.
-    /// RDMA-writes `data` into the endpoint's server buffer (at most the buffer size); returns the response.
-    pub async fn rdma_ep1_write(
-        &self,
-        request: impl ::rdma_rpc_core::codegen::IntoRequest<()>,
-        data: impl ::core::convert::Into<::rdma_rpc_core::codegen::Bytes>,
-    ) -> ::core::result::Result<(), ::rdma_rpc_core::codegen::Status> {
-        ::rdma_rpc_core::codegen::call_inbound(
-                &self.inner,
-                &DOCA_CPP_ENDPOINTS_ENDPOINTS[1],
-                ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
-                ::core::convert::Into::into(data),
-            )
-            .await
-    }
-    /// Endpoint `/rdma/ep0`, operation `send`, buffer of 4 KiB.
-    /// Sends `data` to the server with the request; returns the response.
-    pub async fn rdma_ep0_send(
-        &self,
-        request: impl ::rdma_rpc_core::codegen::IntoRequest<()>,
-        data: impl ::core::convert::Into<::rdma_rpc_core::codegen::Bytes>,
-    ) -> ::core::result::Result<(), ::rdma_rpc_core::codegen::Status> {
-        ::rdma_rpc_core::codegen::call_inbound(
-                &self.inner,
-                &DOCA_CPP_ENDPOINTS_ENDPOINTS[2],
-                ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
-                ::core::convert::Into::into(data),
-            )
-            .await
-    }
-    /// Endpoint `/rdma/ep1`, operation `read`, buffer of 4 MiB.
-    /// Returns the response and the bytes RDMA-read from the endpoint's server buffer.
-    pub async fn rdma_ep1_read(
-        &self,
-        request: impl ::rdma_rpc_core::codegen::IntoRequest<()>,
-    ) -> ::core::result::Result<
-        ((), ::rdma_rpc_core::codegen::Bytes),
-        ::rdma_rpc_core::codegen::Status,
-    > {
-        ::rdma_rpc_core::codegen::call_outbound(
-                &self.inner,
-                &DOCA_CPP_ENDPOINTS_ENDPOINTS[3],
-                ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
-            )
-            .await
-    }
-    /// As [`rdma_ep1_read`](Self::rdma_ep1_read), but the bytes land in `dst`, memory registered once: a lease of a `MemoryRegion` (over DOCA copied in from the connection's bounce memory, which the server writes; the server never reaches `dst`) or of a `SharedRegion` shared with the connection (written in place). Nothing is registered per call. Returns the response and `dst` holding the bytes; a result larger than `dst` fails with `OUT_OF_RANGE`.
-    pub async fn rdma_ep1_read_into<B: ::rdma_rpc_core::codegen::Buffer>(
-        &self,
-        request: impl ::rdma_rpc_core::codegen::IntoRequest<()>,
-        dst: B,
-    ) -> ::core::result::Result<((), B), ::rdma_rpc_core::codegen::Status> {
-        ::rdma_rpc_core::codegen::call_outbound_into(
-                &self.inner,
-                &DOCA_CPP_ENDPOINTS_ENDPOINTS[3],
-                ::rdma_rpc_core::codegen::IntoRequest::into_request(request),
-                dst,
-            )
-            .await
-    }
-}
+#[allow(unused_imports)]
+pub use self::{
+    doca_cpp_endpoints_server::{DocaCppEndpoints, DocaCppEndpointsServer},
+    doca_cpp_endpoints_client::DocaCppEndpointsClient,
+};

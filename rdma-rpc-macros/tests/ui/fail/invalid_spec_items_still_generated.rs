@@ -1,6 +1,6 @@
 //! A spec with problems: the errors are the spec's, one per problem; the code below, which
 //! uses every generated item, adds none.
-use rdma_rpc_core::codegen::Bytes;
+use rdma_rpc_core::Bytes;
 use rdma_rpc_core::{Request, Status};
 
 mod greeter {

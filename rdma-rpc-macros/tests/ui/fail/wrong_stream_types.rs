@@ -3,7 +3,7 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use rdma_rpc_core::codegen::Stream;
+use rdma_rpc_core::Stream;
 use rdma_rpc_core::{Request, Status, Streaming};
 
 mod listing {

@@ -4,7 +4,7 @@
 
 use std::sync::Mutex;
 
-use rdma_rpc_core::codegen::Bytes;
+use rdma_rpc_core::Bytes;
 use rdma_rpc_core::{Access, Client, MemoryRegion, RegisteredBuf, RemoteBuf, Request, Status};
 
 /// The storage target's spec.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use rdma_rpc_core::codegen::Bytes;
+use rdma_rpc_core::Bytes;
 use rdma_rpc_core::{RegisteredBuf, Request, Service, Status};
 
 /// Two modules down.

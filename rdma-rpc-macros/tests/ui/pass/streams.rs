@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use rdma_rpc_core::codegen::Stream;
+use rdma_rpc_core::Stream;
 use rdma_rpc_core::{ChunkSink, Chunks, RegisteredBuf, Request, Service, Status, Streaming};
 
 /// The object store.
