@@ -803,9 +803,12 @@ impl World {
 
     fn earliest_deadline(&self, pe: H) -> Option<Instant> {
         let p = self.pes.get(&pe)?;
+        // Only contexts that may have a waiting send (`sends_wait`) have deadlines: the others'
+        // connections are not looked at, so arming an engine costs nothing per connection.
         p.ctxs
             .iter()
             .filter_map(|r| self.rdmas.get(r))
+            .filter(|r| r.sends_wait)
             .flat_map(|r| r.conns.iter())
             .filter_map(|c| self.conns.get(c)?.pending.front())
             .filter_map(|t| self.tasks.get(t)?.deadline)

@@ -52,8 +52,8 @@ pub struct ClientConfig {
     pub max_in_flight: u32,
     /// Size of each receive posted for control frames. Default 16 KiB.
     pub max_frame: usize,
-    /// Most receives posted for control frames: 4 at first, one more with each frame
-    /// received until this many. Default 64.
+    /// Most receives posted for control frames: 4 at first, one more as a frame arrives while
+    /// the server runs short of credits, up to this many. Default 64.
     pub recv_credits: u32,
     /// Send payloads up to this size travel inside the request frame. Default 8 KiB (the
     /// server may lower it).

@@ -61,8 +61,10 @@ pub struct ServerConfig {
     /// Default 16 KiB.
     pub max_frame: usize,
     /// Most receives posted per connection for control frames (the client's credits). A
-    /// connection starts with 4 and adds one with each frame it receives until it has this
-    /// many, so an idle connection holds 4 × `max_frame` (64 KiB). Default 64.
+    /// connection starts with 4 and adds one as a frame arrives while the client runs short
+    /// of credits, up to this many: a connection with one call at a time (or none) holds
+    /// 4 × `max_frame` (64 KiB), one that keeps many frames in flight as many as they need.
+    /// Default 64.
     pub recv_credits: u32,
     /// Send payloads and receive results up to this size travel inside control frames
     /// instead of through RDMA. Default 8 KiB.

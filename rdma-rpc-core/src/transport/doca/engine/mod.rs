@@ -78,6 +78,9 @@ pub(super) type ConnId = u64;
 /// polling thread, and before a connection is closed (its earlier completions first).
 const PROGRESS_ROUNDS: usize = 64;
 
+/// How stale the event loop's answer to `Owner::cm_poll` may be.
+const CM_POLL_REFRESH: Duration = Duration::from_millis(1);
+
 /// How long an event-mode owner with nothing scheduled sleeps between checks.
 const IDLE_WAKE: Duration = Duration::from_secs(1);
 
@@ -469,6 +472,8 @@ impl Owner {
         tokio::pin!(timer);
         let mut timer_at = Instant::now() + IDLE_WAKE;
         let mut next_poll: Option<Instant> = None;
+        // `cm_poll`'s answer, when it was asked, and the connection count then.
+        let mut cm_every: (Option<Duration>, Instant, usize) = (None, Instant::now(), usize::MAX);
         // Spin mode: when the context last did something.
         let mut active_at = Instant::now();
         'run: loop {
@@ -495,7 +500,13 @@ impl Owner {
                 tracing::warn!(error = %e, "arming DOCA notifications");
             }
             let now = Instant::now();
-            next_poll = match (owner.cm_poll(), next_poll) {
+            // Which RDMA CM events may come looks at every connection: with a thousand of
+            // them, once per millisecond (or when their number changed) is enough.
+            let count = owner.conns.len();
+            if cm_every.1 + CM_POLL_REFRESH <= now || cm_every.2 != count {
+                cm_every = (owner.cm_poll(), now, count);
+            }
+            next_poll = match (cm_every.0, next_poll) {
                 (None, _) => None,
                 (Some(every), Some(at)) if at > now && at <= now + every => Some(at),
                 (Some(every), _) => Some(now + every),
