@@ -5,6 +5,7 @@ pub mod copy_baseline;
 pub mod grpc;
 pub mod measure;
 pub mod report;
+pub mod scale;
 pub mod service;
 pub mod streams;
 pub mod tcp_baseline;

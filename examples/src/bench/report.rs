@@ -165,6 +165,9 @@ pub struct Results {
     pub streams: Option<super::streams::StreamFigures>,
     /// rdma-rpc over `tls://` next to `tcp://` (`None` in results of runs before TLS).
     pub tls: Option<TlsFigures>,
+    /// 64 B calls per second over 1, 64 and 1,000 DOCA connections (`None` in results of
+    /// runs before it).
+    pub doca_connections: Option<super::scale::ScaleFigures>,
     /// Peak resident memory of the whole run, MiB.
     pub peak_rss_mib: f64,
     /// The targets.
@@ -331,6 +334,9 @@ impl Results {
         }
         if let Some(tls) = &self.tls {
             tls.table(self.depth, &mut out);
+        }
+        if let Some(scale) = &self.doca_connections {
+            scale.table(&mut out);
         }
         let _ = writeln!(out, "\ngRPC (tonic) baseline:");
         let _ = writeln!(

@@ -483,6 +483,8 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
     let tcp_round_trip = examples::bench::measure::Latency::of(tcp_samples);
     progress.step("rdma-rpc over tls:// next to tcp://: 64 B send latency, 4 MiB write and read");
     let tls = tls_vs_tcp(o, server).await?;
+    progress.step("DOCA (software provider): 64 B calls over 1, 64 and 1,000 connections");
+    let doca_connections = examples::bench::scale::doca_connections(server, o.quick).await?;
 
     let grpc_server = grpc::start(server).await?;
     let grpc_client = grpc::connect(grpc_server.addr).await?;
@@ -570,6 +572,7 @@ async fn run(o: &Options, server: &Handle) -> Result<Results, BenchError> {
         read_into,
         streams: Some(stream_figures),
         tls: Some(tls),
+        doca_connections: Some(doca_connections),
         peak_rss_mib: peak_rss_mib(),
         targets: Vec::new(),
     };
@@ -690,6 +693,15 @@ fn targets(r: &Results) -> Vec<Target> {
                 vs >= 2.0,
             );
         }
+    }
+    if let Some(scale) = &r.doca_connections {
+        let ratio = scale.many_over_few();
+        target(
+            "64 B calls/s over 1,000 DOCA connections / over 64".into(),
+            ratio,
+            ">= 0.8",
+            ratio >= 0.8,
+        );
     }
     if let Some(s) = &r.streams {
         for (op, streamed) in [("write", s.write_gb_per_s), ("read", s.read_gb_per_s)] {
