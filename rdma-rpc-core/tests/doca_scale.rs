@@ -148,43 +148,51 @@ async fn every_operation(client: &Client, seed: u32) {
     }
 }
 
-/// Runs the futures concurrently on this task.
-async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut futures: Vec<_> = futures.into_iter().map(Box::pin).collect();
-    let mut out: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (i, f) in futures.iter_mut().enumerate() {
-            if out[i].is_none() {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => out[i] = Some(v),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    out.into_iter().map(|o| o.expect("ready")).collect()
+/// Runs `work` on each item, each on a task of its own, all at once: the outputs in the
+/// items' order (a panic in one fails the test).
+async fn all_at_once<T, F, Fut>(items: impl IntoIterator<Item = T>, work: F) -> Vec<Fut::Output>
+where
+    F: Fn(T) -> Fut,
+    Fut: Future + Send + 'static,
+    Fut::Output: Send + 'static,
+{
+    let mut set = tokio::task::JoinSet::new();
+    let mut n = 0;
+    for (i, item) in items.into_iter().enumerate() {
+        let job = work(item);
+        set.spawn(async move { (i, job.await) });
+        n += 1;
+    }
+    let mut out: Vec<Option<Fut::Output>> = (0..n).map(|_| None).collect();
+    while let Some(done) = set.join_next().await {
+        let (i, v) = done.expect("a task of the test failed");
+        out[i] = Some(v);
+    }
+    out.into_iter()
+        .map(|o| o.expect("every task ran"))
+        .collect()
 }
 
 async fn connect_many(transport: &Arc<dyn Transport>, addr: &str, n: usize) -> Vec<Client> {
-    join_all(
-        (0..n)
-            .map(|_| async {
-                Client::builder()
-                    .transport(transport.clone())
-                    .connect(addr)
-                    .await
-                    .expect("connect")
-            })
-            .collect(),
-    )
+    all_at_once(0..n, |_| {
+        let (transport, addr) = (transport.clone(), addr.to_owned());
+        async move {
+            Client::builder()
+                .transport(transport)
+                .connect(&addr)
+                .await
+                .expect("connect")
+        }
+    })
     .await
+}
+
+/// [`every_operation`] on every client, all at once, the seeds counted from `first`.
+async fn every_operation_on(clients: &[Client], first: usize) {
+    all_at_once(clients.iter().cloned().enumerate(), |(i, c)| async move {
+        every_operation(&c, (first + i) as u32).await
+    })
+    .await;
 }
 
 /// Waits (at most 60 s) until the server counts `n` connections.
@@ -275,14 +283,7 @@ async fn thousand_connections(scheme: &str) {
 
     // Every operation on every connection, 250 connections at a time.
     for (b, burst) in clients.chunks(BURST).enumerate() {
-        join_all(
-            burst
-                .iter()
-                .enumerate()
-                .map(|(i, c)| every_operation(c, (b * BURST + i) as u32))
-                .collect(),
-        )
-        .await;
+        every_operation_on(burst, b * BURST).await;
     }
     assert_eq!(count.current(), CONNECTIONS + 1, "no connection ended");
 
@@ -305,14 +306,7 @@ async fn thousand_connections(scheme: &str) {
          client",
         reconnect.0.registrations, reconnect.1.registrations
     );
-    join_all(
-        clients
-            .iter()
-            .enumerate()
-            .map(|(i, c)| every_operation(c, i as u32))
-            .collect(),
-    )
-    .await;
+    every_operation_on(&clients, 0).await;
     assert_eq!(count.current(), CONNECTIONS + 1, "no connection ended");
 
     let server_all = reading(&server_t).since(&server_before);
@@ -372,7 +366,7 @@ async fn backlogs_drain_with_one_doorbell_per_round() {
         .expect("connect");
     every_operation(&client, 1).await;
     let before = narrow.counters().expect("the provider counts");
-    join_all((0..256).map(|i| every_operation(&client, i)).collect()).await;
+    every_operation_on(&vec![client; 256], 0).await;
     let cost = narrow
         .counters()
         .expect("the provider counts")
