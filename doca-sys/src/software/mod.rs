@@ -145,6 +145,7 @@ mod counters;
 mod device;
 mod errors;
 mod memory;
+mod nic;
 mod pe;
 mod rdma;
 mod tasks;
