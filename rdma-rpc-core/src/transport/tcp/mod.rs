@@ -12,10 +12,13 @@
 //! everything above is this transport's.
 
 mod conn;
+mod responder;
+mod shared;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub mod tls;
 mod wire;
+mod writer;
 
 use std::sync::Arc;
 use std::time::Duration;
