@@ -65,6 +65,12 @@ impl DocaConnection {
         &self.shared.engine
     }
 
+    /// Messages that arrived before a receive was posted for them, kept until one is.
+    #[cfg(test)]
+    pub(super) fn early_messages(&self) -> usize {
+        self.shared.early_messages()
+    }
+
     /// Source memory: registered buffers as they are, other bytes copied into a registered
     /// staging buffer of the transport's pool.
     fn source(&self, data: SendData) -> Result<Local> {

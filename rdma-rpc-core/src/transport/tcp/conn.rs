@@ -106,6 +106,8 @@ impl TcpConnection {
             next_key: AtomicU32::new(1),
             key_salt: RandomState::new().hash_one(0u8) as u32,
             unsignaled: AtomicUsize::new(0),
+            #[cfg(test)]
+            rnr_waits: AtomicUsize::new(0),
         });
         let closed_rx = shared.closed.subscribe();
         tokio::spawn(writer(shared.clone(), wr, req_rx, resp_rx, closed_rx));
@@ -123,6 +125,12 @@ impl TcpConnection {
             reader_task.abort();
         }
         Arc::new(TcpConnection { shared })
+    }
+
+    /// Times a send of the peer found no posted receive here and waited for one.
+    #[cfg(test)]
+    pub(super) fn rnr_waits(&self) -> usize {
+        self.shared.rnr_waits.load(Ordering::Relaxed)
     }
 
     fn new_key(&self) -> u32 {

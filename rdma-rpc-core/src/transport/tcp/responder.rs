@@ -83,6 +83,10 @@ async fn take_posted(shared: &Shared, req: &Header) -> Result<RegisteredBuf> {
         if let Some(buf) = lock(&shared.state).posted.pop_front() {
             return Ok(buf);
         }
+        #[cfg(test)]
+        shared
+            .rnr_waits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if tokio::time::timeout_at(deadline, shared.posted.notified())
             .await
             .is_err()

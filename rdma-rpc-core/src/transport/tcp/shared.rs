@@ -116,6 +116,10 @@ pub(super) struct Shared {
     pub(super) key_salt: u32,
     /// Unsignaled sends queued for the writer and not yet written.
     pub(super) unsignaled: AtomicUsize,
+    /// Times the reader found no posted receive for the peer's send and waited for one (for
+    /// tests that must see a send wait before they post its receive).
+    #[cfg(test)]
+    pub(super) rnr_waits: AtomicUsize,
 }
 
 impl Shared {

@@ -49,11 +49,26 @@ async fn send_without_posted_receive_fails_receiver_not_ready() {
     assert!(b.recv().await.is_err());
 }
 
+/// A send that finds no posted receive waits, within the RNR budget, for the receive posted
+/// late. The budget is one no test reaches: the receive is posted once the send is seen
+/// waiting for it, never after a guess at how long that takes.
 #[tokio::test]
 async fn send_waits_for_a_late_receive_within_the_rnr_budget() {
-    let (a, b) = pair().await;
+    let t = TcpTransport::with_config(TcpConfig {
+        rnr_timeout: Duration::from_secs(3600),
+        ..TcpConfig::default()
+    });
+    let listener = t.listen("tcp://127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr();
+    let (b, a) = tokio::join!(t.connect_tcp(&addr), listener.accept());
+    let (a, b) = (a.unwrap(), b.unwrap());
     let send = a.send(SendData::Bytes(Bytes::from_static(b"late")), None);
-    tokio::time::sleep(Duration::from_millis(10)).await;
+    crate::tests::bounded("the send waits for a receive", async {
+        while b.rnr_waits() == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
     b.post_recv(recv_buf(16)).unwrap();
     send.await.unwrap();
     assert_eq!(b.recv().await.unwrap().buf.as_slice(), b"late");

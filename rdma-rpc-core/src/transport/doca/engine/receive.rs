@@ -91,6 +91,13 @@ impl ConnShared {
         lock(&self.state).error.as_ref().map(Error::duplicate)
     }
 
+    /// Messages that arrived before a receive was posted for them, kept until one is (for
+    /// tests that must see a message arrive early).
+    #[cfg(test)]
+    pub(in super::super) fn early_messages(&self) -> usize {
+        lock(&self.state).arrived.len()
+    }
+
     /// Records the first error: posted receives are dropped and `closed` resolves. Returns
     /// whether this was the first error.
     pub(in super::super) fn fail(&self, err: Error) -> bool {
