@@ -6,9 +6,13 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::e2e::{inbound, outbound, req, BLOB_READ, BLOB_WRITE, MSG_SEND};
+use super::malicious::{honest_ack, request, send, RawServer};
 use super::service::{TestResponse, ENDPOINTS};
 use super::{bounded, pattern, tcp_backend, Backend, Harness};
 use crate::codegen::{call_inbound, call_outbound};
+use crate::protocol::channel::FrameChannel;
+use crate::protocol::frames::{GrantFrame, Kind, ResponseFrame};
+use crate::transport::SendData;
 use crate::{Client, ClientStats, Code, Request, ServerConfig};
 
 /// Runs `call` and returns the round trips it took.
@@ -145,26 +149,124 @@ async fn slots_off_and_growing_results_stay_exact() {
     slots_off_and_growing_results_stay_exact_on(&tcp_backend()).await;
 }
 
+/// Serves the next request, a read of `len` bytes, as an honest server pushing the pattern of
+/// `seed`: into the window the request offered, or, if it offered none that large, into the
+/// one the client names when asked for it.
+async fn serve_read(channel: &FrameChannel, len: usize, seed: u32) {
+    let r = request(channel).await;
+    let window = match r.reply_to {
+        Some(window) if window.len >= len as u64 => window,
+        _ => {
+            let ask = GrantFrame {
+                id: r.id,
+                window: None,
+                need_buffer: len as u64,
+            };
+            send(channel, Kind::Grant(ask)).await;
+            loop {
+                match channel.recv().await.unwrap().kind {
+                    Some(Kind::Ack(ack)) if ack.id == r.id => {
+                        break ack.reply_to.expect("a window for the result")
+                    }
+                    None => continue,
+                    other => panic!("expected the ack naming a window, got {other:?}"),
+                }
+            }
+        }
+    };
+    let data = SendData::Bytes(Bytes::from(pattern(len, seed)));
+    channel
+        .conn()
+        .write(data, &window.into(), None)
+        .await
+        .expect("a push into the offered window");
+    send(channel, Kind::Response(pushed(r.id, len))).await;
+}
+
+/// The response to a read whose `len` bytes were pushed.
+fn pushed(id: u64, len: usize) -> ResponseFrame {
+    let message = TestResponse {
+        len: len as u64,
+        exact: true,
+        ..Default::default()
+    };
+    ResponseFrame {
+        id,
+        metadata: Bytes::from(prost::Message::encode_to_vec(&message)),
+        pushed_len: len as u64,
+        ..Default::default()
+    }
+}
+
 /// A caller that gives up while the server still works on a large result: the window the
 /// call offered stays open until the server's response, so the server's push neither fails
 /// nor breaks the connection, and the next call works.
+///
+/// The server is played by hand, so that it pushes exactly when the test says: after the
+/// caller has given up and its cancel has arrived (a real server stops the handler at the
+/// deadline the request carries, and so pushes into an abandoned call's window only when
+/// its push and the caller's cancel cross).
 pub(crate) async fn abandoned_reads_keep_their_window_until_the_response_on(b: &Backend) {
-    let h = Harness::default_on(b).await;
-    let client = h.client().await;
-    read_exact(&client, 1 << 20, 1).await; // the client learns the size
-    let mut slow = req(1 << 20, 2);
-    slow.delay_ms = 300;
-    let err = call_outbound::<_, TestResponse>(
-        &client,
-        &ENDPOINTS[BLOB_READ],
-        Request::new(slow).with_timeout(Duration::from_millis(50)),
-    )
-    .await
-    .unwrap_err();
+    let server = RawServer::start(b).await;
+    let (client, channel) = server.client(honest_ack()).await;
+    let len = 1 << 20;
+    // The client learns the size of the result: later calls offer a window that large.
+    let first = {
+        let client = client.clone();
+        tokio::spawn(async move { outbound(&client, BLOB_READ, len, 1).await })
+    };
+    serve_read(&channel, len, 1).await;
+    let data = bounded("the first read", first).await.unwrap().unwrap();
+    assert!(data == pattern(len, 1), "the first read arrived altered");
+
+    // The slow call offers its window, then its caller gives up.
+    let slow = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let request = Request::new(req(len, 2)).with_timeout(Duration::from_millis(50));
+            call_outbound::<_, TestResponse>(&client, &ENDPOINTS[BLOB_READ], request).await
+        })
+    };
+    let r = request(&channel).await;
+    let window = r
+        .reply_to
+        .clone()
+        .expect("the slow call offers a result window");
+    assert!(window.len >= len as u64, "{window:?}");
+    let err = bounded("the abandoned call", slow)
+        .await
+        .unwrap()
+        .unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err}");
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    read_exact(&client, 1 << 20, 3).await;
-    write_exact(&client, BLOB_WRITE, 60_000, 4).await;
+    loop {
+        match channel.recv().await.unwrap().kind {
+            Some(Kind::Cancel(c)) => {
+                assert_eq!(c.id, r.id);
+                break;
+            }
+            None => continue,
+            other => panic!("expected the cancel of the abandoned call, got {other:?}"),
+        }
+    }
+
+    // Given up and said so: the window is still open, the push lands, and the response
+    // follows it.
+    let data = SendData::Bytes(Bytes::from(pattern(len, 2)));
+    channel
+        .conn()
+        .write(data, &window.into(), None)
+        .await
+        .expect("the window of an abandoned call is open until its response");
+    send(&channel, Kind::Response(pushed(r.id, len))).await;
+
+    // The same connection serves the next call.
+    let next = {
+        let client = client.clone();
+        tokio::spawn(async move { outbound(&client, BLOB_READ, len, 3).await })
+    };
+    serve_read(&channel, len, 3).await;
+    let data = bounded("the next read", next).await.unwrap().unwrap();
+    assert!(data == pattern(len, 3), "the next read arrived altered");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

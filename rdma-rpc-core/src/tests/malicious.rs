@@ -16,13 +16,13 @@ use crate::transport::{Listener, SendData};
 use crate::{Access, Client, Code, Status};
 
 /// A server that speaks frames by hand, to misbehave on purpose.
-struct RawServer {
+pub(super) struct RawServer {
     backend: Backend,
     listener: Box<dyn Listener>,
 }
 
 /// The HelloAck an honest server sends: grant mode, no write slots.
-fn honest_ack() -> Hello {
+pub(super) fn honest_ack() -> Hello {
     Hello {
         version: PROTOCOL_VERSION,
         max_frame: 16 * 1024,
@@ -38,7 +38,7 @@ fn honest_ack() -> Hello {
 }
 
 impl RawServer {
-    async fn start(backend: &Backend) -> RawServer {
+    pub(super) async fn start(backend: &Backend) -> RawServer {
         let listener = backend.transport.listen(&backend.bind).await.unwrap();
         RawServer {
             backend: backend.clone(),
@@ -47,7 +47,7 @@ impl RawServer {
     }
 
     /// A client of this server, connected once `accept` answered its handshake.
-    async fn client(&self, ack: Hello) -> (Client, FrameChannel) {
+    pub(super) async fn client(&self, ack: Hello) -> (Client, FrameChannel) {
         let addr = self.listener.local_addr();
         // One connection per client: these tests are about what that connection does.
         let connect = Client::builder()
@@ -78,7 +78,7 @@ impl RawServer {
 
 /// Sends a frame to the client, reading its credit updates meanwhile (its receives grow
 /// only as frames reach it); any other frame arriving then is a test failure.
-async fn send(channel: &FrameChannel, kind: Kind) {
+pub(super) async fn send(channel: &FrameChannel, kind: Kind) {
     channel
         .send_reading(kind, |other| panic!("unexpected {other:?} while sending"))
         .await
@@ -100,7 +100,7 @@ fn assert_status(err: &Status, code: Code, words: &str) {
 }
 
 /// The next request the client sends.
-async fn request(channel: &FrameChannel) -> RequestFrame {
+pub(super) async fn request(channel: &FrameChannel) -> RequestFrame {
     loop {
         match channel.recv().await.unwrap().kind {
             Some(Kind::Request(r)) => return r,
