@@ -176,19 +176,20 @@ async fn many_calls_in_flight_on_one_connection_complete_out_of_order() {
     many_calls_in_flight_on_one_connection_complete_out_of_order_on(&tcp_backend()).await;
 }
 
+/// A handler that outlives its call's deadline (it waits for a gate nobody opens): the call
+/// ends with `DEADLINE_EXCEEDED`, and the connection goes on.
 pub(crate) async fn deadlines_end_calls_with_deadline_exceeded_on(b: &Backend) {
     let h = Harness::default_on(b).await;
     let client = h.client().await;
     let mut r = req(10, 1);
-    r.delay_ms = 2_000;
-    let err = call_inbound::<_, TestResponse>(
+    r.gated = true;
+    let call = call_inbound::<_, TestResponse>(
         &client,
         &ENDPOINTS[MSG_SEND],
         Request::new(r).with_timeout(Duration::from_millis(50)),
         Bytes::from(pattern(10, 1)),
-    )
-    .await
-    .unwrap_err();
+    );
+    let err = bounded("a call past its deadline", call).await.unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err}");
     // The connection is still fine.
     assert!(inbound(&client, MSG_SEND, 10, 2).await.unwrap().exact);

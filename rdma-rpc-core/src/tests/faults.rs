@@ -143,8 +143,9 @@ async fn unknown_endpoints_wrong_operations_and_oversized_requests_get_statuses(
 }
 
 /// A handler that panics before it first waits (on the connection's task, run to
-/// completion), one that panics after waiting (on a task of its own), and both with every call
-/// on its own task (`inline_handlers` off): each call ends `INTERNAL`, the connection goes on.
+/// completion), one that panics after waiting (on a task of its own: it waits at the gate
+/// until the test sees it started), and both with every call on its own task
+/// (`inline_handlers` off): each call ends `INTERNAL`, the connection goes on.
 pub(crate) async fn handler_panic_is_an_internal_error_and_the_server_goes_on_on(b: &Backend) {
     for inline_handlers in [true, false] {
         let config = ServerConfig {
@@ -153,18 +154,27 @@ pub(crate) async fn handler_panic_is_an_internal_error_and_the_server_goes_on_on
         };
         let h = Harness::start_on(b, config).await;
         let client = h.client().await;
-        for delay_ms in [0, 1] {
-            let call = call_inbound::<_, TestResponse>(
-                &client,
-                &ENDPOINTS[5],
-                Request::new(TestRequest {
-                    delay_ms,
-                    ..req(1, 1)
-                }),
-                Bytes::from_static(b"x"),
-            );
+        for gated in [false, true] {
+            let started = h.service.entered_now() + 1;
+            let call = {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    call_inbound::<_, TestResponse>(
+                        &client,
+                        &ENDPOINTS[5],
+                        Request::new(TestRequest { gated, ..req(1, 1) }),
+                        Bytes::from_static(b"x"),
+                    )
+                    .await
+                })
+            };
+            if gated {
+                bounded("the handler starts", h.service.entered(started)).await;
+                h.service.open_gate();
+            }
             let err = bounded("the call of a panicking handler", call)
                 .await
+                .unwrap()
                 .unwrap_err();
             assert_eq!(err.code(), Code::Internal, "{err}");
             assert!(inbound(&client, MSG_SEND, 10, 1).await.unwrap().exact);
@@ -259,7 +269,7 @@ pub(crate) async fn server_death_ends_pending_calls_promptly_on(b: &Backend) {
         let client = client.clone();
         calls.push(tokio::spawn(async move {
             let mut r = req(10, i);
-            r.delay_ms = 60_000;
+            r.gated = true; // never opened: the handlers wait until the server dies
             call_inbound::<_, TestResponse>(
                 &client,
                 &ENDPOINTS[MSG_SEND],
@@ -269,7 +279,9 @@ pub(crate) async fn server_death_ends_pending_calls_promptly_on(b: &Backend) {
             .await
         }));
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Every call is in its handler, pending on the server, when the server dies.
+    bounded("every handler starts", h.service.entered(8)).await;
+    assert!(calls.iter().all(|c| !c.is_finished()), "a call ended early");
     drop(h); // aborts the server: every connection drops
     for call in calls {
         let err = bounded("pending call", call).await.unwrap().unwrap_err();
@@ -571,10 +583,10 @@ pub(crate) async fn in_flight_limit_is_enforced_and_named_on(b: &Backend) {
     };
     let h = Harness::start_on(b, config).await;
     let raw = RawClient::connect(&h).await;
-    // Two slow reads stay in their handlers; the third is over the limit.
+    // Two slow reads stay in their handlers (held at the gate); the third is over the limit.
     for id in 1..=3 {
         let mut slow = req(10, 7);
-        slow.delay_ms = 300;
+        slow.gated = true;
         raw.send_request(RequestFrame {
             id,
             path: "/blob".into(),
@@ -584,14 +596,18 @@ pub(crate) async fn in_flight_limit_is_enforced_and_named_on(b: &Backend) {
         })
         .await;
     }
-    let mut refused = None;
-    for _ in 0..3 {
-        if let Kind::Response(r) = raw.next().await {
-            refused = Some(r);
+    let r = bounded("a response", async {
+        loop {
+            if let Kind::Response(r) = raw.next().await {
+                return r;
+            }
         }
-    }
-    let r = refused.expect("one request refused");
-    assert_eq!(r.id, 3);
+    })
+    .await;
+    assert_eq!(
+        r.id, 3,
+        "the first response, while two calls are held, refuses the third"
+    );
     let status = r.status.unwrap();
     assert_eq!(Code::from_u32(status.code), Code::ResourceExhausted);
     assert!(

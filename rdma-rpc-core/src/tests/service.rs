@@ -2,7 +2,6 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -20,9 +19,6 @@ pub(crate) struct TestRequest {
     /// Seed of the byte pattern.
     #[prost(uint32, tag = "2")]
     pub(crate) seed: u32,
-    /// Handler delay in milliseconds.
-    #[prost(uint64, tag = "3")]
-    pub(crate) delay_ms: u64,
     /// The handler waits until the test opens the service's gate ([`TestService::open_gate`]).
     #[prost(bool, tag = "4")]
     pub(crate) gated: bool,
@@ -196,7 +192,6 @@ impl TestService {
     }
 
     /// Handler runs started so far.
-    #[cfg_attr(not(feature = "doca"), allow(dead_code))] // the registration tests
     pub(crate) fn entered_now(&self) -> usize {
         *self.entered.borrow()
     }
@@ -250,9 +245,6 @@ impl TestService {
         let mut dropped = DroppedWhileWaiting(Some(self.dropped.clone()));
         if req.gated {
             let _ = self.gate.subscribe().wait_for(|open| *open).await;
-        }
-        if req.delay_ms > 0 {
-            tokio::time::sleep(Duration::from_millis(req.delay_ms)).await;
         }
         dropped.0 = None;
     }
@@ -331,7 +323,7 @@ impl Service for TestService {
                 let response = self.outbound(request.into_inner(), buf).await?;
                 Ok(encode_message(&response))
             }),
-            // Panics at once, or (with a delay) after waiting, on a task of its own.
+            // Panics at once, or (gated) after waiting, on a task of its own.
             (5, ServerCall::Inbound { request, .. }) => Box::pin(async move {
                 let request = decode_request::<TestRequest>(request)?;
                 self.wait(request.get_ref()).await;
