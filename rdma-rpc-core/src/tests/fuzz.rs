@@ -1,16 +1,33 @@
-//! Structure-aware fuzzing of frame decoding, on stable Rust (property-based): arbitrary
-//! bytes never panic the decoder, mutated valid frames decode or are refused, and a server fed
-//! arbitrary frames by one client closes that connection and keeps serving the others. CI
-//! runs the default number of cases; a longer run:
+//! Structure-aware fuzzing of our frame handling, on stable Rust (property-based).
+//!
+//! - Bytes of any kind, valid frames with bytes changed, and frames our own encoder wrote (with
+//!   the credits it appends) go through a connection into the frame channel every client and
+//!   server reads with (`FrameChannel::recv`: the landing copy, decoding, credits, re-posting).
+//!   Each arrives as exactly the frame its bytes hold, or ends with a protocol error; never a
+//!   panic, never more credits than the peer announced, and a frame already received is never
+//!   changed by those landing after it (they share blocks).
+//! - End to end, a server fed such frames by one client, ending with bytes that are no frame,
+//!   closes that connection with an error and keeps serving another client.
+//!
+//! CI runs the default number of cases; a longer run:
 //! `PROPTEST_CASES=20000 cargo test --release -p rdma-rpc-core tests::fuzz`.
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use proptest::prelude::*;
 use prost::Message;
 
+use super::e2e::{inbound, MSG_SEND};
 use super::raw::RawClient;
-use super::{tcp, Harness};
-use crate::protocol::frames::{DescriptorFrame, Frame, Kind, RequestFrame};
+use super::{bounded, tcp, Harness};
+use crate::error::Error;
+use crate::protocol::channel::FrameChannel;
+use crate::protocol::frames::{
+    AckFrame, CallId, DescriptorFrame, Frame, Kind, RequestFrame, ResponseFrame, StatusFrame,
+};
+use crate::transport::mem::{MemConfig, MemTransport};
+use crate::transport::SendData;
 
 fn request() -> impl Strategy<Value = RequestFrame> {
     (
@@ -44,6 +61,30 @@ fn request() -> impl Strategy<Value = RequestFrame> {
         )
 }
 
+/// Frames of several kinds, as a peer's frame channel would send them.
+fn kind() -> impl Strategy<Value = Kind> {
+    prop_oneof![
+        request().prop_map(Kind::Request),
+        (
+            any::<u64>(),
+            prop::option::of((any::<u32>(), "[ -~]{0,32}")),
+            prop::collection::vec(any::<u8>(), 0..64),
+            any::<u64>(),
+        )
+            .prop_map(|(id, status, metadata, pushed_len)| {
+                Kind::Response(ResponseFrame {
+                    id,
+                    status: status.map(|(code, message)| StatusFrame { code, message }),
+                    metadata: Bytes::from(metadata),
+                    pushed_len,
+                    ..Default::default()
+                })
+            }),
+        any::<u64>().prop_map(|id| Kind::Ack(AckFrame { id, reply_to: None })),
+        any::<u64>().prop_map(|id| Kind::Cancel(CallId { id })),
+    ]
+}
+
 /// Encoded request frames with a few bytes replaced, inserted or removed.
 fn mutated_frame() -> impl Strategy<Value = Vec<u8>> {
     (
@@ -73,17 +114,97 @@ fn mutated_frame() -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
+/// Bytes that are no frame at all.
+fn not_a_frame() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(any::<u8>(), 1..64).prop_filter("bytes that decode as a frame", |b| {
+        Frame::decode(b.as_slice()).is_err()
+    })
+}
+
+/// What one side of a connection sends the other.
+#[derive(Debug, Clone)]
+enum Input {
+    /// Bytes sent as they are, straight through the transport.
+    Bytes(Vec<u8>),
+    /// A frame sent by the peer's frame channel (our encoder, with the credits it owes).
+    Frame(Box<Kind>),
+}
+
+fn input() -> impl Strategy<Value = Input> {
+    prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..256).prop_map(Input::Bytes),
+        mutated_frame().prop_map(Input::Bytes),
+        kind().prop_map(|kind| Input::Frame(Box::new(kind))),
+    ]
+}
+
+/// Receives each side posts, and the most frames it believes the other may have in flight.
+const RECEIVES: u32 = 16;
+const MAX_FRAME: usize = 16 * 1024;
+
+/// Sends every input from one frame channel to another, receiving each before the next is
+/// sent, and checks what arrived.
+async fn through_a_channel(inputs: Vec<Input>) {
+    let transport = MemTransport::with_config(MemConfig {
+        // Never reached: a side never waits for the other's receive here.
+        rnr_timeout: Duration::from_secs(3600),
+        ..MemConfig::default()
+    });
+    let (a, b) = crate::transport::conformance::pair_on(&transport, "mem://").await;
+    let peer = FrameChannel::new(a, RECEIVES, MAX_FRAME, false).unwrap();
+    peer.set_peer(RECEIVES, RECEIVES, MAX_FRAME as u32);
+    let ours = FrameChannel::new(b, RECEIVES, MAX_FRAME, false).unwrap();
+    ours.set_peer(RECEIVES, RECEIVES, MAX_FRAME as u32);
+    let mut kept = Vec::new();
+    for (i, input) in inputs.into_iter().enumerate() {
+        match input {
+            Input::Bytes(bytes) => {
+                let sent = SendData::Bytes(Bytes::from(bytes.clone()));
+                peer.conn().send(sent, None).await.unwrap();
+                let expected = Frame::decode(bytes.as_slice());
+                match (ours.recv().await, expected) {
+                    (Ok(got), Ok(expected)) => {
+                        assert_eq!(got, expected, "input {i}: {bytes:?}");
+                        kept.push((got, expected));
+                    }
+                    (Err(Error::Protocol { reason, .. }), Err(_)) => {
+                        assert!(reason.contains("undecodable frame"), "input {i}: {reason}");
+                    }
+                    (got, expected) => {
+                        panic!("input {i}: {bytes:?} arrived as {got:?}, holds {expected:?}")
+                    }
+                }
+            }
+            Input::Frame(kind) => {
+                peer.send_reading((*kind).clone(), |_| {}).await.unwrap();
+                let got = ours.recv().await.unwrap();
+                assert_eq!(got.kind.as_ref(), Some(&*kind), "input {i}");
+                let expected = got.clone();
+                kept.push((got, expected));
+            }
+        }
+        assert!(
+            ours.available_credits() <= RECEIVES,
+            "input {i}: {} credits, more than the {RECEIVES} receives the peer announced",
+            ours.available_credits()
+        );
+    }
+    // Frames are slices of blocks shared with those landing after them: none changed since.
+    for (got, expected) in kept {
+        assert_eq!(got, expected);
+    }
+}
+
 proptest! {
     #[test]
-    fn arbitrary_bytes_never_panic_the_frame_decoder(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
-        let _ = Frame::decode(bytes.as_slice());
-    }
-
-    #[test]
-    fn request_frames_round_trip(request in request()) {
-        let frame = Frame { kind: Some(Kind::Request(request)), credits: 7 };
-        let decoded = Frame::decode(frame.encode_to_vec().as_slice()).unwrap();
-        prop_assert_eq!(decoded, frame);
+    fn frames_arrive_as_their_bytes_say_or_end_with_a_protocol_error(
+        inputs in prop::collection::vec(input(), 1..24)
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(bounded("frames through a channel", through_a_channel(inputs)));
     }
 }
 
@@ -91,10 +212,14 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     /// Whatever one client sends after its handshake (well-formed requests with odd fields,
-    /// or frames with bytes changed), the server answers or closes that connection, and a
-    /// well-behaved client is still served.
+    /// or frames with bytes changed), ending with bytes that are no frame: the server closes
+    /// that connection with an error, and a client connected before it, and one connected
+    /// after, are served.
     #[test]
-    fn a_server_fed_arbitrary_frames_keeps_serving(frames in prop::collection::vec(mutated_frame(), 1..6)) {
+    fn a_server_fed_arbitrary_frames_closes_that_connection_and_keeps_serving(
+        frames in prop::collection::vec(mutated_frame(), 0..6),
+        garbage in not_a_frame(),
+    ) {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -102,25 +227,23 @@ proptest! {
             .unwrap();
         rt.block_on(async {
             let h = Harness::start(tcp(), crate::ServerConfig::default()).await;
+            let before = h.client().await;
+            assert!(inbound(&before, MSG_SEND, 100, 1).await.unwrap().exact);
             let raw = RawClient::connect(&h).await;
-            for frame in frames {
-                if raw
-                    .conn()
-                    .send(crate::transport::SendData::Bytes(Bytes::from(frame)), None)
-                    .await
-                    .is_err()
-                {
-                    break;
+            for frame in frames.into_iter().chain([garbage]) {
+                let sent = SendData::Bytes(Bytes::from(frame));
+                if raw.conn().send(sent, None).await.is_err() {
+                    break; // the server closed it already
                 }
             }
-            let client = h.client().await;
-            let ok = super::bounded(
-                "a well-behaved client after a fuzzed one",
-                super::e2e::inbound(&client, super::e2e::MSG_SEND, 100, 1),
-            )
-            .await
-            .unwrap();
-            assert!(ok.exact);
+            let err = bounded("the fuzzed connection closes", raw.conn().closed()).await;
+            assert!(err.is_connection_fatal(), "{err}");
+            let served = |client| async move {
+                let call = inbound(&client, MSG_SEND, 100, 2);
+                assert!(bounded("a call of a well-behaved client", call).await.unwrap().exact);
+            };
+            served(before).await;
+            served(h.client().await).await;
         });
     }
 }
