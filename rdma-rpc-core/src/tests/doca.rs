@@ -74,10 +74,24 @@ async fn checked(what: &str, test: impl std::future::Future<Output = ()>) {
     );
 }
 
+/// The suite runs on the provider the build was asked for: the software provider, unless
+/// `DOCA_SYS_PROVIDER=sdk` (the variable that makes a missing SDK a build error) says the SDK
+/// is expected. A build that fell back to the software provider when the SDK was asked for,
+/// or picked up an SDK nobody asked for, fails here rather than passing on the wrong one.
 #[test]
 fn the_suite_runs_on_the_expected_provider() {
-    // The default build has no SDK; a build with `doca-sys/sdk` reports the SDK.
-    println!("DOCA provider: {}", doca_sys::provider());
+    let asked = std::env::var("DOCA_SYS_PROVIDER").unwrap_or_default();
+    let expected = match asked.as_str() {
+        "sdk" => doca_sys::Provider::Sdk,
+        _ => doca_sys::Provider::Software,
+    };
+    assert_eq!(
+        doca_sys::provider(),
+        expected,
+        "the suite runs on the {}, and DOCA_SYS_PROVIDER={asked:?} expects the {expected} \
+         (the SDK is expected with DOCA_SYS_PROVIDER=sdk only)",
+        doca_sys::provider()
+    );
 }
 
 /// DOCA cannot revoke a window: configurations whose safety needs it are refused at bind,
