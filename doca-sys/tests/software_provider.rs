@@ -351,16 +351,34 @@ fn connect_without_listener_or_when_full_fails() {
     assert!(matches!(rejecting.take().as_slice(), [Ev::Request(_)]));
 }
 
+/// One receiver-not-ready timer period of the provider (`DOCA_SYS_SW_RNR_TIMEOUT_MS`, 20 ms
+/// unless set).
+fn rnr_period() -> Duration {
+    let ms = std::env::var("DOCA_SYS_SW_RNR_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    Duration::from_millis(ms)
+}
+
+/// A send that finds no receive is retried, not failed at once: with the context's retry
+/// count at 0 (never set) it fails after one timer period. The period is read off the clock
+/// as a lower bound (the send's failure cannot be seen before a period has passed since it
+/// was submitted, however slow the machine), never by sleeping and then looking.
 #[test]
 fn receiver_not_ready_fails_the_send_and_the_connection() {
     let server = Side::new(Config::default());
     let client = Side::new(Config::default());
     let (cconn, _sconn) = cm_pair(&server, &client, 17030);
+    let submitted = std::time::Instant::now();
     let send = client.send(cconn, client.buf(0, 64, 4));
-    std::thread::sleep(Duration::from_millis(5));
-    client.progress();
-    assert_eq!(client.take(), vec![], "still retrying");
     pump(&[&client], || !client.rec.events.lock().unwrap().is_empty());
+    let waited = submitted.elapsed();
+    assert!(
+        waited >= rnr_period(),
+        "the send failed after {waited:?}, before one timer period ({:?}): it was not retried",
+        rnr_period()
+    );
     assert_eq!(
         client.take(),
         vec![Ev::Err(send as usize, DOCA_ERROR_IO_FAILED)]
@@ -736,14 +754,26 @@ fn out_of_band_export_and_connect() {
 }
 
 fn readable(fd: i32) -> bool {
+    readable_within(fd, Duration::ZERO)
+}
+
+/// Whether `fd` becomes readable within `limit`: poll(2) blocks until it does (or the limit,
+/// a bound on failure only, passes).
+fn readable_within(fd: i32, limit: Duration) -> bool {
     let mut pfd = libc_pollfd {
         fd,
         events: 1,
         revents: 0,
     };
-    // SAFETY: one valid pollfd, zero timeout.
-    let n = unsafe { poll(&mut pfd, 1, 0) };
-    n == 1 && pfd.revents & 1 != 0
+    let timeout = i32::try_from(limit.as_millis()).unwrap_or(i32::MAX);
+    loop {
+        // SAFETY: one valid pollfd.
+        let n = unsafe { poll(&mut pfd, 1, timeout) };
+        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        return n == 1 && pfd.revents & 1 != 0;
+    }
 }
 
 #[repr(C)]
@@ -789,14 +819,8 @@ fn notification_fd_becomes_readable() {
         client.send(cconn, client.buf(0, 4, 4));
         ok(doca_pe_request_notification(client.pe));
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(2);
-    while !readable(cfd) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "RNR deadline never signalled"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    // Nobody progresses the client meanwhile: only the provider's deadline can signal it.
+    assert!(readable_within(cfd, BOUND), "RNR deadline never signalled");
     client.progress();
     assert!(matches!(
         client.take().as_slice(),
