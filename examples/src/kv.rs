@@ -2,11 +2,12 @@
 //! blocks are written and read by RDMA, control and statistics are small messages.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::Bytes;
 use rdma_rpc_core::{RegisteredBuf, Request, Status};
+use tokio::sync::watch;
 
 use crate::generated::kv_store::{
     Action, ClientStats, ControlCommand, GetBlockRequest, GetBlockResponse, KvStore,
@@ -19,13 +20,52 @@ struct State {
     per_client: HashMap<String, (u64, u64)>,
 }
 
+/// Holds every `put_block` of the stores it is given to until it is opened (to show
+/// deadlines at work, with no guess at how long anything takes).
+#[derive(Debug, Clone)]
+pub struct PutGate {
+    open: Arc<watch::Sender<bool>>,
+    arrived: Arc<watch::Sender<usize>>,
+}
+
+impl Default for PutGate {
+    fn default() -> Self {
+        PutGate {
+            open: Arc::new(watch::channel(false).0),
+            arrived: Arc::new(watch::channel(0).0),
+        }
+    }
+}
+
+impl PutGate {
+    /// A closed gate.
+    pub fn new() -> PutGate {
+        PutGate::default()
+    }
+
+    /// Lets every put through, those waiting and those to come.
+    pub fn open(&self) {
+        self.open.send_replace(true);
+    }
+
+    /// Waits until `n` puts have reached the gate.
+    pub async fn arrived(&self, n: usize) {
+        let _ = self.arrived.subscribe().wait_for(|a| *a >= n).await;
+    }
+
+    async fn pass(&self) {
+        self.arrived.send_modify(|a| *a += 1);
+        let _ = self.open.subscribe().wait_for(|open| *open).await;
+    }
+}
+
 /// Blocks in memory, with versions.
 #[derive(Debug)]
 pub struct MemoryKv {
     state: Mutex<State>,
     started: Instant,
     capacity: usize,
-    put_delay: Duration,
+    put_gate: Option<PutGate>,
 }
 
 impl MemoryKv {
@@ -35,13 +75,13 @@ impl MemoryKv {
             state: Mutex::new(State::default()),
             started: Instant::now(),
             capacity,
-            put_delay: Duration::ZERO,
+            put_gate: None,
         }
     }
 
-    /// Makes every `put_block` take at least `delay` (to show deadlines at work).
-    pub fn with_put_delay(mut self, delay: Duration) -> MemoryKv {
-        self.put_delay = delay;
+    /// Makes every `put_block` wait at `gate` until it is opened.
+    pub fn with_put_gate(mut self, gate: PutGate) -> MemoryKv {
+        self.put_gate = Some(gate);
         self
     }
 
@@ -62,8 +102,8 @@ impl KvStore for MemoryKv {
     ) -> Result<PutBlockResponse, Status> {
         let client = client_of(&request);
         let req = request.into_inner();
-        if !self.put_delay.is_zero() {
-            tokio::time::sleep(self.put_delay).await;
+        if let Some(gate) = &self.put_gate {
+            gate.pass().await;
         }
         if req.length as usize != data.len() {
             return Err(Status::invalid_argument(format!(

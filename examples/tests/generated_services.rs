@@ -10,7 +10,7 @@ use examples::generated::kv_store::{
     Action, ControlCommand, GetBlockRequest, KvStoreClient, KvStoreServer, PutBlockRequest,
     Status as BlockStatus,
 };
-use examples::kv::MemoryKv;
+use examples::kv::{MemoryKv, PutGate};
 use rdma_rpc_core::{BoundServer, Code, Request, Server, Service};
 
 async fn start(service: impl Service) -> String {
@@ -116,8 +116,9 @@ async fn kv_store_spec_messages_enums_and_blocks() {
 
 #[tokio::test]
 async fn spec_timeouts_apply_and_requests_can_override_them() {
-    // Every put takes 400 ms; the spec gives put_block a 250 ms deadline.
-    let kv = MemoryKv::new(2).with_put_delay(Duration::from_millis(400));
+    // Every put waits at a gate the test opens; the spec gives put_block a 250 ms deadline.
+    let gate = PutGate::new();
+    let kv = MemoryKv::new(2).with_put_gate(gate.clone());
     let addr = start(KvStoreServer::new(kv)).await;
     let client = KvStoreClient::connect(&addr).await.unwrap();
     let put = PutBlockRequest {
@@ -125,20 +126,26 @@ async fn spec_timeouts_apply_and_requests_can_override_them() {
         length: 4,
         checksum: None,
     };
+    // A request may ask for more time than the spec's default: this one starts first, and
+    // waits at the gate.
+    let patient = {
+        let (client, put) = (client.clone(), put.clone());
+        tokio::spawn(async move {
+            let request = Request::new(put).with_timeout(Duration::from_secs(30));
+            client.put_block(request, Bytes::from_static(b"abcd")).await
+        })
+    };
+    gate.arrived(1).await;
+    // A put under the spec's deadline, started after it, ends with that deadline...
     let err = client
-        .put_block(put.clone(), Bytes::from_static(b"abcd"))
+        .put_block(put, Bytes::from_static(b"abcd"))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err}");
     assert!(err.message().contains("250ms"), "{err}");
-    // A request may ask for more time than the spec's default.
-    let r = client
-        .put_block(
-            Request::new(put).with_timeout(Duration::from_secs(30)),
-            Bytes::from_static(b"abcd"),
-        )
-        .await
-        .unwrap();
+    // ... by when the patient one has waited longer than 250 ms: let go, it succeeds.
+    gate.open();
+    let r = patient.await.unwrap().unwrap();
     assert_eq!(r.status(), BlockStatus::Ok);
 }
 
