@@ -401,8 +401,11 @@ async fn a_peer_that_never_answers_cannot_keep_a_targets_blocks() {
     use examples::storage::target::{Target, TargetConfig};
     let config = TargetConfig::new(Slot::Data1, 4096, 256).unwrap();
     let target = Arc::new(Target::new(config).unwrap());
+    // Eight receives per connection from the start: a connection that hears nothing keeps
+    // 7 credits, room for the attack's 4 calls each.
     let server = rdma_rpc_core::Server::builder()
         .transfer_timeout(Duration::from_millis(300))
+        .initial_receives(8)
         .add_service(StorageTargetServer::new(target.clone()))
         .bind("tcp://127.0.0.1:0")
         .await
@@ -446,8 +449,8 @@ async fn a_peer_that_never_answers_cannot_keep_a_targets_blocks() {
     let _legit_memory = init(legit.clone()).await;
 
     // The attacker: 32 connections through a proxy that, once they are up, stops passing
-    // anything the target sends: 4 calls each (what the credits of a connection that hears
-    // nothing allow), 128 in all, whose reads are never answered.
+    // anything the target sends: 4 calls each (within the credits of a connection that hears
+    // nothing), 128 in all, whose reads are never answered.
     let (via, cut, closed) = black_hole_proxy(addr.clone()).await;
     let mut attackers = Vec::new();
     let mut attacker_memory = Vec::new();

@@ -67,7 +67,9 @@ async fn run(args: Args) -> Result<(), String> {
     };
     let mut clients = Vec::new();
     for _ in 0..config.cores.max(1) {
-        let mut builder = Client::builder().interceptor(secret.present());
+        let mut builder = Client::builder()
+            .initial_receives(examples::storage::RECEIVES)
+            .interceptor(secret.present());
         if let Some(t) = &doca {
             builder = builder.transport(Arc::new(t.clone()));
         }

@@ -75,6 +75,7 @@ async fn run(args: Args) -> Result<(), String> {
         .map_err(|s| s.to_string())?;
     let service = Arc::new(service);
     let server = Server::builder()
+        .initial_receives(examples::storage::RECEIVES)
         .interceptor(secret.require("its initiator"))
         .add_service(StorageServiceServer::new(service.clone()))
         .bind(&listen)

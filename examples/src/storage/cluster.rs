@@ -85,6 +85,7 @@ impl Cluster {
             )?)?);
             let server = Server::builder()
                 .transport(transport.clone())
+                .initial_receives(super::RECEIVES)
                 .transfer_timeout(super::target::IO_TIMEOUT)
                 .interceptor(
                     config
@@ -113,6 +114,7 @@ impl Cluster {
             Arc::new(Service::connect(transport.clone(), addr_refs, config.service.clone()).await?);
         let server = Server::builder()
             .transport(transport.clone())
+            .initial_receives(super::RECEIVES)
             .interceptor(config.service_secret.require("its initiator"))
             .add_service(StorageServiceServer::new(service.clone()))
             .bind(bind)
@@ -136,6 +138,7 @@ impl Cluster {
     pub async fn client(&self) -> Result<Client, Status> {
         Client::builder()
             .transport(self.transport.clone())
+            .initial_receives(super::RECEIVES)
             .interceptor(self.service_secret.present())
             .connect(&self.service_addr)
             .await

@@ -219,6 +219,7 @@ impl Service {
             for _ in 0..config.cores.max(1) {
                 let builder = Client::builder()
                     .transport(transport.clone())
+                    .initial_receives(super::RECEIVES)
                     .interceptor(config.target_secret.present());
                 let client = tokio::time::timeout(config.control_timeout, builder.connect(addr))
                     .await

@@ -55,6 +55,10 @@ pub struct ClientConfig {
     /// Most receives posted for control frames: 4 at first, one more as a frame arrives while
     /// the server runs short of credits, up to this many. Default 64.
     pub recv_credits: u32,
+    /// Receives posted when the connection opens, before any growth: at least 4 and at most
+    /// `recv_credits`. A client that keeps a known number of calls in flight sets it that
+    /// high, so nothing grows (over DOCA: nothing is registered) mid-run. Default 4.
+    pub initial_receives: u32,
     /// Send payloads up to this size travel inside the request frame. Default 8 KiB (the
     /// server may lower it).
     pub inline_threshold: u32,
@@ -98,6 +102,7 @@ impl Default for ClientConfig {
             max_in_flight: 128,
             max_frame: 16 * 1024,
             recv_credits: 64,
+            initial_receives: crate::protocol::INITIAL_RECEIVES,
             inline_threshold: 8 * 1024,
             default_timeout: None,
             connect_timeout: Duration::from_secs(10),
@@ -153,6 +158,8 @@ impl ClientBuilder {
         max_frame: usize,
         /// See [`ClientConfig::recv_credits`].
         recv_credits: u32,
+        /// See [`ClientConfig::initial_receives`].
+        initial_receives: u32,
         /// See [`ClientConfig::inline_threshold`].
         inline_threshold: u32,
         /// See [`ClientConfig::connect_timeout`].
@@ -213,6 +220,10 @@ impl ClientBuilder {
                 2 * crate::protocol::FRAME_OVERHEAD
             )));
         }
+        crate::protocol::credits::check_initial(
+            self.config.initial_receives,
+            self.config.recv_credits,
+        )?;
         Ok(())
     }
 }
@@ -833,7 +844,7 @@ impl Client {
         config: &ClientConfig,
         counters: Arc<Counters>,
     ) -> Result<Arc<Inner>> {
-        let initial = crate::protocol::INITIAL_RECEIVES.min(config.recv_credits);
+        let initial = config.initial_receives.min(config.recv_credits);
         let token = crate::remote::new_token();
         let channel = Arc::new(FrameChannel::growing(
             conn,

@@ -23,7 +23,7 @@ use crate::protocol::mailbox::{call_mailbox, CallLimits, EndReason, Mailbox, Sen
 use crate::protocol::rate::{Rate, Verdict};
 use crate::protocol::route::{Incoming, RequestShape};
 use crate::protocol::stream::Direction;
-use crate::protocol::{INITIAL_RECEIVES, PROTOCOL_VERSION};
+use crate::protocol::PROTOCOL_VERSION;
 use crate::remote::{End, RemoteMemory};
 use crate::service::RawRequest;
 use crate::service::StreamKind;
@@ -66,7 +66,7 @@ fn open(shared: &Shared, conn: Arc<dyn Connection>) -> Result<FrameChannel, Erro
 
 /// Receives posted when a connection opens (the rest come as it gets busy).
 fn initial_receives(shared: &Shared) -> u32 {
-    INITIAL_RECEIVES.min(shared.config.recv_credits)
+    shared.config.initial_receives.min(shared.config.recv_credits)
 }
 
 /// Longest wait for the client to receive the last frames before the connection closes.

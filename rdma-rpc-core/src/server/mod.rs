@@ -66,6 +66,12 @@ pub struct ServerConfig {
     /// 4 × `max_frame` (64 KiB), one that keeps many frames in flight as many as they need.
     /// Default 64.
     pub recv_credits: u32,
+    /// Receives a connection posts when it opens, before any growth: at least 4 and at most
+    /// `recv_credits`. A service that knows how many frames its clients keep in flight sets
+    /// it that high, so the receives (and over DOCA the staging receives behind them,
+    /// registered) are in place from the first call and nothing grows mid-run; every idle
+    /// connection then holds that many. Default 4.
+    pub initial_receives: u32,
     /// Send payloads and receive results up to this size travel inside control frames
     /// instead of through RDMA. Default 8 KiB.
     pub inline_threshold: u32,
@@ -152,6 +158,7 @@ impl Default for ServerConfig {
             max_in_flight: 128,
             max_frame: 16 * 1024,
             recv_credits: 64,
+            initial_receives: crate::protocol::INITIAL_RECEIVES,
             inline_threshold: 8 * 1024,
             pool_budget: 64 << 20,
             min_buffers: 2,
@@ -287,6 +294,8 @@ impl ServerBuilder {
         max_frame: usize,
         /// See [`ServerConfig::recv_credits`].
         recv_credits: u32,
+        /// See [`ServerConfig::initial_receives`].
+        initial_receives: u32,
         /// See [`ServerConfig::min_buffers`].
         min_buffers: usize,
         /// See [`ServerConfig::max_buffers`].
@@ -333,6 +342,7 @@ impl ServerBuilder {
                 2 * crate::protocol::FRAME_OVERHEAD
             )));
         }
+        crate::protocol::credits::check_initial(config.initial_receives, config.recv_credits)?;
         if config.slot_size > crate::memory::MAX_BUFFER {
             return Err(Error::InvalidArgument(format!(
                 "slot_size of {} bytes is over the {} byte limit of one buffer",
