@@ -66,7 +66,10 @@ fn open(shared: &Shared, conn: Arc<dyn Connection>) -> Result<FrameChannel, Erro
 
 /// Receives posted when a connection opens (the rest come as it gets busy).
 fn initial_receives(shared: &Shared) -> u32 {
-    shared.config.initial_receives.min(shared.config.recv_credits)
+    shared
+        .config
+        .initial_receives
+        .min(shared.config.recv_credits)
 }
 
 /// Longest wait for the client to receive the last frames before the connection closes.
