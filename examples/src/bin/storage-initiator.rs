@@ -69,6 +69,7 @@ async fn run(args: Args) -> Result<(), String> {
     for _ in 0..config.cores.max(1) {
         let mut builder = Client::builder()
             .initial_receives(examples::storage::RECEIVES)
+            .recv_credits(examples::storage::RECEIVES)
             .interceptor(secret.present());
         if let Some(t) = &doca {
             builder = builder.transport(Arc::new(t.clone()));

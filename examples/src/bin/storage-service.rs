@@ -76,6 +76,7 @@ async fn run(args: Args) -> Result<(), String> {
     let service = Arc::new(service);
     let server = Server::builder()
         .initial_receives(examples::storage::RECEIVES)
+        .recv_credits(examples::storage::RECEIVES)
         .interceptor(secret.require("its initiator"))
         .add_service(StorageServiceServer::new(service.clone()))
         .bind(&listen)

@@ -55,6 +55,7 @@ async fn run(args: Args) -> Result<(), String> {
     let target = Arc::new(Target::new(config).map_err(|s| s.message().to_owned())?);
     let server = Server::builder()
         .initial_receives(examples::storage::RECEIVES)
+        .recv_credits(examples::storage::RECEIVES)
         .transfer_timeout(examples::storage::target::IO_TIMEOUT)
         .interceptor(secret.require("their storage service"))
         .add_service(StorageTargetServer::new(target.clone()))

@@ -86,6 +86,7 @@ impl Cluster {
             let server = Server::builder()
                 .transport(transport.clone())
                 .initial_receives(super::RECEIVES)
+                .recv_credits(super::RECEIVES)
                 .transfer_timeout(super::target::IO_TIMEOUT)
                 .interceptor(
                     config
@@ -115,6 +116,7 @@ impl Cluster {
         let server = Server::builder()
             .transport(transport.clone())
             .initial_receives(super::RECEIVES)
+            .recv_credits(super::RECEIVES)
             .interceptor(config.service_secret.require("its initiator"))
             .add_service(StorageServiceServer::new(service.clone()))
             .bind(bind)
@@ -139,6 +141,7 @@ impl Cluster {
         Client::builder()
             .transport(self.transport.clone())
             .initial_receives(super::RECEIVES)
+            .recv_credits(super::RECEIVES)
             .interceptor(self.service_secret.present())
             .connect(&self.service_addr)
             .await

@@ -25,9 +25,10 @@ pub mod initiator;
 pub mod service;
 pub mod target;
 
-/// Receives each storage connection (initiator to service, service to target) posts from the
-/// start: room for 8 transactions in flight on one connection, two frames each way. The
-/// parts know their queue depths, as NVIDIA's application sizes its queues at start, so the
-/// receives (over DOCA: their registered staging) are in place before the first I/O instead
-/// of growing, and registering, mid-run; a deeper queue grows them once.
+/// Receives each storage connection (initiator to service, service to target) posts, from the
+/// start and for good (`initial_receives` and `recv_credits`): room for 8 transactions in
+/// flight on one connection, two frames each way. The parts know their queue depths, as
+/// NVIDIA's application sizes its queues at start, so the receives (over DOCA: their
+/// registered staging) are in place before the first I/O instead of growing, and registering,
+/// mid-run.
 pub const RECEIVES: u32 = 16;

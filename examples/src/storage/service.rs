@@ -220,6 +220,7 @@ impl Service {
                 let builder = Client::builder()
                     .transport(transport.clone())
                     .initial_receives(super::RECEIVES)
+                    .recv_credits(super::RECEIVES)
                     .interceptor(config.target_secret.present());
                 let client = tokio::time::timeout(config.control_timeout, builder.connect(addr))
                     .await

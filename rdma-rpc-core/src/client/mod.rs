@@ -52,12 +52,14 @@ pub struct ClientConfig {
     pub max_in_flight: u32,
     /// Size of each receive posted for control frames. Default 16 KiB.
     pub max_frame: usize,
-    /// Most receives posted for control frames: 4 at first, one more as a frame arrives while
-    /// the server runs short of credits, up to this many. Default 64.
+    /// Most receives posted for control frames: `initial_receives` (4) at first, one more with
+    /// each frame received (other than the handshake and credit updates) until this many.
+    /// Default 64.
     pub recv_credits: u32,
     /// Receives posted when the connection opens, before any growth: at least 4 and at most
-    /// `recv_credits`. A client that keeps a known number of calls in flight sets it that
-    /// high, so nothing grows (over DOCA: nothing is registered) mid-run. Default 4.
+    /// `recv_credits`. A client that keeps a known number of calls in flight sets it and
+    /// `recv_credits` that high, so nothing grows (over DOCA: nothing is registered) mid-run.
+    /// Default 4.
     pub initial_receives: u32,
     /// Send payloads up to this size travel inside the request frame. Default 8 KiB (the
     /// server may lower it).

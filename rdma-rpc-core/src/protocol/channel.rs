@@ -64,9 +64,10 @@ impl FrameChannel {
         FrameChannel::growing(conn, recv_count, recv_count, max_frame, initial_credits)
     }
 
-    /// Posts `initial` receives of `max_frame` bytes, and one more as a frame arrives while the
-    /// peer runs short of credits, until `max` are posted (`Hello::max_credits`): an idle or
-    /// one-call-at-a-time connection keeps little memory, a busy one grows as it needs.
+    /// Posts `initial` receives of `max_frame` bytes, and one more with each frame received
+    /// (other than the handshake and credit updates) until `max` are posted: an idle
+    /// connection keeps little memory, a busy one gets every receive it announced
+    /// (`Hello::max_credits`).
     pub(crate) fn growing(
         conn: Arc<dyn Connection>,
         initial: u32,

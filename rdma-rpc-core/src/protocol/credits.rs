@@ -46,10 +46,6 @@ pub(crate) struct Credits {
     posted: u32,
     /// Most receives this side posts (what its handshake announced as its ceiling).
     max_posted: u32,
-    /// Of this side's receives, how many the peer may still use by this side's count: the
-    /// credits sent to it (with the handshake and since), less the frames received. An
-    /// estimate (frames and credits cross on the wire), used only to grow with need.
-    peer_holds: u32,
 }
 
 /// Owed credits that make an update due with `posted` receives: a quarter of them, and at
@@ -78,9 +74,8 @@ pub(crate) fn check_initial(initial: u32, max: u32) -> crate::Result<()> {
 }
 
 impl Credits {
-    /// A side that posted `posted` receives and adds one as frames show the peer running short
-    /// (see [`Credits::should_grow`]) until it has `max_posted`; `initial` holds for a client,
-    /// whose Hello always finds a receive.
+    /// A side that posted `posted` receives and adds one with each frame it receives until it
+    /// has `max_posted`; `initial` holds for a client, whose Hello always finds a receive.
     pub(crate) fn new(posted: u32, max_posted: u32, initial: bool) -> Credits {
         Credits {
             available: if initial { INITIAL_CREDITS } else { 0 },
@@ -90,17 +85,13 @@ impl Credits {
             announce_at: announce_at(posted),
             posted,
             max_posted: max_posted.max(posted),
-            peer_holds: posted,
         }
     }
 
-    /// Whether this side should post one more receive now, as a frame of the peer arrives:
-    /// it has fewer than its ceiling, and the peer is running short (after this frame it
-    /// holds at most half of this side's receives). Receives grow with need: a connection
-    /// with one call at a time keeps its initial receives, one that keeps frames in flight
-    /// grows until it has about twice as many as are in flight, up to what it announced.
+    /// Whether this side should post one more receive now (it has fewer than its ceiling).
+    /// Receives grow with use: an idle connection keeps few, a busy one all it announced.
     pub(crate) fn should_grow(&self) -> bool {
-        self.posted < self.max_posted && self.peer_holds.saturating_sub(1) <= self.posted / 2
+        self.posted < self.max_posted
     }
 
     /// One more receive was posted: the peer is owed a credit for it.
@@ -158,7 +149,6 @@ impl Credits {
     /// A frame arrived and its receive was re-posted: the peer is owed one credit. Returns
     /// whether a credit update is due now (none of the frames sent since carried them).
     pub(crate) fn reposted(&mut self) -> bool {
-        self.peer_holds = self.peer_holds.saturating_sub(1);
         self.owed += 1;
         self.owed - self.owed_added >= self.announce_at
     }
@@ -166,9 +156,7 @@ impl Credits {
     /// The credits owed to the peer, cleared: they travel with the frame being sent.
     pub(crate) fn take_owed(&mut self) -> u32 {
         self.owed_added = 0;
-        let owed = std::mem::take(&mut self.owed);
-        self.peer_holds = self.peer_holds.saturating_add(owed);
-        owed
+        std::mem::take(&mut self.owed)
     }
 }
 
@@ -271,17 +259,7 @@ mod tests {
     #[test]
     fn receives_grow_with_use_and_each_added_one_is_owed_to_the_peer() {
         let mut c = Credits::new(8, 12, false);
-        assert!(!c.should_grow(), "the peer holds every receive: no need");
-        for _ in 0..5 {
-            c.reposted();
-        }
-        assert!(c.should_grow(), "the peer used 5 of 8 and is running short");
-        assert_eq!(
-            c.take_owed(),
-            5,
-            "the re-posted receives go back to the peer"
-        );
-        assert!(!c.should_grow(), "and it holds them all again");
+        assert!(c.should_grow());
         for _ in 0..4 {
             c.grew();
         }
@@ -430,18 +408,18 @@ mod tests {
                     server.credits
                 );
             }
-            // Up to 16 requests in flight: the server's receives grow as far as the client
-            // runs short of them, the client's only if the responses do; neither grows past
-            // the ceiling.
-            let (c, s) = (client.credits.posted(), server.credits.posted());
-            assert!((5..=64).contains(&s), "seed {seed}: the server grew to {s}");
-            assert!((4..=64).contains(&c), "seed {seed}: the client grew to {c}");
+            assert_eq!(
+                client.credits.posted(),
+                64,
+                "a busy side grows to its ceiling"
+            );
+            assert_eq!(server.credits.posted(), 64);
         }
     }
 
-    /// One call at a time on a connection whose receives may grow from 4 to 64: every frame
-    /// carries the credits its sender owes, so no credit update is ever due, and the
-    /// receives stay at 4 (the peer never runs short).
+    /// One call at a time on a connection whose receives grow from 4 to 64: every frame
+    /// carries the credits its sender owes, so no credit update is ever due (each added
+    /// receive used to make one due, doubling the frames while the connection grew).
     #[test]
     fn a_growing_connection_with_one_call_at_a_time_sends_no_credit_update() {
         let (mut client, mut server) = handshaken();
@@ -461,12 +439,8 @@ mod tests {
                 "call {call}: the client sent an update"
             );
         }
-        assert_eq!(
-            client.credits.posted(),
-            4,
-            "one call at a time never runs the peer short: no receive is added"
-        );
-        assert_eq!(server.credits.posted(), 4);
+        assert_eq!(client.credits.posted(), 64, "still grown to the ceiling");
+        assert_eq!(server.credits.posted(), 64);
     }
 
     /// Two idle sides that exchange credit updates stop: an update makes its receiver owe

@@ -59,10 +59,10 @@ pub const PROTOCOL_VERSION: u32 = 4;
 /// bound of the prost overhead of a request or response frame).
 pub(crate) const FRAME_OVERHEAD: usize = 512;
 
-/// Receives each side posts for control frames when a connection opens; it adds one as a frame
-/// (other than a credit update or the handshake) arrives while the peer runs short of credits,
-/// up to its `recv_credits`, so an idle or one-call-at-a-time connection holds
-/// `INITIAL_RECEIVES * max_frame` bytes of receives and a busy one what it needs.
+/// Receives each side posts for control frames when a connection opens (by default: see
+/// `initial_receives`); it adds one with each frame it receives (other than a credit update or
+/// the handshake), up to its `recv_credits`, so an idle connection holds
+/// `INITIAL_RECEIVES * max_frame` bytes of receives and a busy one all it announced.
 pub(crate) const INITIAL_RECEIVES: u32 = 4;
 
 /// Most receives a peer's handshake may announce: what it claims beyond this is not believed.

@@ -61,16 +61,15 @@ pub struct ServerConfig {
     /// Default 16 KiB.
     pub max_frame: usize,
     /// Most receives posted per connection for control frames (the client's credits). A
-    /// connection starts with 4 and adds one as a frame arrives while the client runs short
-    /// of credits, up to this many: a connection with one call at a time (or none) holds
-    /// 4 × `max_frame` (64 KiB), one that keeps many frames in flight as many as they need.
-    /// Default 64.
+    /// connection starts with `initial_receives` (4) and adds one with each frame it receives
+    /// (other than the handshake and credit updates) until it has this many, so an idle
+    /// connection holds 4 × `max_frame` (64 KiB) and a busy one this many. Default 64.
     pub recv_credits: u32,
     /// Receives a connection posts when it opens, before any growth: at least 4 and at most
     /// `recv_credits`. A service that knows how many frames its clients keep in flight sets
-    /// it that high, so the receives (and over DOCA the staging receives behind them,
-    /// registered) are in place from the first call and nothing grows mid-run; every idle
-    /// connection then holds that many. Default 4.
+    /// it and `recv_credits` to that many, so the receives (and over DOCA the staging
+    /// receives behind them, registered) are in place from the first call and nothing grows
+    /// mid-run; every idle connection then holds that many. Default 4.
     pub initial_receives: u32,
     /// Send payloads and receive results up to this size travel inside control frames
     /// instead of through RDMA. Default 8 KiB.
