@@ -166,6 +166,16 @@ mod tests {
     use crate::protocol::MAX_PEER_CREDITS;
 
     #[test]
+    fn initial_receives_must_respect_the_liveness_floor_and_the_ceiling() {
+        assert!(check_initial(4, 64).is_ok());
+        assert!(check_initial(64, 64).is_ok());
+        for (initial, max) in [(3, 64), (65, 64), (0, 4)] {
+            let err = check_initial(initial, max).unwrap_err().to_string();
+            assert!(err.contains("initial_receives"), "{err}");
+        }
+    }
+
+    #[test]
     fn the_client_may_send_its_hello_before_the_handshake_and_the_server_nothing() {
         let mut client = Credits::new(64, 64, true);
         let mut server = Credits::new(64, 64, false);

@@ -162,6 +162,33 @@ async fn message_larger_than_the_posted_receive_fails_the_connection() {
     assert!(a.closed().await.is_connection_fatal());
 }
 
+/// A context's staging receives are reserved by its connections' receives, up to
+/// `recv_queue_size`: past it a receive is refused, naming the setting, and the connection's
+/// earlier receives still work (nothing was posted that a peer could overrun).
+#[tokio::test]
+async fn receives_beyond_the_contexts_staging_are_refused_naming_recv_queue_size() {
+    let t = DocaTransport::new(DocaConfig {
+        recv_queue_size: 4,
+        ..DocaConfig::default()
+    })
+    .unwrap();
+    let (a, b) = pair_on(&t, "doca://127.0.0.1:0").await;
+    for _ in 0..4 {
+        b.post_recv(recv_buf(64)).unwrap();
+    }
+    let err = b.post_recv(recv_buf(64)).unwrap_err();
+    assert!(
+        matches!(&err, Error::LimitExceeded { limit, max: 4, .. } if limit.contains("recv_queue_size")),
+        "{err}"
+    );
+    for i in 0..4u8 {
+        a.send(SendData::Bytes(Bytes::from(vec![i; 8])), None)
+            .await
+            .unwrap();
+        assert_eq!(b.recv().await.unwrap().buf.to_vec(), vec![i; 8]);
+    }
+}
+
 #[tokio::test]
 async fn message_larger_than_the_staging_receive_fails_both_sides() {
     let (a, b) = pair().await;
