@@ -722,6 +722,13 @@ impl Rdma {
         let _ = unsafe { sys::doca_ctx_get_state(self.ctx(), &mut state) };
         state
     }
+
+    /// Hands the tasks submitted without `DOCA_TASK_SUBMIT_FLAG_FLUSH` to the hardware: one
+    /// doorbell for all of them (`doca_ctx_flush_tasks`).
+    pub(super) fn flush_tasks(&self) {
+        // SAFETY: a live context of this owner; DOCA flushes only tasks submitted to it.
+        unsafe { sys::doca_ctx_flush_tasks(self.ctx()) }
+    }
 }
 
 impl Drop for Rdma {

@@ -180,9 +180,7 @@ impl Owner {
     /// Flushes the tasks submitted without a doorbell (`doca_ctx_flush_tasks`).
     pub(super) fn ring(&mut self) {
         if std::mem::take(&mut self.unflushed) {
-            // SAFETY: a started context of this owner; the tasks it flushes were submitted
-            // to it.
-            unsafe { sys::doca_ctx_flush_tasks(self.rdma.ctx()) };
+            self.rdma.flush_tasks();
         }
     }
 

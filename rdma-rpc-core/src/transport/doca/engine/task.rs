@@ -554,9 +554,7 @@ impl<'a> Doorbell<'a> {
     /// Rings once for every task submitted since the last ring.
     pub(super) fn ring(&mut self) {
         if std::mem::take(&mut self.pending) {
-            // SAFETY: a started context of this owner; the tasks it flushes were submitted
-            // to it.
-            unsafe { sys::doca_ctx_flush_tasks(self.rdma.ctx()) };
+            self.rdma.flush_tasks();
         }
     }
 }
