@@ -28,6 +28,7 @@ pub mod protocol;
 pub mod remote;
 pub mod server;
 pub mod service;
+mod session;
 pub mod status;
 pub mod stream;
 pub mod transport;

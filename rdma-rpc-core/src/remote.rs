@@ -49,18 +49,15 @@
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 
 use crate::memory::{Access, Buffer, RegisteredBuf, SharedRegion};
-use crate::protocol::channel::FrameChannel;
-use crate::protocol::frames::{Kind, Offers as OfferList};
-use crate::protocol::handles::{
-    AccessKind, HandleView, Holder, Offers, Refusal, REMEMBERED_REVOCATIONS,
-};
+use crate::protocol::handles::{AccessKind, HandleView, Refusal};
 use crate::protocol::wait::{wait, Wait};
+use crate::session::Session;
 use crate::status::Status;
 use crate::transport::{BoxFuture, Descriptor, Grant, SendData, ShareGuard};
 
@@ -174,210 +171,42 @@ pub(crate) fn new_token() -> u64 {
     RandomState::new().hash_one(n) | 1
 }
 
-/// One connection's side of the offers both ends make: shared by the connection's loop
-/// (which routes `Revoke` and `Revoked` here) and every [`RemoteMemory`] and [`Offer`].
-pub(crate) struct End {
-    channel: Arc<FrameChannel>,
-    /// This side's token of the connection (in the handles it offers).
-    token: u64,
-    /// Longest wait for the peer to answer a one-sided operation.
-    transfer_timeout: Duration,
-    holder: Mutex<Holder>,
-    offers: Mutex<Offers>,
-    /// Revocations of the peer's offers to confirm, and whether a task is sending them.
-    confirm: Mutex<Confirm>,
-}
-
-#[derive(Default)]
-struct Confirm {
-    owed: Vec<u64>,
-    /// A task waits for a credit to send them.
-    sending: bool,
-    /// The peer was warned about (it revokes faster than it reads).
-    warned: bool,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl End {
-    pub(crate) fn new(
-        channel: Arc<FrameChannel>,
-        token: u64,
-        peer_token: u64,
-        transfer_timeout: Duration,
-    ) -> Arc<End> {
-        Arc::new(End {
-            channel,
-            token,
-            transfer_timeout,
-            holder: Mutex::new(Holder::new(peer_token)),
-            offers: Mutex::new(Offers::default()),
-            confirm: Mutex::new(Confirm::default()),
-        })
-    }
-
-    /// The peer revokes some of its offers: each is confirmed once no use of it is in flight.
-    /// Never waits (the connection's reader calls it): confirmations go out at once while
-    /// credits allow, many per frame, and otherwise from a task of their own.
-    pub(crate) fn on_revoke(self: &Arc<Self>, offers: Vec<u64>) {
-        for offer in offers {
-            let now = lock(&self.holder).revoke(offer);
-            if now {
-                self.owe(offer);
-            }
-        }
-        self.flush();
-    }
-
-    /// The peer confirmed revocations of ours.
-    pub(crate) fn on_revoked(&self, offers: Vec<u64>) {
-        let mut ours = lock(&self.offers);
-        for offer in offers {
-            ours.confirmed(offer);
-        }
-    }
-
-    /// Queues the confirmation of a revoked offer of the peer's. Bounded: a peer that revokes
-    /// faster than it takes the confirmations loses the excess (it then waits its own
-    /// patience out before taking those windows down).
-    fn owe(&self, offer: u64) {
-        let mut confirm = lock(&self.confirm);
-        if confirm.owed.len() >= REMEMBERED_REVOCATIONS {
-            if !confirm.warned {
-                confirm.warned = true;
-                tracing::warn!(
-                    peer = %self.channel.conn().peer(),
-                    "the peer revokes offers faster than it reads the confirmations; \
-                     dropping confirmations beyond {REMEMBERED_REVOCATIONS}"
-                );
-            }
-            return;
-        }
-        confirm.owed.push(offer);
-    }
-
-    /// The confirmations that fit one frame, if any are owed and no task is sending them.
-    fn next_batch(&self, confirm: &mut Confirm) -> Option<Vec<u64>> {
-        if confirm.owed.is_empty() || confirm.sending {
-            return None;
-        }
-        // A varint id takes at most 10 bytes; leave room for the frame around them.
-        let per_frame = (self.channel.peer_max_frame().saturating_sub(64) / 10).max(1);
-        let n = confirm.owed.len().min(per_frame);
-        Some(confirm.owed.drain(..n).collect())
-    }
-
-    /// Sends owed confirmations now while credits allow; leaves the rest to a task.
-    fn flush(self: &Arc<Self>) {
-        loop {
-            let mut confirm = lock(&self.confirm);
-            let Some(offers) = self.next_batch(&mut confirm) else {
-                return;
-            };
-            let kind = Kind::Revoked(OfferList {
-                offers: offers.clone(),
-            });
-            match self.channel.try_send(kind) {
-                Ok(true) => continue,
-                Ok(false) => {
-                    // No credit: put them back (first) and let a task wait for one.
-                    confirm.owed.splice(0..0, offers);
-                    if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                        confirm.sending = true;
-                        rt.spawn(self.clone().confirm_owed());
-                    }
-                    return;
-                }
-                // The connection ended: nobody waits for confirmations any more.
-                Err(_) => return,
-            }
-        }
-    }
-
-    /// Sends the owed confirmations, waiting for credits, until none is left.
-    async fn confirm_owed(self: Arc<Self>) {
-        loop {
-            let offers = {
-                let mut confirm = lock(&self.confirm);
-                confirm.sending = false;
-                match self.next_batch(&mut confirm) {
-                    Some(offers) => {
-                        confirm.sending = true;
-                        offers
-                    }
-                    None => return,
-                }
-            };
-            if self
-                .channel
-                .send(Kind::Revoked(OfferList { offers }))
-                .await
-                .is_err()
-            {
-                lock(&self.confirm).sending = false;
-                return;
-            }
-        }
-    }
-
-    fn refused(refusal: Refusal, offer: u64) -> Status {
-        match refusal {
-            Refusal::OtherConnection => Status::failed_precondition(
-                "this remote buffer was offered on another connection; a handle works only \
-                 on the connection it came from",
-            ),
-            Refusal::Revoked => Status::failed_precondition(format!(
-                "remote buffer (offer {offer}) was revoked by its owner"
-            )),
-            Refusal::OutOfRange {
-                offset,
-                len,
-                window,
-            } => Status::out_of_range(format!(
-                "bytes {offset}+{len} are outside the remote buffer of {window} bytes"
-            )),
-            Refusal::NotPermitted { need, granted } => Status::permission_denied(format!(
-                "the remote buffer grants {granted:?}, this use needs {need:?}"
-            )),
-            Refusal::Misaligned => Status::invalid_argument(
-                "atomic operations need an 8-byte aligned offset in the remote buffer",
-            ),
-        }
-    }
-
-    fn begin(
-        self: &Arc<Self>,
-        handle: &RemoteBuf,
-        offset: u64,
-        len: u64,
-        kind: AccessKind,
-    ) -> Result<(Descriptor, InFlight), Status> {
-        let descriptor = lock(&self.holder)
-            .begin(&handle.view(), offset, len, kind)
-            .map_err(|r| End::refused(r, handle.offer))?;
-        let guard = InFlight {
-            end: self.clone(),
-            offer: handle.offer,
-        };
-        Ok((descriptor, guard))
+/// Why a use of a peer's handle was refused, as the caller hears it.
+fn refused(refusal: Refusal, offer: u64) -> Status {
+    match refusal {
+        Refusal::OtherConnection => Status::failed_precondition(
+            "this remote buffer was offered on another connection; a handle works only on the \
+             connection it came from",
+        ),
+        Refusal::Revoked => Status::failed_precondition(format!(
+            "remote buffer (offer {offer}) was revoked by its owner"
+        )),
+        Refusal::OutOfRange {
+            offset,
+            len,
+            window,
+        } => Status::out_of_range(format!(
+            "bytes {offset}+{len} are outside the remote buffer of {window} bytes"
+        )),
+        Refusal::NotPermitted { need, granted } => Status::permission_denied(format!(
+            "the remote buffer grants {granted:?}, this use needs {need:?}"
+        )),
+        Refusal::Misaligned => Status::invalid_argument(
+            "atomic operations need an 8-byte aligned offset in the remote buffer",
+        ),
     }
 }
 
 /// One use of a peer's offer in flight; when the last one ends, a confirmation the peer
-/// waits for is sent.
+/// waits for goes out.
 struct InFlight {
-    end: Arc<End>,
+    session: Arc<Session>,
     offer: u64,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        if lock(&self.end.holder).end(self.offer) {
-            self.end.owe(self.offer);
-            self.end.flush();
-        }
+        self.session.lock().proto.end_use(self.offer);
     }
 }
 
@@ -394,7 +223,9 @@ impl Drop for InFlight {
 /// cancelled) while an operation is in flight.
 #[derive(Clone)]
 pub struct RemoteMemory {
-    end: Arc<End>,
+    session: Arc<Session>,
+    /// Longest wait for the peer to answer a one-sided operation.
+    transfer_timeout: Duration,
     /// The call this belongs to (a handler's), whose deadline bounds its operations.
     call: Option<crate::service::CallContext>,
 }
@@ -402,23 +233,49 @@ pub struct RemoteMemory {
 impl fmt::Debug for RemoteMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RemoteMemory")
-            .field("peer", &self.end.channel.conn().peer())
+            .field("peer", &self.session.peer())
             .finish_non_exhaustive()
     }
 }
 
 impl RemoteMemory {
-    pub(crate) fn new(end: Arc<End>) -> RemoteMemory {
-        RemoteMemory { end, call: None }
+    pub(crate) fn new(session: Arc<Session>, transfer_timeout: Duration) -> RemoteMemory {
+        RemoteMemory {
+            session,
+            transfer_timeout,
+            call: None,
+        }
     }
 
     /// The same connection's remote memory for a handler's `call`: its one-sided operations
     /// end by the call's deadline.
     pub(crate) fn for_call(&self, call: crate::service::CallContext) -> RemoteMemory {
         RemoteMemory {
-            end: self.end.clone(),
+            session: self.session.clone(),
+            transfer_timeout: self.transfer_timeout,
             call: Some(call),
         }
+    }
+
+    /// Checks a use of `handle` and counts it in flight until the guard is dropped.
+    fn begin(
+        &self,
+        handle: &RemoteBuf,
+        offset: u64,
+        len: u64,
+        kind: AccessKind,
+    ) -> Result<(Descriptor, InFlight), Status> {
+        let descriptor = self
+            .session
+            .lock()
+            .proto
+            .begin_use(&handle.view(), offset, len, kind)
+            .map_err(|r| refused(r, handle.offer))?;
+        let guard = InFlight {
+            session: self.session.clone(),
+            offer: handle.offer,
+        };
+        Ok((descriptor, guard))
     }
 
     /// Awaits a one-sided operation `what` no longer than the call's deadline or the
@@ -431,19 +288,19 @@ impl RemoteMemory {
         what: &'static str,
         op: BoxFuture<'static, crate::Result<T>>,
     ) -> Result<T, Status> {
-        let conn = self.end.channel.conn().clone();
+        let conn = self.session.transport().clone();
         let Wait {
             until,
             deadline_first,
         } = wait(
             tokio::time::Instant::now(),
-            self.end.transfer_timeout,
+            self.transfer_timeout,
             self.call.as_ref().and_then(|c| c.deadline_at()),
         );
         match crate::bounded::answered_by(&conn, op, until).await {
             Some(done) => done.map_err(Status::from),
             None => {
-                let patience = self.end.transfer_timeout;
+                let patience = self.transfer_timeout;
                 Err(if deadline_first {
                     Status::deadline_exceeded(format!(
                         "the peer did not answer the {what} of its remote buffer before the \
@@ -464,11 +321,7 @@ impl RemoteMemory {
     /// as whole regions offered once ([`Share::offer_all`]), to find the one of the
     /// connection a request came on.
     pub fn holds(&self, handle: &RemoteBuf) -> bool {
-        lock(&self.end.holder).offered_here(handle.connection)
-    }
-
-    pub(crate) fn end(&self) -> &Arc<End> {
-        &self.end
+        self.session.lock().proto.offered_here(handle.connection)
     }
 
     /// Shares all of `region` with this connection's peer with `access` (some of
@@ -485,9 +338,8 @@ impl RemoteMemory {
     pub fn share(&self, region: &SharedRegion, access: Access) -> Result<Share, Status> {
         check_remote(access, Access::ALL, "the region")?;
         let guard = self
-            .end
-            .channel
-            .conn()
+            .session
+            .transport()
             .share(region, access)
             .map_err(Status::from)?;
         Ok(Share {
@@ -508,9 +360,8 @@ impl RemoteMemory {
     /// leases of a region shared with this connection, nothing is needed and nothing is done.
     pub fn reserve(&self, len: usize, count: usize, access: Access) -> Result<(), Status> {
         check_remote(access, Access::ALL, "reserved memory")?;
-        self.end
-            .channel
-            .conn()
+        self.session
+            .transport()
             .reserve_fenced(len, count, access)
             .map_err(Status::from)
     }
@@ -526,11 +377,11 @@ impl RemoteMemory {
         check_remote(access, buf.access(), "the buffer")?;
         let len = buf.capacity();
         let grant = self
-            .end
-            .channel
-            .conn()
+            .session
+            .transport()
             .grant_fenced(buf, 0, len, access)
             .map_err(Status::from)?;
+        let (offer, connection) = self.session.lock().proto.new_offer();
         let d = grant.descriptor();
         let handle = RemoteBuf {
             addr: d.addr,
@@ -538,13 +389,13 @@ impl RemoteMemory {
             rkey: d.rkey,
             access: access.bits(),
             blob: d.blob.clone(),
-            offer: lock(&self.end.offers).next(),
-            connection: self.end.token,
+            offer,
+            connection,
         };
         Ok(Offer {
             handle,
             grant: Some(grant),
-            end: self.end.clone(),
+            session: self.session.clone(),
             kind: std::marker::PhantomData,
         })
     }
@@ -597,8 +448,8 @@ impl RemoteMemory {
     ) -> Result<B, Status> {
         let dst = crate::memory::into_registered(dst);
         let len = dst.capacity() as u64;
-        let (d, _use) = self.end.begin(remote, offset, len, AccessKind::Read)?;
-        let read = self.end.channel.conn().read(&d, dst);
+        let (d, _use) = self.begin(remote, offset, len, AccessKind::Read)?;
+        let read = self.session.transport().read(&d, dst);
         self.bounded("read", read)
             .await
             .map(crate::memory::from_registered)
@@ -614,8 +465,8 @@ impl RemoteMemory {
     ) -> Result<(), Status> {
         let src = src.into();
         let len = src.len() as u64;
-        let (d, _use) = self.end.begin(remote, offset, len, AccessKind::Write)?;
-        let write = self.end.channel.conn().write(src, &d, None);
+        let (d, _use) = self.begin(remote, offset, len, AccessKind::Write)?;
+        let write = self.session.transport().write(src, &d, None);
         self.bounded("write", write).await
     }
 
@@ -628,8 +479,8 @@ impl RemoteMemory {
         expected: u64,
         new: u64,
     ) -> Result<u64, Status> {
-        let (d, _use) = self.end.begin(remote, offset, 8, AccessKind::Atomic)?;
-        let cas = self.end.channel.conn().compare_and_swap(&d, expected, new);
+        let (d, _use) = self.begin(remote, offset, 8, AccessKind::Atomic)?;
+        let cas = self.session.transport().compare_and_swap(&d, expected, new);
         self.bounded("compare-and-swap", cas).await
     }
 
@@ -641,8 +492,8 @@ impl RemoteMemory {
         offset: u64,
         add: u64,
     ) -> Result<u64, Status> {
-        let (d, _use) = self.end.begin(remote, offset, 8, AccessKind::Atomic)?;
-        let faa = self.end.channel.conn().fetch_and_add(&d, add);
+        let (d, _use) = self.begin(remote, offset, 8, AccessKind::Atomic)?;
+        let faa = self.session.transport().fetch_and_add(&d, add);
         self.bounded("fetch-and-add", faa).await
     }
 }
@@ -743,7 +594,7 @@ impl RegionOffer {
 pub struct Offer<B: Buffer = RegisteredBuf> {
     handle: RemoteBuf,
     grant: Option<Grant>,
-    end: Arc<End>,
+    session: Arc<Session>,
     kind: std::marker::PhantomData<fn() -> B>,
 }
 
@@ -769,21 +620,16 @@ impl<B: Buffer> Offer<B> {
     /// buffer (a lease's range is then free again in its region).
     pub async fn revoke(mut self) -> Option<B> {
         let offer = self.handle.offer;
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        lock(&self.end.offers).revoking(offer, tx);
-        let channel = self.end.channel.clone();
-        let asked = channel
-            .send(Kind::Revoke(OfferList {
-                offers: vec![offer],
-            }))
-            .await;
+        let asked = self.session.lock().proto.revoke_offer(offer);
         // Whether the peer is known to be done with the window: it confirmed, or its
         // connection is gone.
         let mut done = true;
         if asked.is_ok() {
-            let conn = channel.conn().clone();
+            let conn = self.session.transport().clone();
+            let confirmed =
+                std::future::poll_fn(|cx| self.session.lock().proto.poll_revoked(offer, cx));
             tokio::select! {
-                _ = rx => {}
+                () = confirmed => {}
                 _ = conn.closed() => {}
                 _ = tokio::time::sleep(REVOKE_PATIENCE) => {
                     done = false;
@@ -799,7 +645,7 @@ impl<B: Buffer> Offer<B> {
                 }
             }
         }
-        lock(&self.end.offers).forget(offer);
+        self.session.lock().proto.forget_offer(offer);
         let grant = self.grant.take()?;
         let buf = if done {
             grant.revoke().await
@@ -817,12 +663,6 @@ impl<B: Buffer> Drop for Offer<B> {
         };
         // The fence goes up now; the peer hears of it as soon as a credit allows.
         drop(grant);
-        let (channel, offer) = (self.end.channel.clone(), self.handle.offer);
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let offers = vec![offer];
-                let _ = channel.send(Kind::Revoke(OfferList { offers })).await;
-            });
-        }
+        self.session.lock().proto.drop_offer(self.handle.offer);
     }
 }

@@ -285,7 +285,7 @@ impl Client {
         let inner = self.current();
         let addr = match &self.shared.redial {
             Some(redial) => redial.addr.clone(),
-            None => inner.channel.conn().peer().to_owned(),
+            None => inner.peer().to_owned(),
         };
         vec![ServerStatus {
             addr,
@@ -340,9 +340,7 @@ impl Client {
 
 /// Calls in flight on a connection.
 fn in_flight(inner: &Inner) -> usize {
-    inner
-        .window
-        .saturating_sub(inner.in_flight.available_permits())
+    inner.in_flight()
 }
 
 /// What every server's client is made with.
@@ -485,10 +483,7 @@ impl Balancer {
         }
         let servers = lock(&self.servers);
         let ready: Vec<Option<Arc<Inner>>> = servers.iter().map(|s| s.ready()).collect();
-        let room: Vec<Option<usize>> = ready
-            .iter()
-            .map(|r| r.as_ref().map(|i| i.in_flight.available_permits()))
-            .collect();
+        let room: Vec<Option<usize>> = ready.iter().map(|r| r.as_ref().map(|i| i.room())).collect();
         let turn = if advance {
             self.turn.fetch_add(1, Ordering::Relaxed)
         } else {
@@ -590,7 +585,9 @@ impl Balancer {
         for server in self.stop_all() {
             // Each a client of one server: its goodbye, as its `shutdown` says it.
             if let Some(inner) = server.client.get().and_then(Client::begin_close) {
-                goodbyes.spawn(super::goodbye(&inner.channel));
+                let session = inner.session.clone();
+                goodbyes
+                    .spawn(async move { session.finish(super::connection::GOODBYE_WAIT).await });
             }
         }
         while goodbyes.join_next().await.is_some() {}

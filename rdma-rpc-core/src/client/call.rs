@@ -17,17 +17,18 @@
 //! up: the server may still be using them.
 
 use std::sync::atomic::Ordering;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{lock, CallOptions, Client, Entry, Inner, ServerEvent};
+use super::{CallOptions, Client, Inner};
 use crate::interceptor::OutgoingCall;
 use crate::memory::{Access, RegisteredBuf};
+use crate::protocol::connection::ServerEvent;
 use crate::protocol::frames::{
-    AckFrame, CallId, DescriptorFrame, GrantFrame, Kind, RequestFrame, ResponseFrame,
+    AckFrame, DescriptorFrame, GrantFrame, Kind, RequestFrame, ResponseFrame,
 };
-use crate::protocol::mailbox::mailbox;
 use crate::protocol::route::{
     check_granted_window, check_result_window, fits_inline, outgoing, Outgoing,
 };
@@ -35,8 +36,6 @@ use crate::service::EndpointDef;
 use crate::status::Status;
 use crate::transport::{Descriptor, Fencing, Grant, SendData};
 
-/// Removes an abandoned call's routing and tells the server, when the caller stops waiting
-/// (deadline, or the future was dropped) before the response.
 /// What a call sends: bytes (send, write; none for receive, read), or for receive and read
 /// the caller's buffer for the result.
 enum Payload {
@@ -50,6 +49,8 @@ enum Received {
     Into(RegisteredBuf),
 }
 
+/// Tells the server when the caller stops waiting (deadline, or the future was dropped) before
+/// the response.
 struct CallGuard<'a> {
     inner: &'a Inner,
     id: u64,
@@ -70,21 +71,67 @@ impl Drop for CallGuard<'_> {
 
 impl Inner {
     /// The caller gave up on call `id` before its response: the server is told (`Cancel`),
-    /// and the call's entry (its in-flight permit, and `windows`, which the server may still
+    /// and the call (its place in the window, and `windows`, which the server may still
     /// write or read) stays until the server's response arrives.
     pub(super) fn abandon(&self, id: u64, windows: impl IntoIterator<Item = Grant>) {
-        let mut calls = lock(&self.calls);
-        let Some(entry) = calls.get_mut(&id) else {
-            return; // the response already came, or the connection is gone
+        let mut locked = self.session.lock();
+        locked.proto.abandon(id, windows);
+        self.session.hand_off(&mut locked, id);
+    }
+
+    /// Waits for room in the window and opens a call there: its id, the write slot its
+    /// payload of `slot_len` bytes goes in (if it wants one and one is free), and the window
+    /// to offer for a result of `endpoint` (outbound calls).
+    pub(super) async fn open(
+        &self,
+        endpoint: &EndpointDef,
+        slot_len: Option<usize>,
+        stream: Option<std::sync::Arc<crate::stream::StreamCell>>,
+    ) -> Result<Opened, Status> {
+        let mut line = Line {
+            inner: self,
+            ticket: None,
         };
-        entry.events = None;
-        entry.hold.extend(windows);
-        drop(calls);
-        let channel = self.channel.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let _ = channel.send(Kind::Cancel(CallId { id })).await;
-            });
+        let mut stream = stream;
+        std::future::poll_fn(|cx| {
+            let mut locked = self.session.lock();
+            let proto = &mut locked.proto;
+            match proto.poll_room(&mut line.ticket, cx) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(Err(status)) => Poll::Ready(Err(status)),
+                Poll::Ready(Ok(())) => {
+                    let id = proto.open_call(stream.take());
+                    let slot = slot_len.and_then(|len| proto.take_slot(len));
+                    let reply = (!endpoint.op.is_inbound())
+                        .then(|| proto.reply_size(endpoint))
+                        .flatten();
+                    Poll::Ready(Ok(Opened { id, slot, reply }))
+                }
+            }
+        })
+        .await
+    }
+}
+
+/// A call opened on a connection.
+pub(super) struct Opened {
+    pub(super) id: u64,
+    /// The write slot taken for its payload: (index, window).
+    slot: Option<(u32, Descriptor)>,
+    /// The size of the window to offer for its result.
+    reply: Option<usize>,
+}
+
+/// A caller's place in line for room in the window: given up when the caller stops waiting.
+struct Line<'a> {
+    inner: &'a Inner,
+    ticket: Option<u64>,
+}
+
+impl Drop for Line<'_> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.inner.session.lock().proto.leave_line(ticket);
         }
     }
 }
@@ -288,11 +335,6 @@ impl Client {
 }
 
 impl Inner {
-    pub(super) fn closed_status(&self) -> Status {
-        self.lost()
-            .unwrap_or_else(|| Status::unavailable("connection lost"))
-    }
-
     async fn call_inner(
         &self,
         endpoint: &EndpointDef,
@@ -320,34 +362,6 @@ impl Inner {
                 endpoint.path
             )));
         }
-        let permit = inner
-            .in_flight
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| self.closed_status())?;
-        if let Some(status) = inner.lost() {
-            return Err(status);
-        }
-        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, events) = mailbox();
-        lock(&inner.calls).insert(
-            id,
-            Entry {
-                events: Some(tx),
-                stream: None,
-                hold: Vec::new(),
-                _permit: permit,
-            },
-        );
-        let mut guard = CallGuard {
-            inner,
-            id,
-            done: false,
-            windows: Vec::new(),
-        };
-        let conn = inner.channel.conn();
-
         let inbound = endpoint.op.is_inbound();
         let call_metadata = if call_metadata.is_empty() {
             Vec::new()
@@ -359,16 +373,25 @@ impl Inner {
             .iter()
             .map(|e| e.key.len() + e.value.len() + 18)
             .sum();
+        let negotiated = &inner.negotiated;
         let inline = fits_inline(
             data.len(),
             metadata.len() + metadata_len,
-            inner.inline_threshold,
-            inner.channel.peer_max_frame(),
+            negotiated.inline_threshold as usize,
+            inner.session.peer_max_frame(),
         );
-        let slot = (inbound && !inline)
-            .then(|| inner.take_slot(data.len()))
-            .flatten();
-        let route = outgoing(inline, slot.is_some(), inner.pull_writes);
+        let opened = inner
+            .open(endpoint, (inbound && !inline).then_some(data.len()), None)
+            .await?;
+        let (id, slot) = (opened.id, opened.slot);
+        let mut guard = CallGuard {
+            inner,
+            id,
+            done: false,
+            windows: Vec::new(),
+        };
+        let conn = inner.session.transport();
+        let route = outgoing(inline, slot.is_some(), negotiated.pull_writes);
         let mut request = RequestFrame {
             id,
             path: Bytes::from_static(endpoint.path.as_bytes()),
@@ -422,16 +445,13 @@ impl Inner {
             let window = conn.grant_result(dst, len).map_err(Status::from)?;
             request.reply_to = Some(DescriptorFrame::from(window.descriptor()));
             guard.windows.push(window);
-        } else if let Some(size) = inner.reply_size(endpoint) {
+        } else if let Some(size) = opened.reply {
             let window = reply_window(inner, size)?;
             request.reply_to = Some(DescriptorFrame::from(window.descriptor()));
             guard.windows.push(window);
         }
-        inner
-            .channel
-            .send(Kind::Request(request))
-            .await
-            .map_err(Status::from)?;
+        let sent = inner.session.lock().proto.send_request(id, request);
+        sent.map_err(Status::from)?;
         if let Some(write) = slot_write {
             write
                 .await
@@ -439,7 +459,7 @@ impl Inner {
         }
 
         let response = loop {
-            match events.recv().await {
+            match inner.event(id).await {
                 None => return Err(self.closed_status()),
                 Some(ServerEvent::Response(r)) => break r,
                 Some(ServerEvent::Grant(g)) if into => {
@@ -455,9 +475,8 @@ impl Inner {
                     inner.counters.transfers.fetch_add(1, Ordering::Relaxed);
                     let reply_to = self.transfer(endpoint, g, &data, &mut guard).await?;
                     inner
-                        .channel
+                        .session
                         .send(Kind::Ack(AckFrame { id, reply_to }))
-                        .await
                         .map_err(Status::from)?;
                 }
             }
@@ -523,14 +542,18 @@ impl Inner {
                 Some(p) => p.len() as u64,
                 None => pushed_len,
             };
-            inner.learn_reply_size(endpoint, len as usize);
+            inner
+                .session
+                .lock()
+                .proto
+                .learn_reply_size(endpoint, len as usize);
         }
         let received = match (inline_payload, reply) {
             (Some(payload), _) => payload,
             (None, _) if pushed_len == 0 => Bytes::new(),
             (None, Some(mut buf)) if pushed_len <= buf.capacity() as u64 => {
                 buf.set_len(pushed_len as usize);
-                match inner.channel.conn().fencing() {
+                match inner.session.transport().fencing() {
                     Fencing::Revocable => buf.freeze(),
                     // The server can still write the window (it outlives `revoke`): the
                     // caller gets a copy, never memory that may change under it.
@@ -574,8 +597,8 @@ impl Inner {
                 window.access.contains(Access::REMOTE_WRITE),
             )
             .map_err(violation)?;
-            self.channel
-                .conn()
+            self.session
+                .transport()
                 .write(SendData::Bytes(data.clone()), &window, None)
                 .await
                 .map_err(|e| Status::unavailable(format!("RDMA write failed: {e}")))?;
@@ -596,8 +619,8 @@ fn reply_window(inner: &Inner, size: usize) -> Result<Grant, Status> {
     let buf = inner.staging.acquire(size).map_err(Status::from)?;
     let capacity = buf.capacity();
     inner
-        .channel
-        .conn()
+        .session
+        .transport()
         .grant(buf, 0, capacity, Access::REMOTE_WRITE)
         .map_err(Status::from)
 }

@@ -22,7 +22,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_core::Stream;
 
-use super::{lock, CallOptions, Client, Entry, Inner};
+use super::{CallOptions, Client, Inner};
 use crate::memory::Access;
 use crate::protocol::frames::{
     ChunksFrame, DescriptorFrame, Kind, RequestFrame, ResponseFrame, WindowOffer,
@@ -65,8 +65,8 @@ impl OpenCall {
                 requests,
                 responses,
             } => Setup {
-                sends: requests.then_some(inner.peer_stream_window),
-                receives: responses.then_some(inner.stream_window),
+                sends: requests.then_some(inner.negotiated.peer_stream_window),
+                receives: responses.then_some(inner.negotiated.stream_window),
                 ..Setup::default()
             },
             crate::StreamKind::Bulk { max_len } => Setup {
@@ -80,31 +80,11 @@ impl OpenCall {
                 )))
             }
         };
-        let permit = inner
-            .in_flight
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| inner.closed_status())?;
-        if let Some(status) = inner.lost() {
-            return Err(status);
-        }
-        let id = inner
-            .next_id
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let cell = StreamCell::new(setup);
-        lock(&inner.calls).insert(
-            id,
-            Entry {
-                events: None,
-                stream: Some(cell.clone()),
-                hold: Vec::new(),
-                _permit: permit,
-            },
-        );
+        let opened = inner.open(endpoint, None, Some(cell.clone())).await?;
         Ok(OpenCall {
             inner: inner.clone(),
-            id,
+            id: opened.id,
             cell,
             windows: HashMap::new(),
         })
@@ -132,8 +112,19 @@ impl OpenCall {
         }
     }
 
-    async fn send(&self, kind: Kind) -> Result<(), Status> {
-        self.inner.channel.send(kind).await.map_err(Status::from)
+    fn send(&self, kind: Kind) -> Result<(), Status> {
+        self.inner.session.send(kind).map_err(Status::from)
+    }
+
+    /// Sends the call's request (a call whose request cannot go is forgotten).
+    fn send_request(&self, request: RequestFrame) -> Result<(), Status> {
+        let sent = self
+            .inner
+            .session
+            .lock()
+            .proto
+            .send_request(self.id, request);
+        sent.map_err(Status::from)
     }
 
     /// The server's response, once it came.
@@ -143,7 +134,7 @@ impl OpenCall {
 
     /// Offers a window of a staging buffer holding `data` (write) or of `len` bytes (read).
     fn offer(&mut self, data: Option<&[u8]>, len: usize) -> Result<WindowOffer, Status> {
-        let conn = self.inner.channel.conn();
+        let conn = self.inner.session.transport();
         let mut buf = self.inner.staging.acquire(len).map_err(Status::from)?;
         let access = match data {
             Some(data) => {
@@ -169,7 +160,7 @@ impl OpenCall {
         offer
     }
 
-    async fn offer_more(&self, offers: Vec<WindowOffer>) -> Result<(), Status> {
+    fn offer_more(&self, offers: Vec<WindowOffer>) -> Result<(), Status> {
         if offers.is_empty() {
             return Ok(());
         }
@@ -178,7 +169,6 @@ impl OpenCall {
             offers,
             used: Vec::new(),
         }))
-        .await
     }
 }
 
@@ -223,17 +213,14 @@ impl Client {
         let open = async {
             let inner = self.connection().await?;
             let call = OpenCall::open(&inner, endpoint).await?;
-            call.send(Kind::Request(
-                call.request(endpoint, message, timeout, &options),
-            ))
-            .await?;
+            call.send_request(call.request(endpoint, message, timeout, &options))?;
             if let Some(requests) = requests {
                 let sink = self.sink(&inner, &call, endpoint);
                 let cell = call.cell.clone();
                 tokio::spawn(pump(requests, sink, cell));
             }
             let stream =
-                MessageStream::new(call.cell.clone(), inner.channel.clone(), call.id, *endpoint);
+                MessageStream::new(call.cell.clone(), inner.session.clone(), call.id, *endpoint);
             Ok(stream.holding(Box::new(call), deadline))
         };
         match timeout {
@@ -265,13 +252,7 @@ impl Client {
         let call = async {
             let inner = self.connection().await?;
             let call = OpenCall::open(&inner, endpoint).await?;
-            call.send(Kind::Request(call.request(
-                endpoint,
-                Bytes::new(),
-                timeout,
-                &options,
-            )))
-            .await?;
+            call.send_request(call.request(endpoint, Bytes::new(), timeout, &options))?;
             let sink = self.sink(&inner, &call, endpoint);
             let sending = pump(requests, sink, call.cell.clone());
             tokio::pin!(sending);
@@ -320,7 +301,7 @@ impl Client {
             for _ in 0..depth {
                 request.offers.push(call.offer(None, window)?);
             }
-            call.send(Kind::Request(request)).await?;
+            call.send_request(request)?;
             Ok(ReadStream {
                 call,
                 endpoint: *endpoint,
@@ -343,10 +324,10 @@ impl Client {
     fn sink(&self, inner: &Arc<Inner>, call: &OpenCall, endpoint: &EndpointDef) -> MessageSink {
         MessageSink::new(
             call.cell.clone(),
-            inner.channel.clone(),
+            inner.session.clone(),
             call.id,
             *endpoint,
-            inner.peer_stream_window,
+            inner.negotiated.peer_stream_window,
             self.shared.config.transfer_timeout,
         )
     }
@@ -375,7 +356,7 @@ impl Inner {
         let mut call = OpenCall::open(self, endpoint).await?;
         let mut request = call.request(endpoint, message, timeout, options);
         request.payload_len = data.len() as u64;
-        let conn = self.channel.conn().clone();
+        let conn = self.session.transport().clone();
         let chunk = endpoint.buffer_size as usize;
         let mut next = 0usize;
         // Bytes frozen from a memory region are offered where they are, in one window.
@@ -397,7 +378,7 @@ impl Inner {
                 }
             }
         }
-        call.send(Kind::Request(request)).await?;
+        call.send_request(request)?;
         loop {
             let used = tokio::select! {
                 used = std::future::poll_fn(|cx| call.cell.poll_used(cx)) => used?,
@@ -414,7 +395,7 @@ impl Inner {
                 let end = (next + chunk).min(data.len());
                 let offer = call.offer(Some(&data[next..end]), end - next)?;
                 next = end;
-                call.offer_more(vec![offer]).await?;
+                call.offer_more(vec![offer])?;
             }
         }
     }
@@ -591,12 +572,12 @@ impl ReadStream {
         let Some(window) = self.call.windows.remove(&done.window.id) else {
             return Poll::Ready(Err(Status::internal("a reported window is not held")));
         };
-        let fenced = self.call.inner.channel.conn().fencing() == Fencing::Revocable;
+        let fenced = self.call.inner.session.transport().fencing() == Fencing::Revocable;
         let copies = self.call.inner.copies.clone();
         let len = done.len as usize;
         // A fresh window in place of the one the chunk is in.
         let offer = self.call.offer(None, self.window);
-        let channel = self.call.inner.channel.clone();
+        let session = self.call.inner.session.clone();
         let id = self.call.id;
         self.next = Some(Box::pin(async move {
             let offer = offer?;
@@ -611,13 +592,12 @@ impl ReadStream {
                 // The server can still write the window: the caller gets a copy.
                 copies.copy_out(&buf)
             };
-            channel
+            session
                 .send(Kind::Chunks(ChunksFrame {
                     id,
                     offers: vec![offer],
                     used: Vec::new(),
                 }))
-                .await
                 .map_err(Status::from)?;
             Ok(Some(chunk))
         }));

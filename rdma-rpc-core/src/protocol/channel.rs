@@ -217,17 +217,6 @@ impl FrameChannel {
         }
     }
 
-    /// Sends a frame only if a credit is free now: whether it was sent (never waits, for the
-    /// task that reads the connection, which must not wait on the peer).
-    pub(crate) fn try_send(&self, kind: Kind) -> Result<bool> {
-        let out = self.encode(Some(kind))?;
-        if !self.credits().try_take(Need::Ordinary) {
-            return Ok(false);
-        }
-        self.send_encoded(out);
-        Ok(true)
-    }
-
     /// Sends a handshake or goaway frame; may use the reserved last credit.
     pub(crate) async fn send_priority(&self, kind: Kind) -> Result<()> {
         let out = self.encode(Some(kind))?;

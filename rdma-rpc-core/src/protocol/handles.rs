@@ -169,40 +169,6 @@ impl Holder {
     }
 }
 
-/// The offerer's side of one connection: ids of its offers.
-#[derive(Debug, Default)]
-pub(crate) struct Offers {
-    last: u64,
-    /// Offers whose revocation waits for the peer's `Revoked`, with who waits.
-    revoking: HashMap<u64, tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Offers {
-    /// The id of a new offer.
-    pub(crate) fn next(&mut self) -> u64 {
-        self.last += 1;
-        self.last
-    }
-
-    /// Starts revoking `offer`: `confirmed` fires when the peer confirms.
-    pub(crate) fn revoking(&mut self, offer: u64, confirmed: tokio::sync::oneshot::Sender<()>) {
-        self.revoking.insert(offer, confirmed);
-    }
-
-    /// The peer confirmed a revocation. Confirmations of offers that are not being revoked
-    /// (a confused or lying peer) change nothing.
-    pub(crate) fn confirmed(&mut self, offer: u64) {
-        if let Some(tx) = self.revoking.remove(&offer) {
-            let _ = tx.send(());
-        }
-    }
-
-    /// The revoker stopped waiting (it gave up, or the connection ended).
-    pub(crate) fn forget(&mut self, offer: u64) {
-        self.revoking.remove(&offer);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,23 +277,5 @@ mod tests {
         // The same offer revoked twice is remembered once.
         assert!(h.revoke(REMEMBERED_REVOCATIONS as u64 + 10));
         assert_eq!(h.revoked_order.len(), REMEMBERED_REVOCATIONS);
-    }
-
-    #[test]
-    fn only_awaited_confirmations_count() {
-        let mut offers = Offers::default();
-        let (a, b) = (offers.next(), offers.next());
-        assert_eq!((a, b), (1, 2));
-        let (tx, mut rx) = tokio::sync::oneshot::channel();
-        offers.revoking(b, tx);
-        offers.confirmed(a);
-        offers.confirmed(99);
-        assert!(
-            rx.try_recv().is_err(),
-            "other offers' confirmations do not count"
-        );
-        offers.confirmed(b);
-        assert!(rx.try_recv().is_ok());
-        assert!(offers.revoking.is_empty());
     }
 }

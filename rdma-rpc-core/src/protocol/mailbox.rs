@@ -90,10 +90,17 @@ impl<T> Shared<T> {
 /// The sending side, held by whoever routes frames to the call. Dropping it closes the box.
 pub(crate) struct Sender<T>(Arc<Shared<T>>);
 
+impl<T> std::fmt::Debug for Sender<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender").finish_non_exhaustive()
+    }
+}
+
 /// The receiving side, held by the call.
 pub(crate) struct Mailbox<T>(Arc<Shared<T>>);
 
 /// A new mailbox and its sender.
+#[cfg(test)]
 pub(crate) fn mailbox<T>() -> (Sender<T>, Mailbox<T>) {
     call_mailbox(CallLimits::default())
 }

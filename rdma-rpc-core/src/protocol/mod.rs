@@ -8,7 +8,10 @@
 //! The per-operation sequences are in the README ("Protocol") and in `server/call.rs`
 //! (server side) and `client/call.rs` (client side).
 
+#[cfg(test)]
 pub(crate) mod channel;
+pub(crate) mod codec;
+pub(crate) mod connection;
 pub(crate) mod credits;
 pub(crate) mod deadline;
 pub(crate) mod frames;
@@ -16,6 +19,8 @@ pub(crate) mod handles;
 pub(crate) mod mailbox;
 pub(crate) mod rate;
 pub(crate) mod route;
+#[cfg(test)]
+pub(crate) mod sim;
 pub(crate) mod slot_book;
 pub(crate) mod stream;
 pub(crate) mod wait;

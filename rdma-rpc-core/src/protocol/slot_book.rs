@@ -78,6 +78,7 @@ impl<W> SlotBook<W> {
     }
 
     /// Slots armed now and slots owed.
+    #[cfg(test)]
     pub(crate) fn counts(&self) -> (usize, usize) {
         (self.armed.len(), self.owed.len())
     }

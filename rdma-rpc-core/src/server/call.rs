@@ -23,25 +23,23 @@
 //! sides agree on what is in flight.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::Poll;
-use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
+use super::conn::ConnCtx;
 use super::share::Share;
-use super::slots::SharedSlots;
 use crate::memory::{Access, BufferPool, RegisteredBuf};
 use crate::observe::logs;
-use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{DescriptorFrame, GrantFrame, Kind, ResponseFrame, StatusFrame};
-use crate::protocol::mailbox::{CallLimits, EndReason, Mailbox, Sender};
+use crate::protocol::mailbox::{CallLimits, EndReason, Mailbox};
 use crate::protocol::route::{fits_inline, result_route, Incoming, ResultRoute};
 use crate::protocol::wait::{wait, Wait};
-use crate::protocol::CallMap;
 use crate::service::{EndpointDef, OpKind, RawRequest, ServerCall, Service, StreamKind};
+use crate::session::now;
 use crate::status::{Code, Status};
 use crate::stream::StreamCell;
 use crate::transport::{BoxFuture, Descriptor, Fencing, Grant, SendData};
@@ -54,97 +52,11 @@ pub(crate) enum ClientEvent {
     Ack(Option<Descriptor>),
 }
 
-/// The calls in flight on one connection, shared by the connection loop (which routes the
-/// client's acks and cancels) and the call tasks (which leave it just before answering, so a
-/// client that sends its next request on seeing a response is never over the limit).
-#[derive(Clone, Default)]
-pub(super) struct InFlight(Arc<InFlightCalls>);
-
-#[derive(Default)]
-pub(super) struct InFlightCalls {
-    calls: Mutex<CallMap<Routed>>,
-    /// Calls that left (answered).
-    answered: std::sync::atomic::AtomicU64,
-}
-
-/// Where the client's frames about one call go.
-pub(super) struct Routed {
-    pub(super) events: Sender<ClientEvent>,
-    /// A streaming call's streams.
-    pub(super) stream: Option<Arc<StreamCell>>,
-}
-
-impl InFlight {
-    fn calls(&self) -> std::sync::MutexGuard<'_, CallMap<Routed>> {
-        self.0.calls.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Calls answered so far.
-    pub(super) fn answered(&self) -> u64 {
-        self.0.answered.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    pub(super) fn len(&self) -> usize {
-        self.calls().len()
-    }
-
-    pub(super) fn contains(&self, id: u64) -> bool {
-        self.calls().contains_key(&id)
-    }
-
-    pub(super) fn insert(&self, id: u64, routed: Routed) {
-        self.calls().insert(id, routed);
-    }
-
-    /// The streams of call `id`, if it is in flight and streams.
-    pub(super) fn stream(&self, id: u64) -> Option<Arc<StreamCell>> {
-        self.calls().get(&id).and_then(|r| r.stream.clone())
-    }
-
-    /// Removes a call; whether it was still there.
-    pub(super) fn remove(&self, id: u64) -> bool {
-        let removed = self.calls().remove(&id);
-        if let Some(cell) = removed.as_ref().and_then(|r| r.stream.as_ref()) {
-            // Whatever still reads or writes the call's streams (work its handler spawned)
-            // stops.
-            cell.end(Status::cancelled("the call is over"));
-        }
-        let removed = removed.is_some();
-        if removed {
-            self.0
-                .answered
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        removed
-    }
-
-    /// Routes a client event to its call, if the call is still in flight.
-    pub(super) fn route(&self, id: u64, event: ClientEvent) {
-        if let Some(routed) = self.calls().get(&id) {
-            routed.events.send(event);
-        }
-    }
-
-    /// Ends a call early, if it is still in flight: it stops and answers with the reason.
-    pub(super) fn end(&self, id: u64, reason: EndReason) {
-        if let Some(routed) = self.calls().get(&id) {
-            routed.events.end(reason);
-        }
-    }
-
-    /// Ends every call in flight (the connection ended).
-    pub(super) fn end_all(&self, reason: EndReason) {
-        for routed in self.calls().values() {
-            routed.events.end(reason);
-        }
-    }
-}
-
 /// Everything one call needs.
 pub(super) struct Call {
     pub(super) id: u64,
-    pub(super) in_flight: InFlight,
-    pub(super) channel: Arc<FrameChannel>,
+    /// What the connection's calls share (its session, slots, settings).
+    pub(super) conn: Arc<ConnCtx>,
     pub(super) service: Arc<dyn Service>,
     pub(super) index: usize,
     pub(super) endpoint: EndpointDef,
@@ -158,8 +70,6 @@ pub(super) struct Call {
     pub(super) share_permit: Option<OwnedSemaphorePermit>,
     /// The request, until the handler takes it.
     pub(super) request: Option<RawRequest>,
-    /// The client's address.
-    pub(super) peer: Arc<str>,
     /// How the payload comes (decided by `protocol::route::incoming`).
     pub(super) incoming: Incoming,
     pub(super) payload_len: u64,
@@ -170,22 +80,12 @@ pub(super) struct Call {
     pub(super) source: Option<Descriptor>,
     /// The client window to push the result into.
     pub(super) reply_to: Option<Descriptor>,
-    /// The connection's write slots, re-armed with the response.
-    pub(super) slots: SharedSlots,
-    /// Longest wait for the client's ack of a transfer.
-    pub(super) transfer_timeout: Duration,
-    /// Longest wait for a free pool buffer.
-    pub(super) buffer_wait: Duration,
-    /// Outbound results up to this size go back inside the response frame.
-    pub(super) inline_threshold: usize,
     /// Grants sent: each one costs the call a round trip more.
     pub(super) grants: u8,
     /// The endpoint's metrics.
     pub(super) metrics: Arc<crate::observe::ServerEndpoint>,
     /// A streaming call's streams.
     pub(super) stream: Option<Arc<StreamCell>>,
-    /// Bytes of stream messages the client buffers per call (its `stream_window`).
-    pub(super) peer_stream_window: u64,
 }
 
 /// A transfer still under way when the response is sent (a pushed result); awaited after.
@@ -203,7 +103,7 @@ pub(super) fn run(mut call: Call, events: Mailbox<ClientEvent>) -> impl Future<O
         method = call.endpoint.method,
         path = call.endpoint.path,
         op = %call.endpoint.op,
-        peer = %call.peer,
+        peer = %call.conn.peer,
         id = call.id,
         status = tracing::field::Empty,
         bytes = tracing::field::Empty,
@@ -237,7 +137,7 @@ pub(super) fn run(mut call: Call, events: Mailbox<ClientEvent>) -> impl Future<O
                 let status = ended.status(events.limits(), &call.endpoint);
                 (error_response(call.id, &status), None)
             });
-            let max = call.channel.peer_max_frame();
+            let max = call.conn.session.peer_max_frame();
             let max_message = events.limits().max_response_len;
             if prost::Message::encoded_len(&response) + FRAME_MARGIN > max
                 || (response.status.is_none() && response.metadata.len() > max_message)
@@ -245,14 +145,15 @@ pub(super) fn run(mut call: Call, events: Mailbox<ClientEvent>) -> impl Future<O
                 response = fitted(&call, &events, response, max);
             }
             finished(&call, &response, started, &watched);
-            // Slots freed by this call (or earlier ones) go back to the client with the response.
-            let room = call
-                .channel
-                .peer_max_frame()
-                .saturating_sub(prost::Message::encoded_len(&response) + 64);
-            response.slots = call.slots.arm(call.channel.conn().as_ref(), room);
-            call.in_flight.remove(call.id);
-            if let Err(e) = call.channel.send(Kind::Response(response)).await {
+            // Slots freed by this call (or earlier ones) go back to the client with the
+            // response; the call is over for the connection from here.
+            let conn = &call.conn;
+            let sent = conn
+                .session
+                .lock()
+                .proto
+                .respond(response, now(), || conn.slot_window());
+            if let Err(e) = sent {
                 tracing::debug!(call = call.id, error = %e, "response not sent: connection gone");
             }
             if let Some(pending) = pending {
@@ -433,20 +334,20 @@ async fn answer(
 /// client's side acknowledges them: a client that never does loses its connection after
 /// `transfer_timeout`, which returns the buffer.
 async fn await_push(call: &Call, pending: Pending) {
-    match tokio::time::timeout(call.transfer_timeout, pending).await {
+    match tokio::time::timeout(call.conn.transfer_timeout, pending).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::debug!(call = call.id, error = %e, "pushing the result failed"),
         Err(_) => {
             if let Some(line) = logs::line("connection dropped", "transfer_timeout") {
                 tracing::warn!(
-                    peer = %call.peer,
+                    peer = %call.conn.peer,
                     suppressed = line.suppressed,
                     "a pushed result was not acknowledged within {:?} (transfer_timeout); \
                      connection dropped",
-                    call.transfer_timeout
+                    call.conn.transfer_timeout
                 );
             }
-            call.channel.conn().close();
+            call.conn.session.transport().close();
         }
     }
 }
@@ -508,7 +409,7 @@ async fn from_slot(call: &mut Call) -> Result<Bytes, Status> {
         .await
         .ok_or_else(|| Status::unavailable("connection closed"))?;
     buf.set_len(call.payload_len as usize);
-    Ok(match call.channel.conn().fencing() {
+    Ok(match call.conn.session.transport().fencing() {
         Fencing::Revocable => buf.freeze(),
         // The client can still write the slot (the window outlives `revoke`): the handler
         // gets a copy (a raw copy: those bytes are never borrowed), and the slot goes back
@@ -531,21 +432,21 @@ async fn pull(call: &mut Call, events: &Mailbox<ClientEvent>) -> Result<Bytes, S
         ))
     })?;
     let buf = take_buffer(call, events).await?;
-    let read = call.channel.conn().read(&source, buf);
+    let read = call.conn.session.transport().read(&source, buf);
     // A client that never lets the read complete would keep the pool buffer: after
     // transfer_timeout its connection goes, and with it the read and the buffer (also when
     // the call is stopped meanwhile: the read is watched on).
-    let until = Instant::now() + call.transfer_timeout;
-    match crate::bounded::answered_by(call.channel.conn(), read, until).await {
+    let until = Instant::now() + call.conn.transfer_timeout;
+    match crate::bounded::answered_by(call.conn.session.transport(), read, until).await {
         Some(read) => Ok(read.map_err(transfer_failed)?.freeze()),
         None => {
             let status = Status::unavailable(format!(
                 "the client's window was not readable within {:?} (transfer_timeout); \
                  connection closed",
-                call.transfer_timeout
+                call.conn.transfer_timeout
             ));
             if let Some(line) = logs::line("connection dropped", "transfer_timeout") {
-                tracing::warn!(peer = %call.peer, reason = status.message(), suppressed = line.suppressed, "connection dropped");
+                tracing::warn!(peer = %call.conn.peer, reason = status.message(), suppressed = line.suppressed, "connection dropped");
             }
             Err(status)
         }
@@ -561,8 +462,9 @@ async fn through_grant(call: &mut Call, events: &Mailbox<ClientEvent>) -> Result
     // what the buffer's previous call left in it.
     buf.as_mut_capacity()[..len].fill(0);
     let grant = call
-        .channel
-        .conn()
+        .conn
+        .session
+        .transport()
         .grant(buf, 0, len, Access::REMOTE_WRITE)
         .map_err(Status::from)?;
     let frame = GrantFrame {
@@ -602,8 +504,8 @@ async fn outbound(
     let inline = fits_inline(
         len,
         metadata.len(),
-        call.inline_threshold,
-        call.channel.peer_max_frame(),
+        call.conn.negotiated.inline_threshold as usize,
+        call.conn.session.peer_max_frame(),
     );
     let offered = call.reply_to.as_ref().map(|d| d.len);
     let dst = match result_route(inline, len, offered) {
@@ -634,8 +536,9 @@ async fn outbound(
     // The write is posted now; the response, sent after it on the same connection, arrives
     // after the bytes. The buffer returns to the pool when the write completes.
     let mut pushed = call
-        .channel
-        .conn()
+        .conn
+        .session
+        .transport()
         .write(SendData::Registered(buf), &dst, None);
     // A write the transport refused when it was posted (its queue full) has failed already:
     // answer with that, never with a success whose bytes were not sent.
@@ -707,7 +610,7 @@ async fn wait_for_buffer(
         deadline_first,
     } = wait(
         Instant::now(),
-        call.buffer_wait,
+        call.conn.buffer_wait,
         events.limits().deadline.map(|d| d.at),
     );
     if call.share_permit.is_none() {
@@ -730,7 +633,7 @@ async fn wait_for_buffer(
                      holds its share, {} of the {} buffers (pool_share_percent)",
                     endpoint.op,
                     endpoint.path,
-                    call.buffer_wait,
+                    call.conn.buffer_wait,
                     share.limit(),
                     share.pool()
                 ));
@@ -771,7 +674,7 @@ async fn wait_for_buffer(
                  calls in flight or by handlers that keep their payload",
                 endpoint.op,
                 endpoint.path,
-                call.buffer_wait,
+                call.conn.buffer_wait,
                 call.pool.count()
             ));
             refused(call, &status);
@@ -784,7 +687,7 @@ async fn wait_for_buffer(
 fn refused(call: &Call, status: &Status) {
     if let Some(line) = logs::line("call refused", status.code().as_str()) {
         tracing::warn!(
-            peer = %call.peer,
+            peer = %call.conn.peer,
             reason = status.message(),
             suppressed = line.suppressed,
             "call refused"
@@ -799,13 +702,13 @@ async fn ask(
     frame: GrantFrame,
 ) -> Result<Option<Descriptor>, Status> {
     call.grants = call.grants.saturating_add(1);
-    call.channel
+    call.conn
+        .session
         .send(Kind::Grant(frame))
-        .await
         .map_err(Status::from)?;
     let limit = wait(
         Instant::now(),
-        call.transfer_timeout,
+        call.conn.transfer_timeout,
         events.limits().deadline.map(|d| d.at),
     )
     .until;

@@ -1,4 +1,8 @@
-//! One server connection: handshake, then frames in, calls out.
+//! One server connection: its session (`crate::session`, over the protocol state of
+//! `protocol::connection`), the loop that reads its frames and starts the calls the state
+//! admits, and its end. What a call does is in `call.rs`; what the connection decides (the
+//! handshake, admission, refusals, pings, idle, draining, frames a client must not send) is
+//! the state's.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -10,58 +14,56 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::call::{self, error_response, ClientEvent, InFlight};
+use super::call::{self, error_response, ClientEvent};
 use super::share::PoolShares;
-use super::slots::{SharedSlots, Slots};
+use super::slots::Slots;
 use super::Shared;
 use crate::error::Error;
 use crate::interceptor::IncomingCall;
 use crate::observe::logs::{self, Ending};
-use crate::protocol::channel::FrameChannel;
-use crate::protocol::frames::{Hello, Kind, RequestFrame, StatusFrame};
-use crate::protocol::mailbox::{call_mailbox, CallLimits, EndReason, Mailbox, Sender};
-use crate::protocol::rate::{Rate, Verdict};
-use crate::protocol::route::{Incoming, RequestShape};
+use crate::protocol::connection::{
+    Admitted, Connection as Proto, Incoming, Negotiated, ServerSettings,
+};
+use crate::protocol::frames::RequestFrame;
+use crate::protocol::mailbox::{call_mailbox, CallLimits, Mailbox, Sender};
+use crate::protocol::route::{Incoming as Route, RequestShape};
 use crate::protocol::stream::Direction;
-use crate::protocol::PROTOCOL_VERSION;
-use crate::remote::{End, RemoteMemory};
+use crate::remote::RemoteMemory;
 use crate::service::RawRequest;
 use crate::service::StreamKind;
+use crate::session::{now, Read, Session};
 use crate::status::Status;
 use crate::stream::{Setup, StreamCell};
-use crate::transport::PeerIdentity;
-use crate::transport::{Connection, Fencing};
+use crate::transport::{Connection, Fencing, Grant, PeerIdentity};
 
 /// Receives a refused client's Hello may use: two of 1 KiB (a Hello is tens of bytes).
 const REFUSAL_FRAME: usize = 1024;
 /// Longest a refused client may take to send its Hello.
 const REFUSAL_WAIT: Duration = Duration::from_secs(1);
+/// Longest wait for the client to receive the last frames before the connection closes.
+const LAST_WORDS: Duration = Duration::from_secs(1);
 
-/// Tells a client that a limit turned it away why (in its handshake), with as little as
-/// possible allocated for it and for at most [`REFUSAL_WAIT`].
-pub(super) async fn refuse(
-    shared: Arc<Shared>,
-    conn: Arc<dyn Connection>,
-    status: Status,
-    _permit: tokio::sync::OwnedSemaphorePermit,
-) {
-    if let Ok(channel) = FrameChannel::new(conn.clone(), 2, REFUSAL_FRAME, false) {
-        let wait = shared.config.handshake_timeout.min(REFUSAL_WAIT);
-        if handshake_hello(&channel, wait).await.is_ok() {
-            goaway(&channel, &status).await;
-        }
+/// What the server announces and enforces on a connection over `conn`.
+fn settings(shared: &Shared, conn: &dyn Connection) -> ServerSettings {
+    let cfg = &shared.config;
+    ServerSettings {
+        max_frame: cfg.max_frame,
+        initial_receives: initial_receives(shared),
+        recv_credits: cfg.recv_credits,
+        max_in_flight: cfg.max_in_flight,
+        inline_threshold: cfg.inline_threshold,
+        // Pull by default where a granted pool buffer could not be fenced off again.
+        pull_writes: cfg
+            .pull_writes
+            .unwrap_or(conn.fencing() == Fencing::Unfenced),
+        stream_window: cfg.stream_window,
+        token: crate::remote::new_token(),
+        write_slots: cfg.write_slots,
+        handshake_timeout: cfg.handshake_timeout,
+        idle_timeout: cfg.idle_timeout,
+        max_pings_per_second: cfg.max_pings_per_second,
+        refusal: None,
     }
-    conn.close();
-}
-
-fn open(shared: &Shared, conn: Arc<dyn Connection>) -> Result<FrameChannel, Error> {
-    FrameChannel::growing(
-        conn,
-        initial_receives(shared),
-        shared.config.recv_credits,
-        shared.config.max_frame,
-        false,
-    )
 }
 
 /// Receives posted when a connection opens (the rest come as it gets busy).
@@ -72,61 +74,35 @@ fn initial_receives(shared: &Shared) -> u32 {
         .min(shared.config.recv_credits)
 }
 
-/// Longest wait for the client to receive the last frames before the connection closes.
-const LAST_WORDS: Duration = Duration::from_secs(1);
-
-/// Tells the client why the connection ends, if a credit allows it (before the handshake
-/// there is none). Waits (at most [`LAST_WORDS`]) until the client's transport has that
-/// frame and so every frame before it, such as the responses of calls drained at shutdown,
-/// then gives the client a moment to read them before the connection is closed.
-async fn goaway(channel: &FrameChannel, status: &Status) {
-    if let Some(sent) = channel.try_send_last(Kind::Goaway(StatusFrame::from(status))) {
-        let _ = tokio::time::timeout(LAST_WORDS, sent).await;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Tells the client, as the server starts to drain the calls in flight on this connection,
-/// that it shuts down: the client sends its next calls elsewhere (a client of several servers
-/// skips this one) while these calls still get their responses; the last goaway follows them.
-/// Sent from a task of its own, which waits for a credit if none is free.
-fn draining(channel: &Arc<FrameChannel>) {
-    let channel = channel.clone();
-    let status = Status::unavailable("the server is shutting down");
-    tokio::spawn(async move {
-        let _ = channel
-            .send_priority(Kind::Goaway(StatusFrame::from(&status)))
-            .await;
-    });
-}
-
-/// Waits (at most `limit`) for the client's Hello and applies it.
-async fn handshake_hello(channel: &FrameChannel, limit: Duration) -> Result<Hello, Error> {
-    let peer = channel.conn().peer().to_owned();
-    let frame = tokio::time::timeout(limit, channel.recv())
-        .await
-        .map_err(|_| Error::Protocol {
-            peer: peer.clone(),
-            reason: format!("no handshake within {limit:?} (handshake_timeout)"),
-        })??;
-    let Some(Kind::Hello(hello)) = frame.kind else {
-        return Err(Error::Protocol {
-            peer,
-            reason: "the first frame is not a Hello".into(),
-        });
+/// Tells a client that a limit turned it away why (in its handshake), with as little as
+/// possible allocated for it and for at most [`REFUSAL_WAIT`].
+pub(super) async fn refuse(
+    shared: Arc<Shared>,
+    conn: Arc<dyn Connection>,
+    status: Status,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let wait = shared.config.handshake_timeout.min(REFUSAL_WAIT);
+    let settings = ServerSettings {
+        max_frame: REFUSAL_FRAME,
+        initial_receives: 2,
+        recv_credits: 2,
+        handshake_timeout: wait,
+        refusal: Some(status),
+        ..settings(&shared, conn.as_ref())
     };
-    // A peer of another version is told so (by the caller), whatever else its Hello says.
-    if hello.version == PROTOCOL_VERSION {
-        if let Some(reason) = crate::protocol::unusable_hello(&hello) {
-            return Err(Error::Protocol { peer, reason });
+    let proto = Proto::server(settings, Arc::from(conn.peer()), now());
+    if let Ok(session) = Session::new(conn.clone(), proto, REFUSAL_FRAME, 2, false) {
+        let told = std::future::poll_fn(|cx| match session.poll_frames(cx) {
+            Poll::Ready(Read::Over) => Poll::Ready(()),
+            // A refused client's requests are not read.
+            Poll::Ready(_) | Poll::Pending => Poll::Pending,
+        });
+        if tokio::time::timeout(wait, told).await.is_ok() {
+            session.finish(LAST_WORDS).await;
         }
     }
-    channel.set_peer(
-        hello.credits,
-        hello.credits.max(hello.max_credits),
-        hello.max_frame,
-    );
-    Ok(hello)
+    conn.close();
 }
 
 /// Serves one connection until it ends.
@@ -162,151 +138,136 @@ pub(super) async fn serve(
     conn.close();
 }
 
+/// What every call of one connection shares.
+pub(super) struct ConnCtx {
+    pub(super) session: Arc<Session>,
+    /// The memory of the connection's write slots.
+    pub(super) slots: Slots,
+    /// The client's address, shared by every call's request.
+    pub(super) peer: Arc<str>,
+    /// Who the client proved to be (TLS), shared by every call's request.
+    pub(super) peer_identity: Option<Arc<PeerIdentity>>,
+    /// Offers both ways on this connection.
+    pub(super) remote: RemoteMemory,
+    /// What the handshake settled.
+    pub(super) negotiated: Negotiated,
+    /// Longest wait for the client's ack of a transfer, and for its answer to an RDMA
+    /// operation.
+    pub(super) transfer_timeout: Duration,
+    /// Longest wait for a free pool buffer.
+    pub(super) buffer_wait: Duration,
+}
+
+impl ConnCtx {
+    /// A window of a free write slot buffer, for the state to arm a slot with.
+    pub(super) fn slot_window(&self) -> Option<(Grant, crate::protocol::frames::DescriptorFrame)> {
+        self.slots.window(self.session.transport().as_ref())
+    }
+
+    /// Answers request `id`, which was never started, with `status` (a refused request may
+    /// still have used a slot: owed slots are armed with it).
+    fn refuse(&self, id: u64, status: &Status) {
+        let mut locked = self.session.lock();
+        if let Err(e) = locked.proto.refuse(id, status, || self.slot_window()) {
+            tracing::debug!(call = id, error = %e, "refusal not sent: connection gone");
+        }
+    }
+}
+
+impl std::fmt::Debug for ConnCtx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnCtx").field("peer", &self.peer).finish()
+    }
+}
+
 async fn run(
     shared: Arc<Shared>,
     conn: Arc<dyn Connection>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), Error> {
-    let channel = Arc::new(open(&shared, conn)?);
-    let hello = match handshake_hello(&channel, shared.config.handshake_timeout).await {
-        Ok(hello) => hello,
-        Err(e) => {
-            goaway(&channel, &Status::invalid_argument(e.to_string())).await;
-            return Err(e);
-        }
-    };
-    if hello.version != PROTOCOL_VERSION {
-        let e = Error::VersionMismatch {
-            ours: PROTOCOL_VERSION,
-            theirs: hello.version,
-        };
-        goaway(&channel, &Status::failed_precondition(e.to_string())).await;
-        return Err(e);
-    }
     let cfg = &shared.config;
-    let max_in_flight = hello.max_in_flight.clamp(1, cfg.max_in_flight);
-    let inline_threshold = cfg.inline_threshold.min(hello.inline_threshold);
-    // Memory of this connection only, registered when its first large payload comes.
-    let slots: SharedSlots = Arc::new(Slots::new(cfg.write_slots, cfg.slot_size));
-    // Pull by default where a granted pool buffer could not be fenced off again.
-    let pull_writes = cfg
-        .pull_writes
-        .unwrap_or(channel.conn().fencing() == Fencing::Unfenced);
-    let ack = Hello {
-        version: PROTOCOL_VERSION,
-        max_frame: cfg.max_frame as u32,
-        // What was posted before the Hello arrived: the receives added since travel as
-        // credits of the HelloAck frame itself.
-        credits: initial_receives(&shared),
-        max_credits: cfg.recv_credits,
-        max_in_flight,
-        inline_threshold,
-        slots: Vec::new(),
-        pull_writes,
-        token: crate::remote::new_token(),
-        stream_window: crate::client::stream_window(cfg.stream_window, cfg.max_frame),
-    };
-    let remote = RemoteMemory::new(End::new(
-        channel.clone(),
-        ack.token,
-        hello.token,
-        shared.config.transfer_timeout,
-    ));
-    let negotiated = Negotiated {
-        inline_threshold,
-        pull_writes,
-        stream_window: ack.stream_window,
-        peer_stream_window: hello.stream_window,
-        peer: Arc::from(channel.conn().peer()),
-        peer_identity: channel.conn().peer_identity(),
-        remote,
-    };
-    let calls = InFlight::default();
+    let peer: Arc<str> = Arc::from(conn.peer());
+    let proto = Proto::server(settings(&shared, conn.as_ref()), peer.clone(), now());
+    let session = Session::new(
+        conn.clone(),
+        proto,
+        cfg.max_frame,
+        initial_receives(&shared),
+        false,
+    )?;
     // Listed for `ServerHandle::connections` (and counted) while it serves: from before the
     // client learns it is connected.
-    let _listed = super::listing::Live::list(&shared, negotiated.peer.clone(), calls.clone());
+    let _listed = super::listing::Live::list(&shared, peer.clone(), session.clone());
     let _counted = crate::observe::OpenConnection::new();
-    channel.send_priority(Kind::HelloAck(ack)).await?;
-
-    let mut shares = PoolShares::new(cfg.pool_share_percent);
-    let mut task_ids = HashMap::new();
     let mut tasks = CallTasks {
         set: JoinSet::new(),
-        calls: calls.clone(),
-        conn: channel.conn().clone(),
+        ids: HashMap::new(),
+        session: session.clone(),
     };
+    let mut ctx: Option<Arc<ConnCtx>> = None;
+    let mut shares = PoolShares::new(cfg.pool_share_percent);
     // The box of the last call that ran to completion here, reused by the next one: a call
     // that answers at once costs no allocation for its state.
     let mut spare = None;
     let mut stopping = *stop.borrow_and_update();
-    // Idle: no call in flight and no frame from the client for `idle_timeout`.
-    let idle_timeout = shared.config.idle_timeout;
-    // (Without a limit the branch below is off; the timer is never awaited.)
-    let idle = tokio::time::sleep(idle_timeout.unwrap_or(Duration::from_secs(86_400)));
-    tokio::pin!(idle);
-    // Pings are answered by this task: at most `max_pings_per_second` of them.
-    let ping_limit = cfg.max_pings_per_second;
-    let mut pings = Rate::new(ping_limit, Duration::from_secs(1));
+    if stopping {
+        session.lock().proto.shutdown();
+    }
+    // When the state wants to hear of time (the handshake's deadline, the idle timeout).
+    let timer = tokio::time::sleep(Duration::from_secs(86_400));
+    tokio::pin!(timer);
+    let mut timer_at = None;
+    // Calls that end change it only with an idle timeout (without one, only frames do).
+    let idle = cfg.idle_timeout.is_some();
+    let mut first = true;
     loop {
-        if let Some(limit) = idle_timeout {
-            if !tasks.set.is_empty() || calls.len() > 0 {
-                idle.as_mut().reset(Instant::now() + limit);
-            }
+        if session.is_over() {
+            break;
         }
-        if stopping && tasks.set.is_empty() {
-            goaway(
-                &channel,
-                &Status::unavailable("the server is shutting down"),
-            )
-            .await;
-            return Ok(());
+        if idle || first {
+            first = false;
+            let at = session.timeout();
+            if at != timer_at {
+                timer_at = at;
+                if let Some(at) = at {
+                    timer.as_mut().reset(Instant::from_std(at));
+                }
+            }
         }
         tokio::select! {
-            () = &mut idle, if idle_timeout.is_some() && tasks.set.is_empty() => {
-                let limit = idle_timeout.unwrap_or_default();
-                tracing::debug!(peer = channel.conn().peer(), "closing an idle connection");
-                goaway(
-                    &channel,
-                    &Status::unavailable(format!(
-                        "the server closed a connection idle for {limit:?} (idle_timeout)"
-                    )),
-                )
-                .await;
-                return Ok(());
-            }
-            frame = channel.recv() => {
-                let frame = frame?;
-                if let Some(limit) = idle_timeout {
-                    idle.as_mut().reset(Instant::now() + limit);
-                }
-                let kind = match frame.kind {
-                    None => continue, // a credit update
-                    Some(kind) => kind,
-                };
-                match kind {
-                    Kind::Request(req) => {
-                        if calls.contains(req.id) {
-                            let e = channel.malformed(format!("call id {} reused while in flight", req.id));
-                            goaway(&channel, &Status::invalid_argument(e.to_string())).await;
-                            return Err(e);
+            read = std::future::poll_fn(|cx| session.poll_frames(cx)) => {
+                let incoming = match read {
+                    Read::Incoming(incoming) => incoming,
+                    Read::Timer(at) => {
+                        timer_at = at;
+                        if let Some(at) = at {
+                            timer.as_mut().reset(Instant::from_std(at));
                         }
-                        let refusal = if stopping {
-                            Some(Status::unavailable("the server is shutting down"))
-                        } else if calls.len() >= max_in_flight as usize {
-                            Some(Status::resource_exhausted(format!(
-                                "too many calls in flight on this connection (max_in_flight = {max_in_flight})"
-                            )))
-                        } else {
-                            None
-                        };
-                        let id = req.id;
-                        let started = refusal.map_or_else(
-                            || start_call(&shared, &channel, &calls, &slots, &mut shares, req, &negotiated),
-                            Err,
-                        );
-                        match started {
-                            Ok((call, mailbox, events)) => {
-                                calls.insert(id, call::Routed { events, stream: call.stream.clone() });
+                        continue;
+                    }
+                    Read::Over => break,
+                };
+                let ctx = match &ctx {
+                    Some(ctx) => ctx.clone(),
+                    None => {
+                        let made = context(&shared, &session, &peer);
+                        ctx = Some(made.clone());
+                        made
+                    }
+                };
+                match incoming {
+                    Incoming::Refused { id, status } => {
+                        refused(&shared, &ctx, id, &status);
+                        ctx.refuse(id, &status);
+                    }
+                    Incoming::Request(admitted) => {
+                        let id = admitted.request.id;
+                        match start_call(&shared, &ctx, &mut shares, admitted) {
+                            Err(status) => {
+                                refused(&shared, &ctx, id, &status);
+                                ctx.refuse(id, &status);
+                            }
+                            Ok((call, mailbox)) => {
                                 let ep = call.endpoint;
                                 let mut running = match spare.take() {
                                     Some(mut reused) => {
@@ -324,113 +285,116 @@ async fn run(
                                     Inline::Done => spare = Some(running),
                                     Inline::Waiting => {
                                         let handle = tasks.set.spawn(running);
-                                        task_ids.insert(handle.id(), (id, ep));
+                                        tasks.ids.insert(handle.id(), (id, ep));
                                     }
                                     Inline::Panicked => {
                                         drop(running);
-                                        answer_panic(&channel, &calls, id, &ep, &negotiated.peer).await?;
+                                        answer_panic(&ctx, id, &ep);
                                     }
                                 }
                             }
-                            Err(status) => {
-                                crate::observe::server_refused(status.code());
-                                let code = status.code().as_str();
-                                if let Some(line) = shared.logs.line("call refused", code) {
-                                    tracing::warn!(
-                                        peer = %negotiated.peer,
-                                        call = id,
-                                        code,
-                                        reason = %logs::shown_reason(status.message()),
-                                        suppressed = line.suppressed,
-                                        "call refused"
-                                    );
-                                }
-                                let mut frame = error_response(id, &status);
-                                // A refused request may still have used a slot.
-                                let room = channel.peer_max_frame().saturating_sub(prost::Message::encoded_len(&frame) + 64);
-                                frame.slots = slots.arm(channel.conn().as_ref(), room);
-                                send_aside(&channel, Kind::Response(frame));
-                            }
                         }
-                    }
-                    Kind::Ack(ack) => calls.route(ack.id, ClientEvent::Ack(ack.reply_to.map(Into::into))),
-                    Kind::Messages(m) => {
-                        if let Some(cell) = calls.stream(m.id) {
-                            broke(&channel, cell.messages(m)).await?;
-                        }
-                    }
-                    Kind::Credit(c) => {
-                        if let Some(cell) = calls.stream(c.id) {
-                            broke(&channel, cell.credit(c.bytes)).await?;
-                        }
-                    }
-                    Kind::Chunks(c) if c.used.is_empty() => {
-                        if let Some(cell) = calls.stream(c.id) {
-                            broke(&channel, cell.offers(c.offers)).await?;
-                        }
-                    }
-                    Kind::Cancel(call) => calls.end(call.id, EndReason::Cancelled),
-                    Kind::Revoke(r) => negotiated.remote.end().on_revoke(r.offers),
-                    Kind::Revoked(r) => negotiated.remote.end().on_revoked(r.offers),
-                    Kind::Ping(ping) => {
-                        if ping_limit > 0 && pings.check(std::time::Instant::now()) == Verdict::Hold {
-                            return Err(too_many_pings(&channel, ping_limit).await);
-                        }
-                        send_aside(&channel, Kind::Pong(ping))
-                    }
-                    Kind::Goaway(status) => {
-                        tracing::debug!(message = %logs::shown_reason(&status.message), "client said goodbye");
-                        return Ok(());
-                    }
-                    other => {
-                        let e = channel.malformed(format!("unexpected {} frame from a client", frame_name(&other)));
-                        goaway(&channel, &Status::invalid_argument(e.to_string())).await;
-                        return Err(e);
                     }
                 }
+            }
+            () = &mut timer, if timer_at.is_some() => {
+                session.lock().proto.handle_timeout(now());
+                // Set again at the top of the loop.
+                timer_at = None;
+                first = true;
             }
             Some(done) = tasks.set.join_next_with_id() => {
                 let (task, panicked) = match done {
                     Ok((task, ())) => (task, false),
                     Err(e) => (e.id(), e.is_panic()),
                 };
-                if let Some((id, ep)) = task_ids.remove(&task) {
+                if let Some((id, ep)) = tasks.ids.remove(&task) {
                     if panicked {
-                        answer_panic(&channel, &calls, id, &ep, &negotiated.peer).await?;
-                    } else {
-                        calls.remove(id);
+                        if let Some(ctx) = &ctx {
+                            answer_panic(ctx, id, &ep);
+                        }
                     }
                 }
             }
+            () = session.ended() => {}
             changed = stop.changed(), if !stopping => {
                 // A dropped sender means the server is gone: stop as well.
                 stopping = changed.is_err() || *stop.borrow_and_update();
-                if stopping && !tasks.set.is_empty() {
-                    draining(&channel);
+                if stopping {
+                    session.lock().proto.shutdown();
                 }
             }
         }
     }
+    // The last words (a goaway) reach the client before the transport closes.
+    session.finish(LAST_WORDS).await;
+    let locked = session.lock();
+    match locked.proto.end() {
+        Some(end) => match &end.error {
+            Some(e) => Err(e.duplicate()),
+            None => Ok(()),
+        },
+        None => Ok(()),
+    }
+}
+
+/// What the connection's calls share, once the handshake settled it.
+fn context(shared: &Shared, session: &Arc<Session>, peer: &Arc<str>) -> Arc<ConnCtx> {
+    let cfg = &shared.config;
+    let negotiated = *session
+        .lock()
+        .proto
+        .negotiated()
+        .expect("requests come after the handshake");
+    Arc::new(ConnCtx {
+        session: session.clone(),
+        // Memory of this connection only, registered when its first large payload comes.
+        slots: Slots::new(cfg.write_slots, cfg.slot_size),
+        peer: peer.clone(),
+        peer_identity: session.transport().peer_identity(),
+        remote: RemoteMemory::new(session.clone(), cfg.transfer_timeout),
+        negotiated,
+        transfer_timeout: cfg.transfer_timeout,
+        buffer_wait: cfg.buffer_wait,
+    })
+}
+
+/// Logs and counts a refused request, within the log budget.
+fn refused(shared: &Shared, ctx: &ConnCtx, id: u64, status: &Status) {
+    crate::observe::server_refused(status.code());
+    let code = status.code().as_str();
+    if let Some(line) = shared.logs.line("call refused", code) {
+        tracing::warn!(
+            peer = %ctx.peer,
+            call = id,
+            code,
+            reason = %logs::shown_reason(status.message()),
+            suppressed = line.suppressed,
+            "call refused"
+        );
+    }
 }
 
 /// The tasks of a connection's calls that waited. When the connection loop ends, for whatever
-/// reason, the connection is closed and every call still in flight is ended (`CANCELLED`,
-/// "ended with its connection"): its handler's future is dropped and it records how it ended
-/// (its answer goes nowhere); its task finishes by itself.
+/// reason, every call still in flight is ended (`CANCELLED`, "ended with its connection"): its
+/// handler's future is dropped and it records how it ended (its answer goes nowhere); its task
+/// finishes by itself.
 struct CallTasks {
     set: JoinSet<()>,
-    calls: InFlight,
-    conn: Arc<dyn Connection>,
+    ids: HashMap<tokio::task::Id, (u64, crate::service::EndpointDef)>,
+    session: Arc<Session>,
 }
 
 impl Drop for CallTasks {
     fn drop(&mut self) {
-        if self.calls.len() > 0 {
-            // First: nothing a stopped call answers may reach the client as if it were a
-            // status of the server's choosing.
-            self.conn.close();
+        if !self.session.is_over() {
+            // Nothing a stopped call answers may reach the client as if it were a status of
+            // the server's choosing.
+            self.session.abort(Error::ConnectionClosed {
+                peer: self.session.peer().to_owned(),
+                reason: "the server stopped serving it".into(),
+            });
         }
-        self.calls.end_all(EndReason::ConnectionLost);
         self.set.detach_all();
     }
 }
@@ -462,128 +426,30 @@ async fn poll_inline(mut call: std::pin::Pin<&mut (impl Future<Output = ()> + ?S
 }
 
 /// Answers for a call whose handler panicked, if it had not answered.
-/// Sends a frame the reader itself answers with (a refusal, a pong) without holding the reader
-/// up: one that finds no credit waits for it on a task of its own. The reader must go on
-/// reading, since the credits it would wait for come back in frames only it reads: waiting in
-/// place deadlocked a flood of refused calls once the client had no credit left to give.
-fn send_aside(channel: &Arc<FrameChannel>, kind: Kind) {
-    let channel = channel.clone();
-    let mut sending = Box::pin(async move { channel.send(kind).await });
-    // A failure puts the connection in error, which the reader sees in its next receive.
-    if crate::bounded::poll_once(&mut sending).is_none() {
-        tokio::spawn(sending);
+fn answer_panic(ctx: &ConnCtx, id: u64, ep: &crate::service::EndpointDef) {
+    let mut locked = ctx.session.lock();
+    if !locked.proto.in_flight(id) {
+        return;
     }
+    tracing::error!(
+        call = id,
+        method = ep.method,
+        path = ep.path,
+        op = %ep.op,
+        peer = &*ctx.peer,
+        "handler panicked"
+    );
+    let frame = error_response(id, &Status::internal("the handler panicked"));
+    let _ = locked.proto.respond(frame, now(), || ctx.slot_window());
 }
 
-async fn answer_panic(
-    channel: &FrameChannel,
-    calls: &InFlight,
-    id: u64,
-    ep: &crate::service::EndpointDef,
-    peer: &str,
-) -> Result<(), Error> {
-    if calls.remove(id) {
-        tracing::error!(
-            call = id,
-            method = ep.method,
-            path = ep.path,
-            op = %ep.op,
-            peer,
-            "handler panicked"
-        );
-        let frame = error_response(id, &Status::internal("the handler panicked"));
-        channel.send(Kind::Response(frame)).await?;
-    }
-    Ok(())
-}
-
-/// Ends a connection that pinged more than `limit` times in a second: tells the client so
-/// (`RESOURCE_EXHAUSTED` naming the setting) and returns the error that ends it.
-async fn too_many_pings(channel: &FrameChannel, limit: u32) -> Error {
-    let status = Status::resource_exhausted(format!(
-        "more than {limit} pings in a second on one connection (max_pings_per_second); \
-         connection closed"
-    ));
-    goaway(channel, &status).await;
-    Error::LimitExceeded {
-        limit: "max_pings_per_second",
-        max: limit.into(),
-        actual: u64::from(limit) + 1,
-    }
-}
-
-/// Ends the connection if the client broke a stream's rules (`protocol::stream`).
-async fn broke(
-    channel: &FrameChannel,
-    checked: Result<(), crate::protocol::stream::Violation>,
-) -> Result<(), Error> {
-    let Err(violation) = checked else {
-        return Ok(());
-    };
-    let e = channel.malformed(violation.0);
-    goaway(channel, &Status::invalid_argument(e.to_string())).await;
-    Err(e)
-}
-
-fn frame_name(kind: &Kind) -> &'static str {
-    match kind {
-        Kind::Hello(_) => "Hello",
-        Kind::HelloAck(_) => "HelloAck",
-        Kind::Request(_) => "Request",
-        Kind::Grant(_) => "Grant",
-        Kind::Ack(_) => "Ack",
-        Kind::Response(_) => "Response",
-        Kind::Cancel(_) => "Cancel",
-        Kind::Goaway(_) => "Goaway",
-        Kind::Revoke(_) => "Revoke",
-        Kind::Revoked(_) => "Revoked",
-        Kind::Ping(_) => "Ping",
-        Kind::Pong(_) => "Pong",
-        Kind::Messages(_) => "Messages",
-        Kind::Credit(_) => "Credit",
-        Kind::Chunks(_) => "Chunks",
-    }
-}
-
-/// What the handshake settled for the connection's calls.
-struct Negotiated {
-    inline_threshold: u32,
-    pull_writes: bool,
-    /// Bytes of stream messages this server buffers per call.
-    stream_window: u64,
-    /// Bytes of stream messages the client buffers per call.
-    peer_stream_window: u64,
-    /// The client's address, shared by every call's request.
-    peer: Arc<str>,
-    /// Who the client proved to be (TLS), shared by every call's request.
-    peer_identity: Option<Arc<PeerIdentity>>,
-    /// Offers both ways on this connection.
-    remote: RemoteMemory,
-}
-
-/// Checks a request against its endpoint and prepares the call.
+/// Checks an admitted request against its endpoint and starts the call.
 fn start_call(
     shared: &Shared,
-    channel: &Arc<FrameChannel>,
-    in_flight: &InFlight,
-    slots: &SharedSlots,
+    ctx: &Arc<ConnCtx>,
     shares: &mut PoolShares,
-    req: RequestFrame,
-    &Negotiated {
-        inline_threshold,
-        pull_writes,
-        stream_window,
-        peer_stream_window,
-        ref peer,
-        ref peer_identity,
-        ref remote,
-    }: &Negotiated,
-) -> Result<(call::Call, Mailbox<ClientEvent>, Sender<ClientEvent>), Status> {
-    // Take the slot first: whatever happens to the request, the client used it.
-    let slot = req
-        .slot
-        .map(|index| slots.take(index, req.payload_len))
-        .transpose()?;
+    Admitted { request: req, slot }: Admitted<crate::session::Runtime>,
+) -> Result<(call::Call, Mailbox<ClientEvent>), Status> {
     let path = std::str::from_utf8(&req.path)
         .map_err(|_| Status::invalid_argument("the request's path is not UTF-8"))?;
     let route = shared.routes.find(path, req.op)?;
@@ -591,59 +457,19 @@ fn start_call(
     if let Some(status) = crate::protocol::oversized_message(&ep, req.metadata.len()) {
         return Err(status);
     }
-    if ep.op.is_inbound() && req.payload_len > u64::from(inline_threshold) {
+    let negotiated = &ctx.negotiated;
+    if ep.op.is_inbound() && req.payload_len > u64::from(negotiated.inline_threshold) {
         // Slots would have saved this payload a round trip: arm them with the response.
-        slots.want();
+        ctx.session.lock().proto.want_slots();
     }
-    let shape = RequestShape {
-        payload_len: req.payload_len,
-        inline_len: req.inline_payload.as_ref().map(|p| p.len()),
-        slot: slot.is_some(),
-        source: req.source.is_some(),
-        reply_to: req.reply_to.is_some(),
-        offers: req.offers.len(),
-    };
-    let (incoming, stream) = match ep.stream {
-        StreamKind::Unary => (
-            crate::protocol::route::incoming(&ep, &shape, pull_writes)?,
-            None,
-        ),
-        kind => {
-            crate::protocol::route::streaming(&ep, &shape)?;
-            let setup = match kind {
-                StreamKind::Messages {
-                    requests,
-                    responses,
-                } => Setup {
-                    receives: requests.then_some(stream_window),
-                    sends: responses.then_some(peer_stream_window),
-                    ..Setup::default()
-                },
-                StreamKind::Bulk { max_len } => Setup {
-                    offered: Some(if ep.op.is_inbound() {
-                        (Direction::Write, req.payload_len)
-                    } else {
-                        (Direction::Read, max_len)
-                    }),
-                    ..Setup::default()
-                },
-                StreamKind::Unary => Setup::default(),
-            };
-            let cell = StreamCell::new(setup);
-            if !req.offers.is_empty() {
-                cell.offers(req.offers)
-                    .map_err(|v| Status::invalid_argument(format!("{} {}: {v}", ep.op, ep.path)))?;
-            }
-            (Incoming::Nothing, Some(cell))
-        }
-    };
+    let (incoming, stream) = route_of(&ep, &req, negotiated)?;
     let mut metadata = crate::metadata::Metadata::from_frames(req.call_metadata)?;
     if !shared.interceptors.is_empty() {
         let mut call = IncomingCall {
             service: route.service.name(),
             endpoint: &ep,
-            peer,
-            peer_identity: peer_identity.as_deref(),
+            peer: &ctx.peer,
+            peer_identity: ctx.peer_identity.as_deref(),
             metadata: &mut metadata,
         };
         // A refusal is logged with the others, by the connection loop.
@@ -658,14 +484,17 @@ fn start_call(
     );
     let limits = CallLimits {
         deadline,
-        max_response_len: call::max_response_len(&ep, channel.peer_max_frame()),
+        max_response_len: call::max_response_len(&ep, ctx.session.peer_max_frame()),
     };
-    let (tx, events) = call_mailbox(limits);
+    let (tx, events): (Sender<ClientEvent>, _) = call_mailbox(limits);
     let context = crate::service::CallContext::new(events.end_signal());
+    ctx.session
+        .lock()
+        .proto
+        .start_call(req.id, tx, stream.clone());
     let call = call::Call {
         id: req.id,
-        in_flight: in_flight.clone(),
-        channel: channel.clone(),
+        conn: ctx.clone(),
         service: route.service.clone(),
         index: route.index,
         endpoint: ep,
@@ -674,14 +503,13 @@ fn start_call(
         holding: None,
         share: shares.of(ep.path, &route.pool),
         share_permit: None,
-        peer: peer.clone(),
         request: Some(RawRequest {
             message: req.metadata,
             metadata,
-            peer: peer.clone(),
-            peer_identity: peer_identity.clone(),
+            peer: ctx.peer.clone(),
+            peer_identity: ctx.peer_identity.clone(),
             timeout,
-            remote: Some(remote.for_call(context.clone())),
+            remote: Some(ctx.remote.for_call(context.clone())),
             context,
         }),
         incoming,
@@ -690,14 +518,59 @@ fn start_call(
         slot,
         source: req.source.map(Into::into),
         reply_to: req.reply_to.map(Into::into),
-        slots: slots.clone(),
-        transfer_timeout: shared.config.transfer_timeout,
-        buffer_wait: shared.config.buffer_wait,
-        inline_threshold: inline_threshold as usize,
         grants: 0,
         metrics: route.metrics.clone(),
         stream,
-        peer_stream_window,
     };
-    Ok((call, events, tx))
+    Ok((call, events))
+}
+
+/// How the request's payload comes, and a streaming call's streams.
+fn route_of(
+    ep: &crate::service::EndpointDef,
+    req: &RequestFrame,
+    negotiated: &Negotiated,
+) -> Result<(Route, Option<Arc<StreamCell>>), Status> {
+    let shape = RequestShape {
+        payload_len: req.payload_len,
+        inline_len: req.inline_payload.as_ref().map(|p| p.len()),
+        slot: req.slot.is_some(),
+        source: req.source.is_some(),
+        reply_to: req.reply_to.is_some(),
+        offers: req.offers.len(),
+    };
+    match ep.stream {
+        StreamKind::Unary => Ok((
+            crate::protocol::route::incoming(ep, &shape, negotiated.pull_writes)?,
+            None,
+        )),
+        kind => {
+            crate::protocol::route::streaming(ep, &shape)?;
+            let setup = match kind {
+                StreamKind::Messages {
+                    requests,
+                    responses,
+                } => Setup {
+                    receives: requests.then_some(negotiated.stream_window),
+                    sends: responses.then_some(negotiated.peer_stream_window),
+                    ..Setup::default()
+                },
+                StreamKind::Bulk { max_len } => Setup {
+                    offered: Some(if ep.op.is_inbound() {
+                        (Direction::Write, req.payload_len)
+                    } else {
+                        (Direction::Read, max_len)
+                    }),
+                    ..Setup::default()
+                },
+                StreamKind::Unary => Setup::default(),
+            };
+            let cell = StreamCell::new(setup);
+            if !req.offers.is_empty() {
+                cell.offers(req.offers.clone())
+                    .map_err(|v| Status::invalid_argument(format!("{} {}: {v}", ep.op, ep.path)))?;
+            }
+            Ok((Route::Nothing, Some(cell)))
+        }
+    }
 }

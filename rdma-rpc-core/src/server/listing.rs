@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use super::call::InFlight;
 use super::{ConnectionCount, Shared};
+use crate::session::Session;
 
 /// A view of a running server, cheap to clone: take it from
 /// [`BoundServer::handle`](super::BoundServer::handle) before serving.
@@ -69,12 +69,15 @@ impl ServerHandle {
     pub fn connections(&self) -> Vec<ConnectionInfo> {
         let live = lock(&self.shared.live.conns);
         live.values()
-            .map(|c| ConnectionInfo {
-                id: c.id,
-                peer: c.peer.to_string(),
-                since: c.since,
-                calls_in_flight: c.calls.len(),
-                calls_answered: c.calls.answered(),
+            .map(|c| {
+                let locked = c.session.lock();
+                ConnectionInfo {
+                    id: c.id,
+                    peer: c.peer.to_string(),
+                    since: c.since,
+                    calls_in_flight: locked.proto.calls_in_flight(),
+                    calls_answered: locked.proto.answered(),
+                }
             })
             .collect()
     }
@@ -110,7 +113,7 @@ pub(super) struct Listed {
     id: u64,
     peer: Arc<str>,
     since: SystemTime,
-    calls: InFlight,
+    session: Arc<Session>,
 }
 
 /// Lists a connection until dropped.
@@ -120,13 +123,13 @@ pub(super) struct Listing {
 }
 
 impl Live {
-    pub(super) fn list(shared: &Arc<Shared>, peer: Arc<str>, calls: InFlight) -> Listing {
+    pub(super) fn list(shared: &Arc<Shared>, peer: Arc<str>, session: Arc<Session>) -> Listing {
         let id = shared.live.next.fetch_add(1, Ordering::Relaxed) + 1;
         let entry = Arc::new(Listed {
             id,
             peer,
             since: SystemTime::now(),
-            calls,
+            session,
         });
         lock(&shared.live.conns).insert(id, entry.clone());
         Listing {

@@ -30,15 +30,15 @@ pub(super) async fn messages(call: &mut Call) -> Result<ResponseFrame, Status> {
     let ep = call.endpoint;
     let requests = ep
         .streams_requests()
-        .then(|| MessageStream::new(cell.clone(), call.channel.clone(), call.id, ep));
+        .then(|| MessageStream::new(cell.clone(), call.conn.session.clone(), call.id, ep));
     let mut sink = ep.streams_responses().then(|| {
         MessageSink::new(
             cell.clone(),
-            call.channel.clone(),
+            call.conn.session.clone(),
             call.id,
             ep,
-            call.peer_stream_window,
-            call.transfer_timeout,
+            call.conn.negotiated.peer_stream_window,
+            call.conn.transfer_timeout,
         )
     });
     let request = take_request(call)?;
@@ -67,14 +67,14 @@ pub(super) async fn bulk(
 ) -> Result<ResponseFrame, Status> {
     let stream = ServerStream {
         cell: cell(call)?,
-        channel: call.channel.clone(),
+        session: call.conn.session.clone(),
         id: call.id,
         endpoint: call.endpoint,
         pool: call.pool.clone(),
-        buffer_wait: call.buffer_wait,
-        transfer_timeout: call.transfer_timeout,
+        buffer_wait: call.conn.buffer_wait,
+        transfer_timeout: call.conn.transfer_timeout,
         deadline,
-        peer: call.peer.clone(),
+        peer: call.conn.peer.clone(),
     };
     let request = take_request(call)?;
     if call.endpoint.op.is_inbound() {

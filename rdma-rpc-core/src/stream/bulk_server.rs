@@ -13,10 +13,10 @@ use tokio::time::Instant;
 
 use super::cell::StreamCell;
 use crate::memory::{BufferPool, RegisteredBuf};
-use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{ChunksFrame, Kind, UsedWindow};
 use crate::protocol::stream::Piece;
 use crate::service::EndpointDef;
+use crate::session::Session;
 use crate::status::Status;
 use crate::transport::{BoxFuture, Descriptor, SendData};
 
@@ -31,7 +31,7 @@ const WRITES_IN_FLIGHT: usize = 8;
 #[derive(Clone)]
 pub(crate) struct ServerStream {
     pub(crate) cell: Arc<StreamCell>,
-    pub(crate) channel: Arc<FrameChannel>,
+    pub(crate) session: Arc<Session>,
     pub(crate) id: u64,
     pub(crate) endpoint: EndpointDef,
     pub(crate) pool: BufferPool,
@@ -100,12 +100,12 @@ impl ServerStream {
                 "connection dropped"
             );
         }
-        self.channel.conn().close();
+        self.session.transport().close();
         status
     }
 
     /// Tells the client the server is done with `window` (`len` bytes at `offset`).
-    async fn used(&self, window: u32, offset: u64, len: u64) -> Result<(), Status> {
+    fn used(&self, window: u32, offset: u64, len: u64) -> Result<(), Status> {
         let frame = ChunksFrame {
             id: self.id,
             offers: Vec::new(),
@@ -115,10 +115,7 @@ impl ServerStream {
                 len,
             }],
         };
-        self.channel
-            .send(Kind::Chunks(frame))
-            .await
-            .map_err(Status::from)
+        self.session.send(Kind::Chunks(frame)).map_err(Status::from)
     }
 }
 
@@ -166,7 +163,7 @@ impl Reader {
         let Pending { piece, read } = self.reads.pop_front()?;
         let s = &self.stream;
         let until = Instant::now() + s.transfer_timeout;
-        let buf = match crate::bounded::answered_by(s.channel.conn(), read, until).await {
+        let buf = match crate::bounded::answered_by(s.session.transport(), read, until).await {
             Some(Ok(buf)) => buf,
             Some(Err(e)) => {
                 return Some(Err(Status::unavailable(format!(
@@ -179,7 +176,7 @@ impl Reader {
         if piece.window_done {
             // Read to its end: the client may have the window back.
             let window = piece.window;
-            if let Err(status) = s.used(window.id, window.offset, window.len).await {
+            if let Err(status) = s.used(window.id, window.offset, window.len) {
                 return Some(Err(status));
             }
         }
@@ -235,7 +232,7 @@ impl Reader {
                 piece.window.id, window.len, piece.len, piece.at
             ))
         })?;
-        let read = self.stream.channel.conn().read(&src, buf);
+        let read = self.stream.session.transport().read(&src, buf);
         self.reads.push_back(Pending { piece, read });
         Ok(())
     }
@@ -312,8 +309,8 @@ impl ChunkSink {
             .slice(0, len)
             .map_err(|_| Status::internal("a window shorter than it was offered"))?;
         let mut write = s
-            .channel
-            .conn()
+            .session
+            .transport()
             .write(SendData::Registered(buf), &dst, None);
         // Refused when posted (its queue full): failed now, never reported as sent.
         let pending = match crate::bounded::poll_once(&mut write) {
@@ -327,7 +324,7 @@ impl ChunkSink {
             None => Some(write),
         };
         // Posted before the report: the bytes are in place when the client reads it.
-        s.used(window.id, offset, len).await?;
+        s.used(window.id, offset, len)?;
         self.sent += len;
         self.writes.extend(pending);
         while self.writes.len() > WRITES_IN_FLIGHT {
@@ -360,7 +357,7 @@ impl ChunkSink {
         };
         let s = &self.stream;
         let until = Instant::now() + s.transfer_timeout;
-        match crate::bounded::answered_by(s.channel.conn(), write, until).await {
+        match crate::bounded::answered_by(s.session.transport(), write, until).await {
             Some(Ok(())) => Ok(()),
             Some(Err(e)) => Err(Status::unavailable(format!(
                 "writing a chunk of the stream of {} failed: {e}",

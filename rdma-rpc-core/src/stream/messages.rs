@@ -10,10 +10,10 @@ use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
 
 use super::cell::{Next, StreamCell};
-use crate::protocol::channel::FrameChannel;
 use crate::protocol::frames::{CreditFrame, Kind, MessagesFrame};
 use crate::protocol::stream::{message_cost, Batch, MESSAGES_FRAME_OVERHEAD};
 use crate::service::EndpointDef;
+use crate::session::Session;
 use crate::status::Status;
 
 /// The messages a call's peer streams, encoded, in order: the client's request messages on
@@ -25,7 +25,7 @@ use crate::status::Status;
 /// Typed messages come through [`Streaming`], which wraps one of these.
 pub struct MessageStream {
     cell: Arc<StreamCell>,
-    channel: Arc<FrameChannel>,
+    session: Arc<Session>,
     id: u64,
     endpoint: EndpointDef,
     /// What keeps the call open while the stream lives (the client's call, whose drop
@@ -52,13 +52,13 @@ impl std::fmt::Debug for MessageStream {
 impl MessageStream {
     pub(crate) fn new(
         cell: Arc<StreamCell>,
-        channel: Arc<FrameChannel>,
+        session: Arc<Session>,
         id: u64,
         endpoint: EndpointDef,
     ) -> MessageStream {
         MessageStream {
             cell,
-            channel,
+            session,
             id,
             endpoint,
             _call: None,
@@ -86,19 +86,11 @@ impl MessageStream {
     }
 
     fn credit(&self, bytes: u64) {
-        let frame = Kind::Credit(CreditFrame { id: self.id, bytes });
-        match self.channel.try_send(frame.clone()) {
-            Ok(true) | Err(_) => {}
-            // No credit of the connection free now: sent as soon as one is (rare).
-            Ok(false) => {
-                let channel = self.channel.clone();
-                if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    rt.spawn(async move {
-                        let _ = channel.send(frame).await;
-                    });
-                }
-            }
-        }
+        // Queued: it leaves as soon as the connection has a credit (a connection that ended
+        // wants no credit).
+        let _ = self
+            .session
+            .send(Kind::Credit(CreditFrame { id: self.id, bytes }));
     }
 }
 
@@ -199,7 +191,7 @@ const SCRATCH: usize = 16 * 1024;
 /// while the peer's window has room (a peer that does not read makes the sender wait).
 pub struct MessageSink {
     cell: Arc<StreamCell>,
-    channel: Arc<FrameChannel>,
+    session: Arc<Session>,
     id: u64,
     endpoint: EndpointDef,
     batch: Batch,
@@ -238,14 +230,14 @@ const MAX_FRAME_RESERVE: usize = 8 << 20;
 /// `window` twice over, the smaller ones fall upward into them (see
 /// [`reserve_sends`](crate::transport::Connection::reserve_sends)). Without it the pool
 /// would grow while streaming whenever sends completed later than they did before.
-fn reserve_frames(channel: &FrameChannel, window: u64) {
-    let frame = channel.peer_max_frame().max(1);
+fn reserve_frames(session: &Session, window: u64) {
+    let frame = session.peer_max_frame().max(1);
     let bytes = usize::try_from(window)
         .unwrap_or(usize::MAX)
         .saturating_mul(2)
         .min(MAX_FRAME_RESERVE);
     let count = bytes / frame + 2;
-    if let Err(e) = channel.conn().reserve_sends(frame, count) {
+    if let Err(e) = session.transport().reserve_sends(frame, count) {
         tracing::debug!(error = %e, frame, count, "stream frames not reserved");
     }
 }
@@ -253,19 +245,19 @@ fn reserve_frames(channel: &FrameChannel, window: u64) {
 impl MessageSink {
     pub(crate) fn new(
         cell: Arc<StreamCell>,
-        channel: Arc<FrameChannel>,
+        session: Arc<Session>,
         id: u64,
         endpoint: EndpointDef,
         peer_window: u64,
         patience: std::time::Duration,
     ) -> MessageSink {
-        let room = channel
+        let room = session
             .peer_max_frame()
             .saturating_sub(MESSAGES_FRAME_OVERHEAD);
-        reserve_frames(&channel, peer_window);
+        reserve_frames(&session, peer_window);
         MessageSink {
             cell,
-            channel,
+            session,
             id,
             endpoint,
             batch: Batch::default(),
@@ -394,9 +386,8 @@ impl MessageSink {
             end,
         };
         self.ended |= end;
-        self.channel
+        self.session
             .send(Kind::Messages(frame))
-            .await
             .map_err(Status::from)
     }
 

@@ -1,0 +1,279 @@
+//! One connection of a client: dialled and handshaken over a transport, the session that
+//! drives its protocol state (`protocol::connection`), the task that reads it while no call
+//! does, pings, and the goodbye. What a call does on it is in `call.rs` and `stream.rs`.
+
+use std::sync::{Arc, OnceLock};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use tokio::task::AbortHandle;
+
+use super::copies::CopyPool;
+use super::{ClientConfig, Counters};
+use crate::error::{Error, Result};
+use crate::memory::StagingPools;
+use crate::protocol::connection::{ClientSettings, Connection as Proto, Negotiated, ServerEvent};
+use crate::remote::RemoteMemory;
+use crate::session::Session;
+use crate::status::Status;
+use crate::transport::Connection;
+
+/// One connection and what its calls share.
+pub(crate) struct Inner {
+    pub(super) session: Arc<Session>,
+    /// Offers both ways on this connection.
+    pub(super) remote: RemoteMemory,
+    /// What the handshake settled.
+    pub(super) negotiated: Negotiated,
+    pub(super) staging: StagingPools,
+    /// Warm buffers for copies of pushed results over unfenced transports.
+    pub(super) copies: Arc<CopyPool>,
+    pub(super) counters: Arc<Counters>,
+    /// Windows a bulk stream offers at once.
+    pub(super) stream_depth: usize,
+    /// The task reading the connection while no call does (set once, right after the
+    /// handshake).
+    driver: OnceLock<AbortHandle>,
+}
+
+/// Longest a client's goodbye waits for the server to have it before the connection closes.
+pub(super) const GOODBYE_WAIT: Duration = Duration::from_secs(1);
+
+/// A handshake that found no receive posted for it: the server accepted the connection (a
+/// bound server does) but does not run (`serve` was never called, or it is stuck). Said so
+/// instead of the transport's "receiver not ready", which points elsewhere.
+fn unserved(peer: &str, e: Error) -> Error {
+    match e {
+        Error::ReceiverNotReady { retry_ms } => Error::ConnectionClosed {
+            peer: peer.to_owned(),
+            reason: format!(
+                "the server accepted the connection but took no handshake within {retry_ms} ms: \
+                 is it serving? (a bound server answers once serve() or \
+                 serve_with_shutdown() runs, on a task of its own)"
+            ),
+        },
+        other => other,
+    }
+}
+
+impl Inner {
+    /// Runs the handshake on `conn`: the connection, once the server answered.
+    pub(super) async fn handshake(
+        conn: Arc<dyn Connection>,
+        config: &ClientConfig,
+        counters: Arc<Counters>,
+    ) -> Result<Arc<Inner>> {
+        let initial = config.initial_receives.min(config.recv_credits);
+        let peer = conn.peer().to_owned();
+        let proto = Proto::client(
+            ClientSettings {
+                max_frame: config.max_frame,
+                initial_receives: initial,
+                recv_credits: config.recv_credits,
+                max_in_flight: config.max_in_flight,
+                inline_threshold: config.inline_threshold,
+                stream_window: config.stream_window,
+                token: crate::remote::new_token(),
+            },
+            Arc::from(peer.as_str()),
+        );
+        let session = Session::new(conn, proto, config.max_frame, initial, true)?;
+        // This task reads the connection until the server answered.
+        let answered = std::future::poll_fn(|cx| {
+            let over = session.poll_frames(cx).is_ready();
+            let mut locked = session.lock();
+            if locked.proto.is_open() {
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(end) = locked.proto.end() {
+                let error = end.error.as_ref().map_or_else(
+                    || Error::ConnectionClosed {
+                        peer: peer.clone(),
+                        reason: end.status.message().to_owned(),
+                    },
+                    Error::duplicate,
+                );
+                return Poll::Ready(Err(unserved(&peer, error)));
+            }
+            if over {
+                return Poll::Ready(Err(Error::ConnectionClosed {
+                    peer: peer.clone(),
+                    reason: "closed during the handshake".into(),
+                }));
+            }
+            session.set_driver(&mut locked, cx.waker());
+            Poll::Pending
+        });
+        // The connection closes with the handshake's future when it is dropped unfinished
+        // (the connect timeout).
+        let mut guard = CloseOnDrop(Some(session.clone()));
+        answered.await?;
+        guard.0 = None;
+        let negotiated = *session
+            .lock()
+            .proto
+            .negotiated()
+            .expect("an open connection was negotiated");
+        let inner = Arc::new(Inner {
+            remote: RemoteMemory::new(session.clone(), config.transfer_timeout),
+            session: session.clone(),
+            negotiated,
+            staging: StagingPools::new(config.staging_budget),
+            copies: CopyPool::new(config.staging_budget),
+            counters,
+            stream_depth: config.stream_depth.max(1),
+            driver: OnceLock::new(),
+        });
+        let driver = tokio::spawn(drive(session));
+        let _ = inner.driver.set(driver.abort_handle());
+        Ok(inner)
+    }
+
+    /// Why new calls on this connection are refused, if they are: the server said goodbye,
+    /// this client closed it, or it was lost.
+    pub(super) fn lost(&self) -> Option<Status> {
+        // Read on every call: the flag spares the lock while the connection lives.
+        if !self.session.is_refusing() {
+            return None;
+        }
+        let locked = self.session.lock();
+        locked
+            .proto
+            .lost()
+            .or_else(|| locked.proto.end().map(|e| e.status.clone()))
+    }
+
+    /// The status of a call that finds the connection over.
+    pub(super) fn closed_status(&self) -> Status {
+        self.lost()
+            .unwrap_or_else(|| Status::unavailable("connection lost"))
+    }
+
+    /// Resolves once the connection is over (lost, ended by the server's goaway, or closed).
+    pub(super) async fn ended(&self) {
+        self.session.refused().await;
+    }
+
+    /// The next event of call `id`, reading the connection meanwhile: the call's own task
+    /// takes its response where it lands (see `session`). `None`: the connection ended first.
+    pub(super) async fn event(&self, id: u64) -> Option<ServerEvent> {
+        std::future::poll_fn(|cx| {
+            // What arrived first: this call's own response may be there.
+            let _ = self.session.poll_frames(cx);
+            let mut locked = self.session.lock();
+            match locked.proto.poll_event(id, cx) {
+                Poll::Ready(event) => {
+                    // The call goes on to other things (a grant's transfer, its caller): it
+                    // reads no more until it waits again.
+                    self.session.hand_off(&mut locked, id);
+                    Poll::Ready(event)
+                }
+                Poll::Pending => {
+                    self.session.set_reader(&mut locked, Some(id), cx.waker());
+                    Poll::Pending
+                }
+            }
+        })
+        .await
+    }
+
+    pub(super) async fn ping(&self) -> Result<Duration, Status> {
+        let id = self.session.lock().proto.ping()?;
+        // Forgets the ping if the caller stops waiting.
+        struct Forget<'a>(&'a Session, u64);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                self.0.lock().proto.forget_ping(self.1);
+            }
+        }
+        let _forget = Forget(&self.session, id);
+        let started = Instant::now();
+        std::future::poll_fn(|cx| self.session.lock().proto.poll_pong(id, cx)).await?;
+        Ok(started.elapsed())
+    }
+
+    /// Closes the connection for good: calls in flight end with `UNAVAILABLE`, the server
+    /// gets a goodbye. Returns whether it was open (the goodbye is then on its way: await
+    /// [`Session::finish`] before the transport closes).
+    pub(super) fn leave(&self) -> bool {
+        self.session.lock().proto.leave()
+    }
+
+    /// Calls in flight on this connection.
+    pub(super) fn in_flight(&self) -> usize {
+        self.session.lock().proto.calls_in_flight()
+    }
+
+    /// Calls this connection may still start before its window is full.
+    pub(super) fn room(&self) -> usize {
+        let locked = self.session.lock();
+        (self.negotiated.max_in_flight as usize).saturating_sub(locked.proto.calls_in_flight())
+    }
+
+    /// The server's address.
+    pub(super) fn peer(&self) -> &str {
+        self.session.peer()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(driver) = self.driver.get() {
+            driver.abort();
+        }
+        // The last handle is gone: a client that leaves, not a connection lost.
+        if self.leave() {
+            finish_later(&self.session);
+        }
+    }
+}
+
+/// Lets the goodbye reach the server (at most [`GOODBYE_WAIT`]) and closes the transport, on a
+/// task of its own; outside a runtime, closes at once.
+pub(super) fn finish_later(session: &Arc<Session>) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            let session = session.clone();
+            drop(runtime.spawn(async move { session.finish(GOODBYE_WAIT).await }));
+        }
+        Err(_) => session.transport().close(),
+    }
+}
+
+/// Closes a connection whose handshake was given up.
+struct CloseOnDrop(Option<Arc<Session>>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        if let Some(session) = self.0.take() {
+            session.abort(Error::ConnectionClosed {
+                peer: session.peer().to_owned(),
+                reason: "the handshake was given up".into(),
+            });
+        }
+    }
+}
+
+/// Reads the connection while no call does (credit updates, revocations, pongs, the server's
+/// goodbye, the frames of streaming calls), until it is over.
+async fn drive(session: Arc<Session>) {
+    let reading = std::future::poll_fn(|cx| {
+        {
+            let mut locked = session.lock();
+            session.set_driver(&mut locked, cx.waker());
+        }
+        match session.poll_frames(cx) {
+            Poll::Ready(crate::session::Read::Over) => Poll::Ready(()),
+            // Nothing else is for a client: read on.
+            Poll::Ready(_) => {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    });
+    tokio::select! {
+        () = reading => {}
+        () = session.ended() => {}
+    }
+}

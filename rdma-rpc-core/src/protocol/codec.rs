@@ -1,0 +1,140 @@
+//! Frames to bytes and back, without I/O.
+//!
+//! A frame is encoded once, when it is queued, into a block shared with the frames queued
+//! before and after it (no allocation per frame); the credits it returns are appended when it
+//! leaves, since they are known only then (`Frame.credits`, field 15, is a varint at the end:
+//! protobuf fields may come in any order). A received frame is copied into a block of the same
+//! kind before it is decoded, so its byte fields (path, message, inline payload) are slices of
+//! that block rather than an allocation each.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use prost::Message;
+
+use super::frames::{Frame, Kind};
+use crate::error::{Error, Result};
+
+/// Protobuf key of `Frame.credits` (field 15, varint).
+const CREDITS_KEY: u8 = 15 << 3;
+
+/// Room kept after each encoded frame for its credits: the key and a varint of a `u32`.
+pub(crate) const CREDITS_ROOM: usize = 6;
+
+/// Frames are encoded into, and received frames copied into, blocks of this size shared by
+/// consecutive frames. A block is reused in place once every frame in it is dropped, or else a
+/// new one is taken; a slice a handler keeps keeps its block (at most this size, or one larger
+/// frame) alive.
+const BLOCK: usize = 1024;
+
+/// Encodes frames into shared blocks.
+#[derive(Debug, Default)]
+pub(crate) struct Encoder {
+    block: BytesMut,
+}
+
+impl Encoder {
+    /// Encodes `kind` (a bare credit update when `None`) for a peer whose receives hold
+    /// `peer_max_frame` bytes, refusing it if it could not fit them once its credits are
+    /// appended. The frame keeps [`CREDITS_ROOM`] spare bytes of capacity for them.
+    pub(crate) fn encode(&mut self, kind: Option<Kind>, peer_max_frame: usize) -> Result<BytesMut> {
+        let frame = Frame { kind, credits: 0 };
+        let len = frame.encoded_len();
+        if len + CREDITS_ROOM > peer_max_frame {
+            return Err(Error::LimitExceeded {
+                limit: "max_frame",
+                max: peer_max_frame as u64,
+                actual: (len + CREDITS_ROOM) as u64,
+            });
+        }
+        let need = len + CREDITS_ROOM;
+        if self.block.capacity() < need {
+            self.block.reserve(BLOCK.max(need));
+        }
+        frame
+            .encode(&mut self.block)
+            .expect("room was reserved above");
+        // The spare bytes stay in this frame's capacity: appending the credits never
+        // reallocates.
+        self.block.put_bytes(0, CREDITS_ROOM);
+        let mut out = self.block.split();
+        out.truncate(len);
+        Ok(out)
+    }
+}
+
+/// Appends `credits` to an encoded frame (nothing for 0) and freezes it.
+pub(crate) fn with_credits(mut frame: BytesMut, credits: u32) -> Bytes {
+    if credits > 0 {
+        frame.put_u8(CREDITS_KEY);
+        prost::encoding::encode_varint(u64::from(credits), &mut frame);
+    }
+    frame.freeze()
+}
+
+/// Copies received frames into shared blocks and decodes them.
+#[derive(Debug, Default)]
+pub(crate) struct Decoder {
+    block: BytesMut,
+}
+
+impl Decoder {
+    /// Decodes a received frame (copied first: see the module docs). `Err` is why the bytes
+    /// are not a frame.
+    pub(crate) fn decode(&mut self, received: &[u8]) -> std::result::Result<Frame, String> {
+        if self.block.capacity() < received.len() {
+            self.block.reserve(BLOCK.max(received.len()));
+        }
+        self.block.extend_from_slice(received);
+        let landed: Bytes = self.block.split().freeze();
+        Frame::decode(landed).map_err(|e| format!("undecodable frame: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::frames::{CallId, RequestFrame};
+
+    #[test]
+    fn credits_appended_at_send_time_decode_with_the_frame() {
+        let mut enc = Encoder::default();
+        let kind = Kind::Request(RequestFrame {
+            id: 7,
+            path: Bytes::from_static(b"/a"),
+            metadata: Bytes::from_static(b"hello"),
+            ..Default::default()
+        });
+        let bytes = with_credits(enc.encode(Some(kind.clone()), 1024).unwrap(), 300);
+        let frame = Decoder::default().decode(&bytes).unwrap();
+        assert_eq!(frame.kind, Some(kind));
+        assert_eq!(frame.credits, 300);
+        let bare = with_credits(enc.encode(None, 1024).unwrap(), 0);
+        assert_eq!(Decoder::default().decode(&bare).unwrap(), Frame::default());
+    }
+
+    #[test]
+    fn a_frame_the_peer_could_not_receive_is_refused_before_anything_is_spent() {
+        let mut enc = Encoder::default();
+        let big = Kind::Cancel(CallId { id: u64::MAX });
+        let err = enc.encode(Some(big), 8).unwrap_err().to_string();
+        assert!(err.contains("max_frame"), "{err}");
+    }
+
+    #[test]
+    fn consecutive_frames_share_a_block() {
+        let mut enc = Encoder::default();
+        let a = enc
+            .encode(Some(Kind::Cancel(CallId { id: 1 })), 1024)
+            .unwrap();
+        let b = enc
+            .encode(Some(Kind::Cancel(CallId { id: 2 })), 1024)
+            .unwrap();
+        let gap = b.as_ptr() as usize - a.as_ptr() as usize;
+        assert_eq!(gap, a.len() + CREDITS_ROOM, "one block, back to back");
+    }
+
+    #[test]
+    fn garbage_is_not_a_frame() {
+        let err = Decoder::default().decode(&[0xff, 0xff, 0xff]).unwrap_err();
+        assert!(err.contains("undecodable"), "{err}");
+    }
+}

@@ -1,0 +1,465 @@
+//! One side of a connection as state without I/O, in the manner of quinn-proto's
+//! `Connection`: everything the protocol decides about a connection lives here, and nothing
+//! here touches a transport, a runtime or a lock.
+//!
+//! It owns the handshake, the credits and the frames waiting for them, the receives to add as
+//! the connection gets busy, the calls in flight (the client's window and the events each call
+//! waits for; the server's admission, in-flight limit and refusals), the server's write slots,
+//! remote buffers both ways (offers, their revocation, the uses of the peer's), the routing of
+//! stream frames, pings, goaways, the server's idle timeout and draining, and every decision to
+//! end the connection over what the peer sent.
+//!
+//! What goes in: received frames ([`handle_datagram`](Connection::handle_datagram), with the
+//! time), the fact that a receive was re-posted or added, the transport's failure
+//! ([`handle_lost`](Connection::handle_lost)), time ([`handle_timeout`](Connection::handle_timeout)),
+//! and what the application asks for (start a call, answer one, offer memory, ping, leave).
+//! What comes out: frames to send ([`poll_transmit`](Connection::poll_transmit)), receives to
+//! post ([`take_receives`](Connection::take_receives)), requests for the server's application
+//! (returned by `handle_datagram`), calls to wake ([`take_woken`](Connection::take_woken)), the
+//! next instant it must be told about ([`poll_timeout`](Connection::poll_timeout)), and the
+//! end ([`should_close`](Connection::should_close), [`end`](Connection::end)).
+//!
+//! `crate::session` drives one of these per connection over a transport; the simulation in
+//! `protocol::sim` drives two of them through a simulated link.
+//!
+//! Files: `transmit.rs` (the send queue and credits), `handshake.rs` (what each side announces
+//! and accepts), `client.rs` and `server.rs` (each side's calls), `offers.rs` (remote
+//! buffers).
+
+mod client;
+pub(crate) mod handshake;
+mod offers;
+mod server;
+mod transmit;
+
+#[cfg(test)]
+mod tests;
+
+pub(crate) use client::{ClientSettings, ServerEvent};
+pub(crate) use handshake::Negotiated;
+pub(crate) use server::{Admitted, Incoming, ServerSettings};
+pub(crate) use transmit::Transmit;
+
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::Instant;
+
+use super::codec::Decoder;
+use super::credits::{Credits, Need};
+use super::frames::{Kind, MessagesFrame, ResponseFrame, StatusFrame, UsedWindow, WindowOffer};
+use super::mailbox::EndReason;
+use super::stream::Violation;
+use crate::error::{Error, Result};
+use crate::status::Status;
+use crate::transport::Descriptor;
+
+/// The types the runtime gives the protocol state to hold (the simulation gives its own).
+pub(crate) trait Handles: 'static {
+    /// A window of this side's memory exposed to the peer (the transport's `Grant`): the
+    /// server's write slots, the windows of a call the client gave up on (kept until the
+    /// server's response). Dropping it takes the window down.
+    type Window: Send + std::fmt::Debug + 'static;
+    /// Bytes a window spans.
+    fn window_len(window: &Self::Window) -> u64;
+    /// A streaming call's streams, fed the peer's stream frames.
+    type Stream: StreamRoute + std::fmt::Debug;
+    /// Where the client's frames about one server call go (its acks, its end).
+    type ServerCall: CallEvents + std::fmt::Debug;
+}
+
+/// A streaming call's streams, as the connection routes the peer's frames to them. The rules
+/// they check are `protocol::stream`'s; a [`Violation`] ends the connection.
+pub(crate) trait StreamRoute {
+    /// The peer's `Messages` frame.
+    fn messages(&self, frame: MessagesFrame) -> std::result::Result<(), Violation>;
+    /// The peer's `Credit` frame.
+    fn credit(&self, bytes: u64) -> std::result::Result<(), Violation>;
+    /// Windows the client offers (server side).
+    fn offers(&self, offers: Vec<WindowOffer>) -> std::result::Result<(), Violation>;
+    /// Windows the server is done with (client side).
+    fn used(&self, used: Vec<UsedWindow>) -> std::result::Result<(), Violation>;
+    /// The call's response (client side): its streams end with it.
+    fn respond(&self, response: ResponseFrame);
+    /// The call is over with `status`: whatever waits on its streams stops.
+    fn end(&self, status: Status);
+}
+
+/// Where the client's frames about one server call go.
+pub(crate) trait CallEvents {
+    /// The client's `Ack`: its transfer is done, or (after a grant that asked for a buffer)
+    /// the window for the result.
+    fn ack(&self, window: Option<Descriptor>);
+    /// The call ends early: the client cancelled it, or its connection ended.
+    fn end(&self, reason: EndReason);
+}
+
+/// How the connection ended.
+#[derive(Debug)]
+pub(crate) struct End {
+    /// `None` when it ended as it should (this side shut down or left, the server closed an
+    /// idle connection, the peer said goodbye); otherwise why it failed.
+    pub(crate) error: Option<Error>,
+    /// What calls still waiting, and new ones, are told.
+    pub(crate) status: Status,
+}
+
+/// Where the connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for the peer's handshake.
+    Handshake,
+    /// Calls may run.
+    Open,
+    /// The end was decided; the last frames are leaving.
+    Closing,
+    /// The transport is closed (or failed).
+    Closed,
+}
+
+/// Tasks to wake once the state is unlocked: nearly always one.
+#[derive(Debug, Default)]
+pub(crate) struct Woken {
+    first: Option<Waker>,
+    more: Vec<Waker>,
+}
+
+impl Woken {
+    pub(crate) fn push(&mut self, waker: Waker) {
+        if self.first.is_none() {
+            self.first = Some(waker);
+        } else {
+            self.more.push(waker);
+        }
+    }
+
+    pub(crate) fn extend(&mut self, waker: Option<Waker>) {
+        if let Some(w) = waker {
+            self.push(w);
+        }
+    }
+
+    /// Wakes them all (after the lock is released).
+    pub(crate) fn wake(self) {
+        if let Some(w) = self.first {
+            w.wake();
+        }
+        self.more.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// What both sides share: the frames going out, the frames coming in, remote buffers, the
+/// wake-ups owed, and the end.
+#[derive(Debug)]
+pub(crate) struct Core {
+    pub(crate) tx: transmit::Transmits,
+    decoder: Decoder,
+    /// The peer's address, for messages.
+    peer: Arc<str>,
+    /// Size of the peer's receives (from its handshake; until then the smallest any build
+    /// posts).
+    peer_max_frame: usize,
+    phase: Phase,
+    pub(crate) remote: offers::RemoteBuffers,
+    /// Receives to add (the connection got busier).
+    to_post: u32,
+    /// Whether the last frame received carried work (receives grow only with those).
+    last_was_work: bool,
+    woken: Woken,
+    end: Option<End>,
+    /// The calls in flight were ended (once the end was decided).
+    calls_ended: bool,
+}
+
+impl Core {
+    fn new(peer: Arc<str>, credits: Credits, token: u64) -> Core {
+        Core {
+            tx: transmit::Transmits::new(credits),
+            decoder: Decoder::default(),
+            peer,
+            peer_max_frame: super::FRAME_OVERHEAD * 2,
+            phase: Phase::Handshake,
+            remote: offers::RemoteBuffers::new(token),
+            to_post: 0,
+            last_was_work: false,
+            woken: Woken::default(),
+            end: None,
+            calls_ended: false,
+        }
+    }
+
+    /// Queues an ordinary frame (it never takes the peer's last receive).
+    pub(crate) fn send(&mut self, kind: Kind) -> Result<()> {
+        self.queue(kind, Need::Ordinary)
+    }
+
+    fn queue(&mut self, kind: Kind, need: Need) -> Result<()> {
+        if self.tx.is_closing() || self.phase == Phase::Closed {
+            return Err(self.closed_error());
+        }
+        self.tx.queue(kind, need, self.peer_max_frame)
+    }
+
+    /// The error an operation on a connection that ended gets.
+    pub(crate) fn closed_error(&self) -> Error {
+        Error::ConnectionClosed {
+            peer: self.peer.to_string(),
+            reason: self
+                .end
+                .as_ref()
+                .map_or_else(|| "closed".into(), |e| e.status.message().to_owned()),
+        }
+    }
+
+    /// The connection is over for `end`: `last` (a goaway) leaves after what is queued, if a
+    /// credit allows it; then the transport is closed ([`Connection::should_close`]).
+    fn close(&mut self, end: End, last: Option<Status>) {
+        if self.end.is_some() {
+            return;
+        }
+        let last = last.map(|s| Kind::Goaway(StatusFrame::from(&s)));
+        self.tx.close(last, self.peer_max_frame);
+        self.end = Some(end);
+        if self.phase != Phase::Closed {
+            self.phase = Phase::Closing;
+        }
+    }
+
+    /// The peer broke the protocol: the connection ends with that error, after a goaway that
+    /// tells the peer why when `tell` (the server does; a client just leaves).
+    fn violation(&mut self, reason: impl Into<String>, tell: bool) {
+        let error = Error::Protocol {
+            peer: self.peer.to_string(),
+            reason: reason.into(),
+        };
+        let status = Status::internal(format!("protocol violation: {}", reason_of(&error)));
+        let goaway = tell.then(|| Status::invalid_argument(error.to_string()));
+        self.close(
+            End {
+                error: Some(error),
+                status,
+            },
+            goaway,
+        );
+    }
+
+    pub(crate) fn wake(&mut self, waker: Option<Waker>) {
+        self.woken.extend(waker);
+    }
+}
+
+/// The reason part of a protocol error.
+fn reason_of(e: &Error) -> String {
+    match e {
+        Error::Protocol { reason, .. } => reason.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Which side this is, with its own state.
+#[derive(Debug)]
+enum Side<H: Handles> {
+    Client(client::ClientSide<H>),
+    Server(server::ServerSide<H>),
+}
+
+/// One side of a connection. See the module docs.
+pub(crate) struct Connection<H: Handles> {
+    pub(crate) core: Core,
+    side: Side<H>,
+}
+
+impl<H: Handles> std::fmt::Debug for Connection<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("peer", &self.core.peer)
+            .field("phase", &self.core.phase)
+            .field("queued", &self.core.tx.queued())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H: Handles> Connection<H> {
+    /// Handles a received frame's bytes (the receive they came in is the caller's to re-post:
+    /// [`reposted`](Self::reposted)). A request for the server's application comes back;
+    /// everything else is handled here.
+    pub(crate) fn handle_datagram(&mut self, bytes: &[u8], now: Instant) -> Option<Incoming<H>> {
+        if matches!(self.core.phase, Phase::Closing | Phase::Closed) {
+            return None; // what still arrives after the end changes nothing
+        }
+        let frame = match self.core.decoder.decode(bytes) {
+            Ok(frame) => frame,
+            Err(reason) => {
+                let tell = matches!(self.side, Side::Server(_));
+                self.core.violation(reason, tell);
+                self.after();
+                return None;
+            }
+        };
+        if frame.credits > 0 {
+            let ignored = self.core.tx.credits.returned(frame.credits);
+            if ignored > 0 {
+                tracing::debug!(
+                    peer = %self.core.peer,
+                    ignored,
+                    "the peer returned more credits than receives it announced; ignored"
+                );
+            }
+        }
+        // Receives grow with the frames that carry work, never with credit updates (which
+        // would otherwise answer each other until both sides had grown) nor with the
+        // handshake (an idle connection keeps its initial receives).
+        self.core.last_was_work = matches!(
+            &frame.kind,
+            Some(kind) if !matches!(kind, Kind::Hello(_) | Kind::HelloAck(_))
+        );
+        let kind = frame.kind?;
+        let Connection { core, side } = self;
+        let incoming = match side {
+            Side::Client(client) => {
+                client.handle(core, kind, now);
+                None
+            }
+            Side::Server(server) => server.handle(core, kind, now),
+        };
+        self.after();
+        incoming
+    }
+
+    /// Once the end is decided, every call in flight ends with it.
+    fn after(&mut self) {
+        if self.core.end.is_some() && !self.core.calls_ended {
+            self.end_calls();
+        }
+    }
+
+    /// What arrived is not a frame at all (a transport completion of the wrong kind): the
+    /// connection ends as for a malformed frame.
+    pub(crate) fn handle_malformed(&mut self, reason: String) {
+        let tell = matches!(self.side, Side::Server(_));
+        self.core.violation(reason, tell);
+        self.after();
+    }
+
+    /// The receive of the frame just handled was posted again: the peer gets its credit back
+    /// (and, if the connection grows, one more receive is to be added).
+    pub(crate) fn reposted(&mut self) {
+        let core = &mut self.core;
+        if std::mem::take(&mut core.last_was_work) && core.tx.credits.should_grow() {
+            core.to_post += 1;
+        }
+        core.tx.reposted();
+    }
+
+    /// Receives to add now (each one posted is reported with [`grew`](Self::grew)).
+    pub(crate) fn take_receives(&mut self) -> u32 {
+        std::mem::take(&mut self.core.to_post)
+    }
+
+    /// One more receive was posted: the peer gets a credit for it with the next frame.
+    pub(crate) fn grew(&mut self) {
+        self.core.tx.credits.grew();
+    }
+
+    /// The next frame to send, if one may go now.
+    pub(crate) fn poll_transmit(&mut self) -> Option<Transmit> {
+        let core = &mut self.core;
+        if core.tx.queued() == 0 && !core.tx.is_closing() {
+            // Confirmations of the peer's revocations go after the frames queued before them.
+            if let Some(kind) = core.remote.confirmations(core.peer_max_frame) {
+                let _ = core.tx.queue(kind, Need::Ordinary, core.peer_max_frame);
+            }
+        }
+        core.tx.poll(core.peer_max_frame)
+    }
+
+    /// Tasks to wake, taken (wake them once the state is unlocked).
+    pub(crate) fn take_woken(&mut self) -> Woken {
+        std::mem::take(&mut self.core.woken)
+    }
+
+    /// Whether the transport should be closed now: the end was decided and every frame that
+    /// could still go has been handed out.
+    pub(crate) fn should_close(&self) -> bool {
+        self.core.phase == Phase::Closing && self.core.tx.queued() == 0
+    }
+
+    /// The transport was closed (or failed): nothing goes out any more.
+    pub(crate) fn closed(&mut self) {
+        self.core.phase = Phase::Closed;
+    }
+
+    /// The transport failed (or the peer closed it): the connection is over, with `error`
+    /// unless it had already ended for another reason.
+    pub(crate) fn handle_lost(&mut self, error: Error) {
+        let status = match &self.side {
+            Side::Client(_) => Status::unavailable(format!("connection lost: {error}")),
+            Side::Server(_) => Status::unavailable(error.to_string()),
+        };
+        self.core.close(
+            End {
+                error: Some(error),
+                status,
+            },
+            None,
+        );
+        self.core.phase = Phase::Closed;
+        self.after();
+    }
+
+    /// How the connection ended, once it did.
+    pub(crate) fn end(&self) -> Option<&End> {
+        self.core.end.as_ref()
+    }
+
+    /// Whether the handshake is done (and the connection not over).
+    pub(crate) fn is_open(&self) -> bool {
+        self.core.phase == Phase::Open
+    }
+
+    /// The next instant at which [`handle_timeout`](Self::handle_timeout) must be called.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        match &self.side {
+            Side::Client(_) => None,
+            Side::Server(server) => server.poll_timeout(&self.core),
+        }
+    }
+
+    /// Time passed: the handshake may be late, the connection idle.
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        let Connection { core, side } = self;
+        if let Side::Server(server) = side {
+            server.handle_timeout(core, now);
+        }
+        self.after();
+    }
+
+    /// Ends every call still in flight: the connection is over.
+    fn end_calls(&mut self) {
+        self.core.calls_ended = true;
+        let Connection { core, side } = self;
+        core.remote.end(&mut core.woken);
+        match side {
+            Side::Client(client) => client.end_calls(core),
+            Side::Server(server) => server.end_calls(),
+        }
+    }
+
+    /// Calls in flight: on a client, sent and not answered; on a server, started and not
+    /// answered.
+    pub(crate) fn calls_in_flight(&self) -> usize {
+        match &self.side {
+            Side::Client(c) => c.in_flight(),
+            Side::Server(s) => s.in_flight(),
+        }
+    }
+
+    /// Size of the peer's receives: no frame this side sends may be larger.
+    pub(crate) fn peer_max_frame(&self) -> usize {
+        self.core.peer_max_frame
+    }
+
+    /// Queues an ordinary frame.
+    pub(crate) fn send(&mut self, kind: Kind) -> Result<()> {
+        self.core.send(kind)
+    }
+}

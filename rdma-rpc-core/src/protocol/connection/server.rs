@@ -1,0 +1,608 @@
+//! The server's side of a connection: the handshake it answers (or a refusal in its place),
+//! the admission of each request (a call id is not reused while in flight, at most
+//! `max_in_flight` calls, none once shutting down; a request's write slot is taken first,
+//! whatever happens to it), the calls in flight and where the client's frames about them go,
+//! the write slots, pings within their rate, the idle timeout, draining on shutdown, and the
+//! end of the connection over any frame a client must not send.
+
+use std::time::{Duration, Instant};
+
+use super::handshake::{check_hello, stream_window, Negotiated, PeerReceives};
+use super::{CallEvents, Core, End, Handles, Phase, StreamRoute};
+use crate::error::{Error, Result};
+use crate::protocol::credits::Need;
+use crate::protocol::frames::{
+    DescriptorFrame, Hello, Kind, RequestFrame, ResponseFrame, SlotFrame, StatusFrame,
+};
+use crate::protocol::mailbox::EndReason;
+use crate::protocol::rate::{Rate, Verdict};
+use crate::protocol::slot_book::{SlotBook, SlotRefusal};
+use crate::protocol::{CallMap, PROTOCOL_VERSION};
+use crate::status::Status;
+
+/// What a server announces and enforces on one connection.
+#[derive(Debug, Clone)]
+pub(crate) struct ServerSettings {
+    /// Size of each receive it posts.
+    pub(crate) max_frame: usize,
+    /// Receives it posts at first.
+    pub(crate) initial_receives: u32,
+    /// Most receives it posts as the connection gets busy.
+    pub(crate) recv_credits: u32,
+    /// Most calls in flight it allows.
+    pub(crate) max_in_flight: u32,
+    /// Payloads up to this size travel inside frames (the client may lower it).
+    pub(crate) inline_threshold: u32,
+    /// It pulls large send/write payloads from a window the request offers.
+    pub(crate) pull_writes: bool,
+    /// Bytes of stream messages it buffers per call (raised to two frames' worth).
+    pub(crate) stream_window: u64,
+    /// Its token for this connection.
+    pub(crate) token: u64,
+    /// Write slots of the connection (armed once a payload too large to travel inline came).
+    pub(crate) write_slots: u32,
+    /// Longest wait for the client's Hello.
+    pub(crate) handshake_timeout: Duration,
+    /// Closes the connection when no call is in flight and no frame came for this long.
+    pub(crate) idle_timeout: Option<Duration>,
+    /// Most pings per second (0: no limit).
+    pub(crate) max_pings_per_second: u32,
+    /// A connection a limit turned away: the client's Hello is answered with a goaway saying
+    /// this, and the connection closes.
+    pub(crate) refusal: Option<Status>,
+}
+
+/// A request that passed the connection's checks.
+#[derive(Debug)]
+pub(crate) struct Admitted<H: Handles> {
+    pub(crate) request: RequestFrame,
+    /// The write slot the request named (its window, to revoke before the bytes are read).
+    pub(crate) slot: Option<H::Window>,
+}
+
+/// What a received frame asks of the server's application.
+// Moved once per request, from the state to the connection loop: boxing the request would
+// cost an allocation per call.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(crate) enum Incoming<H: Handles> {
+    /// A request to check against its endpoint, then start
+    /// ([`start_call`](super::Connection::start_call)) or refuse
+    /// ([`refuse`](super::Connection::refuse)).
+    Request(Admitted<H>),
+    /// A request the connection's own limits refused (shutting down, too many calls in
+    /// flight, a write slot it may not use): answer it with
+    /// [`refuse`](super::Connection::refuse).
+    Refused { id: u64, status: Status },
+}
+
+/// One call in flight.
+#[derive(Debug)]
+struct ServerCall<H: Handles> {
+    events: H::ServerCall,
+    stream: Option<H::Stream>,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub(crate) struct ServerSide<H: Handles> {
+    settings: ServerSettings,
+    negotiated: Option<Negotiated>,
+    calls: CallMap<ServerCall<H>>,
+    /// Calls answered so far.
+    answered: u64,
+    slots: SlotBook<H::Window>,
+    /// A payload too large to travel inline came: slots would have saved a round trip.
+    slots_wanted: bool,
+    /// Shutting down: new requests are refused, the connection ends once its calls are done.
+    stopping: bool,
+    /// Until when the client may take to say Hello.
+    handshake_deadline: Instant,
+    /// Since when nothing happened: no frame came and no call was in flight.
+    quiet_since: Instant,
+    pings: Rate,
+}
+
+impl<H: Handles> ServerSide<H> {
+    fn new(settings: ServerSettings, now: Instant) -> Self {
+        ServerSide {
+            slots: SlotBook::new(settings.write_slots),
+            pings: Rate::new(settings.max_pings_per_second, Duration::from_secs(1)),
+            handshake_deadline: now + settings.handshake_timeout,
+            settings,
+            negotiated: None,
+            calls: CallMap::default(),
+            answered: 0,
+            slots_wanted: false,
+            stopping: false,
+            quiet_since: now,
+        }
+    }
+
+    pub(super) fn negotiated(&self) -> Option<&Negotiated> {
+        self.negotiated.as_ref()
+    }
+
+    pub(super) fn in_flight(&self) -> usize {
+        self.calls.len()
+    }
+
+    pub(super) fn is_stopping(&self) -> bool {
+        self.stopping
+    }
+
+    /// The client's frame.
+    pub(super) fn handle(
+        &mut self,
+        core: &mut Core,
+        kind: Kind,
+        now: Instant,
+    ) -> Option<Incoming<H>> {
+        if core.phase == Phase::Handshake {
+            self.handshake(core, kind, now);
+            return None;
+        }
+        self.quiet_since = now;
+        match kind {
+            Kind::Request(request) => return self.admit(core, request),
+            Kind::Ack(ack) => {
+                if let Some(call) = self.calls.get(&ack.id) {
+                    call.events.ack(ack.reply_to.map(Into::into));
+                }
+            }
+            Kind::Cancel(c) => {
+                if let Some(call) = self.calls.get(&c.id) {
+                    call.events.end(EndReason::Cancelled);
+                }
+            }
+            Kind::Messages(m) => {
+                let checked = self.stream(m.id).map(|s| s.messages(m));
+                self.checked(core, checked);
+            }
+            Kind::Credit(c) => {
+                let checked = self.stream(c.id).map(|s| s.credit(c.bytes));
+                self.checked(core, checked);
+            }
+            Kind::Chunks(c) if c.used.is_empty() => {
+                let checked = self.stream(c.id).map(|s| s.offers(c.offers));
+                self.checked(core, checked);
+            }
+            Kind::Revoke(r) => core.remote.on_revoke(r.offers, &core.peer),
+            Kind::Revoked(r) => core.remote.on_revoked(r.offers, &mut core.woken),
+            Kind::Ping(ping) => self.ping(core, ping, now),
+            Kind::Goaway(status) => {
+                tracing::debug!(
+                    message = %crate::observe::logs::shown_reason(&status.message),
+                    "client said goodbye"
+                );
+                core.close(
+                    End {
+                        error: None,
+                        status: Status::unavailable("the client closed the connection"),
+                    },
+                    None,
+                );
+            }
+            other => {
+                let reason = format!("unexpected {} frame from a client", frame_name(&other));
+                core.violation(reason, true);
+            }
+        }
+        None
+    }
+
+    fn handshake(&mut self, core: &mut Core, kind: Kind, now: Instant) {
+        let Kind::Hello(hello) = kind else {
+            let error = Error::Protocol {
+                peer: core.peer.to_string(),
+                reason: "the first frame is not a Hello".into(),
+            };
+            let goaway = Status::invalid_argument(error.to_string());
+            return self.fail(core, error, goaway);
+        };
+        if let Some(status) = self.settings.refusal.clone() {
+            // A client a limit turned away is told why, and nothing else happens.
+            core.tx.credits.handshake(hello.credits, hello.credits);
+            core.close(
+                End {
+                    error: None,
+                    status: status.clone(),
+                },
+                Some(status),
+            );
+            return;
+        }
+        if let Err(error) = check_hello(&hello, &core.peer) {
+            let goaway = match &error {
+                Error::VersionMismatch { .. } => Status::failed_precondition(error.to_string()),
+                _ => Status::invalid_argument(error.to_string()),
+            };
+            // The goaway needs a credit: believe the Hello's receive count for it.
+            core.tx.credits.handshake(hello.credits, hello.credits);
+            return self.fail(core, error, goaway);
+        }
+        let receives = PeerReceives::of(&hello, 0);
+        core.peer_max_frame = receives.max_frame;
+        let ignored = core
+            .tx
+            .credits
+            .handshake(receives.usable, receives.announced);
+        if ignored > 0 {
+            tracing::debug!(peer = %core.peer, ignored, "the client announced more credits than it may");
+        }
+        core.remote.handshake(hello.token);
+        let s = &self.settings;
+        let negotiated = Negotiated {
+            max_in_flight: hello.max_in_flight.clamp(1, s.max_in_flight),
+            inline_threshold: s.inline_threshold.min(hello.inline_threshold),
+            pull_writes: s.pull_writes,
+            stream_window: stream_window(s.stream_window, s.max_frame),
+            peer_stream_window: hello.stream_window,
+            peer_token: hello.token,
+        };
+        let ack = Hello {
+            version: PROTOCOL_VERSION,
+            max_frame: s.max_frame as u32,
+            // What was posted before the Hello arrived: receives added since travel as
+            // credits of the HelloAck frame itself.
+            credits: s.initial_receives.min(s.recv_credits),
+            max_credits: s.recv_credits,
+            max_in_flight: negotiated.max_in_flight,
+            inline_threshold: negotiated.inline_threshold,
+            slots: Vec::new(),
+            pull_writes: negotiated.pull_writes,
+            token: core.remote.token(),
+            stream_window: negotiated.stream_window,
+        };
+        self.negotiated = Some(negotiated);
+        core.phase = Phase::Open;
+        self.quiet_since = now;
+        core.queue(Kind::HelloAck(ack), Need::Priority)
+            .expect("a HelloAck fits any receive the client may post");
+    }
+
+    fn fail(&mut self, core: &mut Core, error: Error, goaway: Status) {
+        let status = Status::unavailable(error.to_string());
+        core.close(
+            End {
+                error: Some(error),
+                status,
+            },
+            Some(goaway),
+        );
+    }
+
+    /// Checks a request against the connection: the call id, the limits, its write slot.
+    fn admit(&mut self, core: &mut Core, request: RequestFrame) -> Option<Incoming<H>> {
+        let id = request.id;
+        if self.calls.contains_key(&id) {
+            core.violation(format!("call id {id} reused while in flight"), true);
+            return None;
+        }
+        // The slot first: whatever happens to the request, the client wrote into it.
+        let slot = match request.slot {
+            None => Ok(None),
+            Some(index) => self
+                .slots
+                .take(index, request.payload_len, H::window_len)
+                .map(Some)
+                .map_err(|(refusal, _window)| slot_refused(refusal)),
+        };
+        let refusal = if self.stopping {
+            Some(Status::unavailable("the server is shutting down"))
+        } else if self.calls.len() >= self.max_in_flight() as usize {
+            Some(Status::resource_exhausted(format!(
+                "too many calls in flight on this connection (max_in_flight = {})",
+                self.max_in_flight()
+            )))
+        } else {
+            slot.as_ref().err().cloned()
+        };
+        if let Some(status) = refusal {
+            return Some(Incoming::Refused { id, status });
+        }
+        Some(Incoming::Request(Admitted {
+            request,
+            slot: slot.ok().flatten(),
+        }))
+    }
+
+    fn max_in_flight(&self) -> u32 {
+        self.negotiated.map_or(1, |n| n.max_in_flight)
+    }
+
+    fn ping(&mut self, core: &mut Core, ping: crate::protocol::frames::CallId, now: Instant) {
+        let limit = self.settings.max_pings_per_second;
+        if limit > 0 && self.pings.check(now) == Verdict::Hold {
+            let status = Status::resource_exhausted(format!(
+                "more than {limit} pings in a second on one connection (max_pings_per_second); \
+                 connection closed"
+            ));
+            let error = Error::LimitExceeded {
+                limit: "max_pings_per_second",
+                max: limit.into(),
+                actual: u64::from(limit) + 1,
+            };
+            core.close(
+                End {
+                    error: Some(error),
+                    status: status.clone(),
+                },
+                Some(status),
+            );
+            return;
+        }
+        let _ = core.send(Kind::Pong(ping));
+    }
+
+    fn checked(
+        &mut self,
+        core: &mut Core,
+        checked: Option<std::result::Result<(), crate::protocol::stream::Violation>>,
+    ) {
+        if let Some(Err(v)) = checked {
+            core.violation(v.0, true);
+        }
+    }
+
+    fn stream(&self, id: u64) -> Option<&H::Stream> {
+        self.calls.get(&id).and_then(|c| c.stream.as_ref())
+    }
+
+    /// Ends every call in flight: its task stops its handler and answers into nothing.
+    pub(super) fn end_calls(&mut self) {
+        for call in self.calls.values() {
+            call.events.end(EndReason::ConnectionLost);
+        }
+    }
+
+    pub(super) fn poll_timeout(&self, core: &Core) -> Option<Instant> {
+        match core.phase {
+            Phase::Handshake => Some(self.handshake_deadline),
+            Phase::Open if self.calls.is_empty() => {
+                self.settings.idle_timeout.map(|t| self.quiet_since + t)
+            }
+            _ => None,
+        }
+    }
+
+    pub(super) fn handle_timeout(&mut self, core: &mut Core, now: Instant) {
+        match core.phase {
+            Phase::Handshake if now >= self.handshake_deadline => {
+                let limit = self.settings.handshake_timeout;
+                let error = Error::Protocol {
+                    peer: core.peer.to_string(),
+                    reason: format!("no handshake within {limit:?} (handshake_timeout)"),
+                };
+                let goaway = Status::invalid_argument(error.to_string());
+                self.fail(core, error, goaway);
+            }
+            Phase::Open if self.calls.is_empty() => {
+                let Some(limit) = self.settings.idle_timeout else {
+                    return;
+                };
+                if now < self.quiet_since + limit {
+                    return;
+                }
+                tracing::debug!(peer = %core.peer, "closing an idle connection");
+                let status = Status::unavailable(format!(
+                    "the server closed a connection idle for {limit:?} (idle_timeout)"
+                ));
+                core.close(
+                    End {
+                        error: None,
+                        status: status.clone(),
+                    },
+                    Some(status),
+                );
+            }
+            _ => {}
+        }
+    }
+
+    /// Arms owed write slots with the windows `make` gives, as long as their descriptors fit
+    /// in `room` bytes of a frame.
+    fn arm_slots(
+        &mut self,
+        mut room: usize,
+        mut make: impl FnMut() -> Option<(H::Window, DescriptorFrame)>,
+    ) -> Vec<SlotFrame> {
+        let mut armed = Vec::new();
+        if !self.slots_wanted {
+            return armed;
+        }
+        while let Some(index) = self.slots.next_owed() {
+            let Some((window, descriptor)) = make() else {
+                break;
+            };
+            let frame = SlotFrame {
+                index,
+                window: Some(descriptor),
+            };
+            // A repeated field costs its tag and a length prefix besides the message.
+            let cost = prost::Message::encoded_len(&frame) + 4;
+            if cost > room {
+                break; // the window is dropped, and with it taken down
+            }
+            room -= cost;
+            self.slots.armed(window);
+            armed.push(frame);
+        }
+        armed
+    }
+}
+
+fn slot_refused(refusal: SlotRefusal) -> Status {
+    match refusal {
+        SlotRefusal::NotArmed { index } => Status::invalid_argument(format!(
+            "write slot {index} is not armed (never announced, or already used)"
+        )),
+        SlotRefusal::TooSmall { index, len, size } => Status::invalid_argument(format!(
+            "{len} bytes announced in write slot {index} of {size} bytes"
+        )),
+    }
+}
+
+/// Room kept in a frame besides the response for what wraps it (the frame's own fields,
+/// credits).
+const FRAME_MARGIN: usize = 64;
+
+impl<H: Handles> super::Connection<H> {
+    /// A server's side of a new connection, its receives posted: it waits for the client's
+    /// Hello (or, with `settings.refusal`, only to tell the client why it is turned away).
+    pub(crate) fn server(
+        settings: ServerSettings,
+        peer: std::sync::Arc<str>,
+        now: Instant,
+    ) -> Self {
+        let initial = settings.initial_receives.min(settings.recv_credits);
+        let credits = crate::protocol::credits::Credits::new(initial, settings.recv_credits, false);
+        let core = Core::new(peer, credits, settings.token);
+        super::Connection {
+            core,
+            side: super::Side::Server(ServerSide::new(settings, now)),
+        }
+    }
+
+    fn server_side(&mut self) -> (&mut Core, &mut ServerSide<H>) {
+        match &mut self.side {
+            super::Side::Server(s) => (&mut self.core, s),
+            super::Side::Client(_) => unreachable!("a server operation on a client connection"),
+        }
+    }
+
+    fn server_ref(&self) -> &ServerSide<H> {
+        match &self.side {
+            super::Side::Server(s) => s,
+            super::Side::Client(_) => unreachable!("a server operation on a client connection"),
+        }
+    }
+
+    /// Starts call `id` (an admitted request the application accepted): the client's frames
+    /// about it go to `events` and `stream`.
+    pub(crate) fn start_call(&mut self, id: u64, events: H::ServerCall, stream: Option<H::Stream>) {
+        let (_, s) = self.server_side();
+        s.calls.insert(id, ServerCall { events, stream });
+    }
+
+    /// The request's payload is larger than the inline threshold: the connection's write slots
+    /// (registered now if they were not) would have saved it a round trip, so they are armed
+    /// with the next response.
+    pub(crate) fn want_slots(&mut self) {
+        let (_, s) = self.server_side();
+        s.slots_wanted = true;
+    }
+
+    /// Whether call `id` is in flight (started and not answered).
+    pub(crate) fn in_flight(&self, id: u64) -> bool {
+        self.server_ref().calls.contains_key(&id)
+    }
+
+    /// Calls answered so far.
+    pub(crate) fn answered(&self) -> u64 {
+        self.server_ref().answered
+    }
+
+    /// Answers call `id` with `response` (arming owed write slots with the windows `make`
+    /// gives), and ends the call here: frames the client still sends about it change nothing.
+    /// The connection ends after it if the server is shutting down and it was the last call.
+    pub(crate) fn respond(
+        &mut self,
+        mut response: ResponseFrame,
+        now: Instant,
+        make: impl FnMut() -> Option<(H::Window, DescriptorFrame)>,
+    ) -> Result<()> {
+        let (core, s) = self.server_side();
+        if let Some(call) = s.calls.remove(&response.id) {
+            s.answered += 1;
+            if let Some(stream) = &call.stream {
+                // Whatever still reads or writes the call's streams (work its handler spawned)
+                // stops.
+                stream.end(Status::cancelled("the call is over"));
+            }
+        }
+        let room = core
+            .peer_max_frame
+            .saturating_sub(prost::Message::encoded_len(&response) + FRAME_MARGIN);
+        response.slots = s.arm_slots(room, make);
+        let sent = core.send(Kind::Response(response));
+        if s.calls.is_empty() {
+            s.quiet_since = now;
+            if s.stopping {
+                let status = Status::unavailable("the server is shutting down");
+                core.close(
+                    End {
+                        error: None,
+                        status: status.clone(),
+                    },
+                    Some(status),
+                );
+            }
+        }
+        sent
+    }
+
+    /// Answers request `id`, which was never started, with `status`.
+    pub(crate) fn refuse(
+        &mut self,
+        id: u64,
+        status: &Status,
+        make: impl FnMut() -> Option<(H::Window, DescriptorFrame)>,
+    ) -> Result<()> {
+        let (core, s) = self.server_side();
+        let mut response = ResponseFrame {
+            id,
+            status: Some(StatusFrame::from(status)),
+            ..Default::default()
+        };
+        // A refused request may still have used a slot.
+        let room = core
+            .peer_max_frame
+            .saturating_sub(prost::Message::encoded_len(&response) + FRAME_MARGIN);
+        response.slots = s.arm_slots(room, make);
+        core.send(Kind::Response(response))
+    }
+
+    /// The server shuts down: new requests are refused; the client is told at once (a goaway
+    /// while the calls in flight drain, so it sends its next calls elsewhere), and the
+    /// connection ends once they are answered.
+    pub(crate) fn shutdown(&mut self) {
+        let (core, s) = self.server_side();
+        if s.stopping || core.end.is_some() {
+            return;
+        }
+        s.stopping = true;
+        let status = Status::unavailable("the server is shutting down");
+        if s.calls.is_empty() || core.phase != Phase::Open {
+            core.close(
+                End {
+                    error: None,
+                    status: status.clone(),
+                },
+                Some(status),
+            );
+        } else {
+            let _ = core.queue(Kind::Goaway(StatusFrame::from(&status)), Need::Priority);
+        }
+    }
+}
+
+fn frame_name(kind: &Kind) -> &'static str {
+    match kind {
+        Kind::Hello(_) => "Hello",
+        Kind::HelloAck(_) => "HelloAck",
+        Kind::Request(_) => "Request",
+        Kind::Grant(_) => "Grant",
+        Kind::Ack(_) => "Ack",
+        Kind::Response(_) => "Response",
+        Kind::Cancel(_) => "Cancel",
+        Kind::Goaway(_) => "Goaway",
+        Kind::Revoke(_) => "Revoke",
+        Kind::Revoked(_) => "Revoked",
+        Kind::Ping(_) => "Ping",
+        Kind::Pong(_) => "Pong",
+        Kind::Messages(_) => "Messages",
+        Kind::Credit(_) => "Credit",
+        Kind::Chunks(_) => "Chunks",
+    }
+}

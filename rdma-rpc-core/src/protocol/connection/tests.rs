@@ -1,0 +1,1 @@
+//! Unit tests of one side's state, with frames written by hand.

@@ -1,0 +1,488 @@
+//! One connection's protocol state ([`protocol::connection::Connection`]) driven over a
+//! transport: the only place where the two meet.
+//!
+//! The state sits behind one lock. Whoever changes it (a call starting, a handler answering,
+//! the task that reads frames) does so through [`Session::lock`]; when the guard is released,
+//! the receives the state wants are posted, the frames it hands out are sent (in order, while
+//! still locked, so frames leave in the order the state decided), the tasks it woke are woken
+//! (after the lock), and once the end is decided the transport is closed, after the last frame
+//! (a goaway) has reached the peer when there is one. Frames that arrive are read by
+//! [`Session::poll_frames`]: each is handed to the state with the time, and its receive is
+//! posted again.
+//!
+//! On the client, calls complete where their frame lands: the task of a call waiting for its
+//! response reads the connection itself, so a response wakes its own call and no other task
+//! runs in between. One task at a time is the reader the transport wakes: the transport
+//! always holds the same forwarding waker, which wakes the current reader (a waiting call,
+//! or, when none waits, the connection's driver task); a call that is done hands the role to
+//! another waiting call.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::memory::{Access, RegisteredBuf};
+use crate::protocol::connection::{
+    CallEvents, Connection as Proto, Handles, Incoming, StreamRoute,
+};
+use crate::protocol::frames::{Kind, MessagesFrame, ResponseFrame, UsedWindow, WindowOffer};
+use crate::protocol::mailbox::{EndReason, Sender};
+use crate::protocol::stream::Violation;
+use crate::server::ClientEvent;
+use crate::status::Status;
+use crate::stream::StreamCell;
+use crate::transport::{BoxFuture, Connection, Descriptor, Grant, RecvOpcode, SendData};
+
+/// The handles the runtime gives the protocol state.
+#[derive(Debug)]
+pub(crate) struct Runtime;
+
+impl Handles for Runtime {
+    type Window = Grant;
+    type Stream = Arc<StreamCell>;
+    type ServerCall = Sender<ClientEvent>;
+
+    fn window_len(window: &Grant) -> u64 {
+        window.descriptor().len
+    }
+}
+
+impl StreamRoute for Arc<StreamCell> {
+    fn messages(&self, frame: MessagesFrame) -> std::result::Result<(), Violation> {
+        StreamCell::messages(self, frame)
+    }
+
+    fn credit(&self, bytes: u64) -> std::result::Result<(), Violation> {
+        StreamCell::credit(self, bytes)
+    }
+
+    fn offers(&self, offers: Vec<WindowOffer>) -> std::result::Result<(), Violation> {
+        StreamCell::offers(self, offers)
+    }
+
+    fn used(&self, used: Vec<UsedWindow>) -> std::result::Result<(), Violation> {
+        StreamCell::used(self, used)
+    }
+
+    fn respond(&self, response: ResponseFrame) {
+        StreamCell::respond(self, response)
+    }
+
+    fn end(&self, status: Status) {
+        StreamCell::end(self, status)
+    }
+}
+
+impl CallEvents for Sender<ClientEvent> {
+    fn ack(&self, window: Option<Descriptor>) {
+        self.send(ClientEvent::Ack(window));
+    }
+
+    fn end(&self, reason: EndReason) {
+        Sender::end(self, reason);
+    }
+}
+
+/// The protocol state as the runtime holds it.
+pub(crate) type State = Proto<Runtime>;
+
+/// What the lock holds: the protocol state, and which call reads the connection (client).
+pub(crate) struct Inner {
+    pub(crate) proto: State,
+    /// The call whose task the transport wakes now; `None`: the driver task.
+    reader: Option<u64>,
+    /// The instant the state last said it wants to hear of time (server), as its reader last
+    /// learned it.
+    timeout: Option<std::time::Instant>,
+}
+
+/// What reading the connection came to.
+// Moved once per request (see `Incoming`): boxing would cost an allocation per call.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(crate) enum Read {
+    /// A request for the server's application.
+    Incoming(Incoming<Runtime>),
+    /// The instant at which the state wants to hear of time changed (a server's handshake
+    /// deadline, its idle timeout): the reader sets its timer to it.
+    Timer(Option<std::time::Instant>),
+    /// The connection is over.
+    Over,
+}
+
+/// Wakes whichever task reads the connection now (see the module docs).
+#[derive(Default)]
+struct Forward(Mutex<Option<Waker>>);
+
+impl Wake for Forward {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let target = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(w) = target {
+            w.wake();
+        }
+    }
+}
+
+/// One connection. See the module docs.
+pub(crate) struct Session {
+    transport: Arc<dyn Connection>,
+    state: Mutex<Inner>,
+    /// Size of this side's receives.
+    max_frame: usize,
+    /// Size of the peer's receives, once the handshake said (read without the lock).
+    peer_max_frame: AtomicUsize,
+    /// The end was decided.
+    over: AtomicBool,
+    /// New calls are refused (a client whose server said goodbye, a server shutting down).
+    refusing: AtomicBool,
+    /// The driver task's waker (client): the reader when no call waits.
+    driver: Mutex<Option<Waker>>,
+    /// Woken when new calls start to be refused, and when the end is decided.
+    ended: tokio::sync::Notify,
+    /// The last frame's send, awaited (briefly) before the transport closes.
+    last: Mutex<Option<BoxFuture<'static, Result<()>>>>,
+    /// The transport is to be closed once the last frame is out.
+    close_after_last: AtomicBool,
+    /// What the transport wakes: the current reader, through the forwarding waker (a
+    /// client, whose calls read), or whoever polls (a server, whose connection task reads).
+    forward: Arc<Forward>,
+    forward_waker: Waker,
+    forwarding: bool,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("peer", &self.transport.peer())
+            .field("over", &self.over.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The time the protocol state is told: the runtime's clock (paused in tests that pause it).
+pub(crate) fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+impl Session {
+    /// Drives `proto` over `transport`, with `receives` receives of `max_frame` bytes posted
+    /// first. With `forwarding` (a client), the transport wakes the current reader (see
+    /// [`set_reader`](Self::set_reader)); otherwise whoever polls [`poll_frames`](Self::poll_frames).
+    pub(crate) fn new(
+        transport: Arc<dyn Connection>,
+        proto: State,
+        max_frame: usize,
+        receives: u32,
+        forwarding: bool,
+    ) -> Result<Arc<Session>> {
+        for _ in 0..receives {
+            transport.post_recv(RegisteredBuf::new(max_frame, Access::LOCAL_WRITE)?)?;
+        }
+        let forward = Arc::new(Forward::default());
+        let session = Arc::new(Session {
+            peer_max_frame: AtomicUsize::new(proto.peer_max_frame()),
+            transport,
+            state: Mutex::new(Inner {
+                timeout: proto.poll_timeout(),
+                proto,
+                reader: None,
+            }),
+            max_frame,
+            over: AtomicBool::new(false),
+            refusing: AtomicBool::new(false),
+            driver: Mutex::new(None),
+            ended: tokio::sync::Notify::new(),
+            last: Mutex::new(None),
+            close_after_last: AtomicBool::new(false),
+            forward_waker: Waker::from(forward.clone()),
+            forward,
+            forwarding,
+        });
+        // The first frame (a client's Hello) leaves now.
+        drop(session.lock());
+        Ok(session)
+    }
+
+    /// The state, locked; released, it sends what the state decided (see the module docs).
+    pub(crate) fn lock(&self) -> Locked<'_> {
+        Locked {
+            session: self,
+            inner: Some(lock(&self.state)),
+        }
+    }
+
+    /// The transport, for one-sided operations and windows.
+    pub(crate) fn transport(&self) -> &Arc<dyn Connection> {
+        &self.transport
+    }
+
+    /// The peer's address.
+    pub(crate) fn peer(&self) -> &str {
+        self.transport.peer()
+    }
+
+    /// Size of the peer's receives: no frame may be larger.
+    pub(crate) fn peer_max_frame(&self) -> usize {
+        self.peer_max_frame.load(Ordering::Relaxed)
+    }
+
+    /// Queues a frame.
+    pub(crate) fn send(&self, kind: Kind) -> Result<()> {
+        self.lock().proto.send(kind)
+    }
+
+    /// Whether new calls are refused, or the end was decided (read without the lock).
+    pub(crate) fn is_refusing(&self) -> bool {
+        self.refusing.load(Ordering::Acquire) || self.is_over()
+    }
+
+    /// Whether the end was decided.
+    pub(crate) fn is_over(&self) -> bool {
+        self.over.load(Ordering::Acquire)
+    }
+
+    /// Resolves once new calls are refused or the end is decided.
+    pub(crate) async fn refused(&self) {
+        let notified = self.ended.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if !self.is_refusing() {
+            notified.await;
+        }
+    }
+
+    /// Resolves once the end is decided.
+    pub(crate) async fn ended(&self) {
+        let notified = self.ended.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if !self.is_over() {
+            notified.await;
+        }
+    }
+
+    /// Reads the frames that arrived, handing each to the state, until none is left
+    /// (`Pending`), a request for the server's application comes, the state wants to hear of
+    /// time at another instant, or the connection is over. The transport wakes the current
+    /// reader (see [`set_reader`](Self::set_reader)) of a forwarding session, or `cx`.
+    ///
+    /// Each frame spends one unit of the task's tokio budget, as tokio's own sockets do: a
+    /// connection whose frames never stop arriving makes its task yield now and then.
+    pub(crate) fn poll_frames(&self, cx: &mut Context<'_>) -> Poll<Read> {
+        let waker = if self.forwarding {
+            &self.forward_waker
+        } else {
+            cx.waker()
+        };
+        let mut recv_cx = Context::from_waker(waker);
+        loop {
+            if self.is_over() && self.lock().proto.end().is_some() {
+                return Poll::Ready(Read::Over);
+            }
+            let budget = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+            let completion = match self.transport.poll_recv(&mut recv_cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => {
+                    self.transport.close();
+                    self.lock().proto.handle_lost(e);
+                    return Poll::Ready(Read::Over);
+                }
+                Poll::Ready(Ok(c)) => c,
+            };
+            budget.made_progress();
+            let mut locked = self.lock();
+            let incoming = if completion.opcode != RecvOpcode::Send {
+                locked.proto.handle_malformed(format!(
+                    "expected a control frame, got {:?}",
+                    completion.opcode
+                ));
+                None
+            } else {
+                let incoming = locked
+                    .proto
+                    .handle_datagram(completion.buf.as_slice(), now());
+                if self.transport.post_recv(completion.buf).is_ok() {
+                    locked.proto.reposted();
+                }
+                incoming
+            };
+            let timer = (!self.forwarding)
+                .then(|| locked.proto.poll_timeout())
+                .filter(|&at| at != locked.timeout);
+            if let Some(at) = timer {
+                locked.timeout = at;
+            }
+            drop(locked);
+            if let Some(incoming) = incoming {
+                return Poll::Ready(Read::Incoming(incoming));
+            }
+            if let Some(at) = timer {
+                return Poll::Ready(Read::Timer(at));
+            }
+        }
+    }
+
+    /// The instant at which the state wants to hear of time now (see [`Read::Timer`]).
+    pub(crate) fn timeout(&self) -> Option<std::time::Instant> {
+        let mut locked = self.lock();
+        let at = locked.proto.poll_timeout();
+        locked.timeout = at;
+        at
+    }
+
+    /// Makes `waker` the one the transport wakes (the reader), as call `id` (`None`: the
+    /// driver task).
+    pub(crate) fn set_reader(&self, inner: &mut Inner, id: Option<u64>, waker: &Waker) {
+        inner.reader = id;
+        let mut target = lock(&self.forward.0);
+        match &*target {
+            Some(w) if w.will_wake(waker) => {}
+            _ => *target = Some(waker.clone()),
+        }
+    }
+
+    /// The driver task reads the connection when no call does: `waker` is its waker.
+    pub(crate) fn set_driver(&self, inner: &mut Inner, waker: &Waker) {
+        {
+            let mut driver = lock(&self.driver);
+            match &*driver {
+                Some(w) if w.will_wake(waker) => {}
+                _ => *driver = Some(waker.clone()),
+            }
+        }
+        if inner.reader.is_none() {
+            self.set_reader(inner, None, waker);
+        }
+    }
+
+    /// Call `id` no longer reads the connection (it is done, or gone): the role goes to
+    /// another waiting call, or to the driver; either is woken to read whatever may have
+    /// arrived meanwhile.
+    pub(crate) fn hand_off(&self, inner: &mut Inner, id: u64) {
+        if inner.reader != Some(id) {
+            return;
+        }
+        let next = inner
+            .proto
+            .waiting_call(id)
+            .map(|(next, waker)| (Some(next), waker))
+            .or_else(|| lock(&self.driver).clone().map(|w| (None, w)));
+        match next {
+            Some((next, waker)) => {
+                self.set_reader(inner, next, &waker);
+                waker.wake();
+            }
+            None => inner.reader = None,
+        }
+    }
+
+    /// Waits (at most `patience`) for the last frame to reach the peer, then closes the
+    /// transport: for whoever ends a connection that said goodbye.
+    pub(crate) async fn finish(&self, patience: Duration) {
+        let last = lock(&self.last).take();
+        if let Some(last) = last {
+            let _ = tokio::time::timeout(patience, last).await;
+        }
+        if self.close_after_last.swap(false, Ordering::AcqRel) || self.is_over() {
+            self.transport.close();
+            self.lock().proto.closed();
+        }
+    }
+
+    /// Ends the connection now (the runtime gives up on it): calls in flight end with
+    /// `error`, the transport closes.
+    pub(crate) fn abort(&self, error: Error) {
+        self.transport.close();
+        self.lock().proto.handle_lost(error);
+    }
+}
+
+/// The state, locked. See [`Session::lock`].
+pub(crate) struct Locked<'a> {
+    session: &'a Session,
+    inner: Option<MutexGuard<'a, Inner>>,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Inner;
+
+    fn deref(&self) -> &Inner {
+        self.inner.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        self.inner.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let Some(mut inner) = self.inner.take() else {
+            return;
+        };
+        let session = self.session;
+        let transport = &session.transport;
+        let proto = &mut inner.proto;
+        for _ in 0..proto.take_receives() {
+            let posted = RegisteredBuf::new(session.max_frame, Access::LOCAL_WRITE)
+                .and_then(|buf| transport.post_recv(buf));
+            if posted.is_ok() {
+                proto.grew();
+            }
+        }
+        while let Some(t) = proto.poll_transmit() {
+            if t.last {
+                *lock(&session.last) = Some(transport.send(SendData::Bytes(t.bytes), None));
+            } else if let Err(e) = transport.send_unsignaled(SendData::Bytes(t.bytes), None) {
+                // A failure puts the connection in error, which the reader sees.
+                tracing::debug!(peer = transport.peer(), error = %e, "frame not sent");
+            }
+        }
+        session
+            .peer_max_frame
+            .store(proto.peer_max_frame(), Ordering::Relaxed);
+        let refusing = proto.is_refusing();
+        let newly_refusing = refusing && !session.refusing.swap(refusing, Ordering::AcqRel);
+        let close_now = proto.should_close();
+        if close_now {
+            proto.closed();
+        }
+        let over = proto.end().is_some();
+        let woken = proto.take_woken();
+        drop(inner);
+        woken.wake();
+        if newly_refusing {
+            session.ended.notify_waiters();
+        }
+        if over && !session.over.swap(true, Ordering::AcqRel) {
+            session.ended.notify_waiters();
+            // Whoever reads the connection learns of the end.
+            session.forward_waker.wake_by_ref();
+        }
+        if close_now {
+            if lock(&session.last).is_some() {
+                session.close_after_last.store(true, Ordering::Release);
+            } else {
+                transport.close();
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Locked<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Locked").finish_non_exhaustive()
+    }
+}
