@@ -141,11 +141,14 @@
 //! threads. Callbacks run without the lock held, so they may call any function except
 //! `doca_pe_progress`.
 
+mod cm;
+mod connection;
 mod counters;
 mod device;
 mod errors;
 mod memory;
 mod nic;
+mod oob;
 mod pe;
 mod rdma;
 mod tasks;
@@ -819,7 +822,9 @@ impl World {
 
 #[cfg(test)]
 mod signatures {
-    use super::{device::*, errors::*, memory::*, pe::*, rdma::*, tasks::*};
+    use super::{
+        cm::*, connection::*, device::*, errors::*, memory::*, oob::*, pe::*, rdma::*, tasks::*,
+    };
 
     /// Each software function must have exactly the type of its generated declaration: the
     /// `if` only compiles when both function items coerce to one function pointer type.
