@@ -1,6 +1,6 @@
 //! One end of an in-process connection: the [`Connection`] API over the [`Link`] both ends
-//! share (`link.rs` holds the data path). An operation that need not wait has completed when
-//! it is posted, and its future is ready at once.
+//! share (`link/datapath.rs` holds the data path). An operation that need not wait has
+//! completed when it is posted, and its future is ready at once.
 
 use std::fmt;
 use std::future::ready;

@@ -1,0 +1,212 @@
+//! The service's staging memory: per transaction, a private block area and three halves in
+//! memory shared and offered once to every target connection; the slots transactions take,
+//! where each half is, the copies to and from the shared halves (whose bytes local code only
+//! copies, since the targets may write them), and which bytes of a half carry data.
+
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
+
+use rdma_rpc_core::{Access, MemoryRegion, RegionOffer, Share, SharedRegion, Status};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::super::codec::{HEADER_LEN, TRAILER_LEN};
+use super::{describe, Service};
+use crate::generated::storage_target::TargetInit;
+
+/// Staging memory for the I/O in flight: per transaction, a private block area (the
+/// initiator's block lands there, a read's block is decoded there) and three halves in memory
+/// shared and offered once to every target connection.
+pub(super) struct Staging {
+    pub(super) blocks: MemoryRegion,
+    halves: SharedRegion,
+    /// The share and whole-region offer of `halves` per target lane, held while staging lives.
+    _offers: Vec<(Share, RegionOffer)>,
+    pub(super) transactions: usize,
+    free: Mutex<Vec<usize>>,
+    permits: Arc<Semaphore>,
+}
+
+/// A staging slot, back in the free list when dropped.
+pub(super) struct StagingSlot<'a> {
+    staging: &'a Staging,
+    pub(super) index: usize,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for StagingSlot<'_> {
+    fn drop(&mut self) {
+        self.staging.free.lock().unwrap().push(self.index);
+    }
+}
+
+impl Staging {
+    pub(super) async fn slot(&self) -> StagingSlot<'_> {
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("never closed");
+        let index = self
+            .free
+            .lock()
+            .unwrap()
+            .pop()
+            .expect("a permit means a free slot");
+        StagingSlot {
+            staging: self,
+            index,
+            _permit: permit,
+        }
+    }
+}
+
+thread_local! {
+    /// Per thread: the three halves a block encodes to, or the halves a read decodes from,
+    /// before or after they are copied to or from the shared staging memory (whose bytes
+    /// local code only copies, since the targets may write them).
+    pub(super) static SCRATCH: RefCell<[Vec<u8>; 3]> = const { RefCell::new([Vec::new(), Vec::new(), Vec::new()]) };
+}
+
+impl Service {
+    /// Staging for `n` transactions: the halves' memory shared with and offered once to every
+    /// lane of every target (one registration and export per connection, here and never per
+    /// I/O), and each target told its handle.
+    pub(super) async fn make_staging(&self, n: usize) -> Result<Staging, Status> {
+        let halves = SharedRegion::new(n * 3 * self.half_size).map_err(Status::from)?;
+        let rw = Access::REMOTE_READ | Access::REMOTE_WRITE;
+        let mut offers = Vec::new();
+        for link in &self.links {
+            for lane in &link.lanes {
+                let share = lane.client.remote_memory().share(&halves, rw)?;
+                let offer = share.offer_all(rw)?;
+                let init = TargetInit {
+                    memory: Some(offer.handle()),
+                };
+                tokio::time::timeout(self.config.control_timeout, lane.stub.init(init))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(Status::deadline_exceeded("no answer (control_timeout)"))
+                    })
+                    .map_err(|s| {
+                        Status::unavailable(format!(
+                            "the {} target did not take the staging memory: {}",
+                            link.slot,
+                            describe(&s)
+                        ))
+                    })?;
+                offers.push((share, offer));
+            }
+        }
+        Ok(Staging {
+            blocks: MemoryRegion::new(n * self.block_size).map_err(Status::from)?,
+            halves,
+            _offers: offers,
+            transactions: n,
+            free: Mutex::new((0..n).collect()),
+            permits: Arc::new(Semaphore::new(n)),
+        })
+    }
+
+    /// Where half `h` (0 data 1, 1 data 2, 2 parity) of staging slot `slot` is in the shared
+    /// staging memory.
+    pub(super) fn half_offset(&self, slot: usize, h: usize) -> usize {
+        (slot * 3 + h) * self.half_size
+    }
+
+    /// Copies half `h` of staging slot `slot` out of the shared staging memory into `dst`:
+    /// its first `used` bytes and, staged right after them, its trailer, which goes to the
+    /// end of `dst`, with zeros between (what a target moves, in one operation).
+    pub(super) fn copy_half_out(
+        &self,
+        staging: &Staging,
+        slot: usize,
+        h: usize,
+        used: usize,
+        dst: &mut Vec<u8>,
+    ) -> Result<(), Status> {
+        let trailer = self.half_size - TRAILER_LEN;
+        dst.resize(self.half_size, 0);
+        let half = staging
+            .halves
+            .lease(self.half_offset(slot, h), self.half_size)
+            .map_err(Status::from)?;
+        half.read_at(0, &mut dst[..used]).map_err(Status::from)?;
+        dst[used..trailer].fill(0);
+        half.read_at(used, &mut dst[trailer..])
+            .map_err(Status::from)
+    }
+
+    /// Copies an encoded half into half `h` of staging slot `slot`: the bytes a target will
+    /// take, in one operation (the first `used`, and the trailer right after them).
+    pub(super) fn copy_half_in(
+        &self,
+        staging: &Staging,
+        slot: usize,
+        h: usize,
+        used: usize,
+        bytes: &[u8],
+    ) -> Result<(), Status> {
+        let trailer = self.half_size - TRAILER_LEN;
+        let mut half = staging
+            .halves
+            .lease(self.half_offset(slot, h), self.half_size)
+            .map_err(Status::from)?;
+        half.write_at(0, &bytes[..used]).map_err(Status::from)?;
+        half.write_at(used, &bytes[trailer..]).map_err(Status::from)
+    }
+}
+
+/// How many bytes of each shard (data 1, data 2, parity) of a half of `half_size` bytes carry
+/// data, for a block whose payload took `payload_len` bytes: the stream (header, payload) fills
+/// data 1 first, then data 2; the rest of each shard is zeros, and the parity (data 1 XOR
+/// data 2) has no more than data 1. Only these bytes and each half's trailer need to move.
+pub fn shards_used(half_size: usize, payload_len: usize) -> [usize; 3] {
+    let shard = half_size - TRAILER_LEN;
+    let stream = HEADER_LEN + payload_len;
+    let data1 = stream.min(shard);
+    [data1, stream.saturating_sub(shard).min(shard), data1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shards_used;
+    use crate::storage::codec::{encode, stored_half_size, TRAILER_LEN};
+
+    /// Past the bytes `shards_used` names, every shard of a half is zeros, for blocks that
+    /// compress well, not at all, and in between, of several sizes: moving only those bytes
+    /// and the trailer loses nothing.
+    #[test]
+    fn only_the_used_bytes_of_a_shard_are_not_zero() {
+        let mut x = 0x1234_5678_9abc_def1u64;
+        for block_size in [512usize, 4096, 65536, 1 << 20] {
+            let half = stored_half_size(block_size).unwrap();
+            for noise in [0usize, 1, 4, 8] {
+                let block: Vec<u8> = (0..block_size)
+                    .map(|i| {
+                        if i % 8 < noise {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            x as u8
+                        } else {
+                            (i / 64) as u8
+                        }
+                    })
+                    .collect();
+                let encoded = encode(3, &block, block_size).unwrap();
+                let used = shards_used(half, encoded.compressed_len);
+                for (h, bytes) in [&encoded.data1, &encoded.data2, &encoded.parity]
+                    .into_iter()
+                    .enumerate()
+                {
+                    assert!(
+                        bytes[used[h]..half - TRAILER_LEN].iter().all(|&b| b == 0),
+                        "block {block_size}, noise {noise}/8, half {h}: data past {}",
+                        used[h]
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! The loop of an owner with a progress engine of its own (event and spin modes).
+//!
+//! # Progress in event mode
+//! The notification fd reports task completions. Nothing in DOCA's documentation says that
+//! RDMA CM events (connection request, established, disconnection) signal it, so while the
+//! context listens or has RDMA CM connections the owner also progresses periodically: every
+//! 2 ms while a request or an establishment may arrive, every 50 ms while only a
+//! disconnection may (see `Owner::cm_poll`); early-message deadlines wake it too.
+//!
+//! # Progress in spin mode
+//! The same loop, but while the context did something (progress found work, or a command
+//! came) less than `DocaConfig::spin` ago, the owner takes the queued commands and yields to
+//! its runtime's other tasks, then progresses again, instead of arming and waiting. A message
+//! for an active context is so found by the thread that runs the context's tasks, which wakes
+//! them without a system call: the round trip of a call carries no thread wake-up, where
+//! event mode has two (the notification fd) and busy-poll mode two (from the polling thread
+//! to the runtimes). Once the window passes without activity the owner arms and sleeps as in
+//! event mode.
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::sync::mpsc;
+
+use super::super::sys::PeDriver;
+use super::{Cmd, Owner, Poller};
+use crate::error::{Error, Result};
+
+/// How stale the event loop's answer to `Owner::cm_poll` may be.
+const CM_POLL_REFRESH: Duration = Duration::from_millis(1);
+
+/// How long an event-mode owner with nothing scheduled sleeps between checks.
+const IDLE_WAKE: Duration = Duration::from_secs(1);
+
+/// Stops a context on a thread of its own (stopping waits for DOCA state changes, which must
+/// not block a runtime worker or a polling thread that serves other contexts).
+fn stop_elsewhere(mut owner: Owner) {
+    let spawned = std::thread::Builder::new()
+        .name("doca-stop".into())
+        .spawn(move || owner.shutdown_blocking());
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no thread to stop a DOCA context; leaking it");
+    }
+}
+
+/// The notification fd, for `AsyncFd` (owned by the progress engine, not closed here).
+struct NotifyFd(RawFd);
+
+impl AsRawFd for NotifyFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+/// Holds the owner inside its event-mode task. If the task is dropped before it stopped the
+/// context (its runtime shut down), the context is stopped on a thread of its own, never on a
+/// runtime worker.
+struct StopOnDrop(Option<Owner>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(owner) = self.0.take().filter(|o| !o.stopped) {
+            stop_elsewhere(owner);
+        }
+    }
+}
+
+impl Owner {
+    /// Takes every command already queued (an owner with an engine of its own); whether there
+    /// was any, `None` once every sender is gone.
+    fn take_commands(&mut self, cmds: &mut mpsc::UnboundedReceiver<Cmd>) -> Option<bool> {
+        let mut any = false;
+        loop {
+            match cmds.try_recv() {
+                Ok(cmd) => {
+                    self.handle(cmd, None);
+                    any = true;
+                }
+                Err(mpsc::error::TryRecvError::Empty) => return Some(any),
+                Err(mpsc::error::TryRecvError::Disconnected) => return None,
+            }
+        }
+    }
+
+    /// The event-mode loop; with a non-zero `spin` (spin mode), an owner whose context did
+    /// something less than `spin` ago polls again after yielding to the runtime's other tasks
+    /// instead of waiting on the notification fd.
+    pub(super) async fn run_event(self, mut cmds: mpsc::UnboundedReceiver<Cmd>, spin: Duration) {
+        let mut guard = StopOnDrop(Some(self));
+        let owner = guard.0.as_mut().expect("just set");
+        let fd = match owner.own_pe.as_ref().map(PeDriver::notification_fd) {
+            Some(Ok(fd)) => fd,
+            failed => {
+                let e = failed.and_then(Result::err).unwrap_or_else(|| {
+                    Error::InvalidArgument("no progress engine of its own".into())
+                });
+                tracing::error!(error = %e, "DOCA event mode unavailable; polling instead");
+                let owner = guard.0.take().expect("just set");
+                let doorbell = match owner.shared.upgrade() {
+                    Some(shared) => shared.doorbell.clone(),
+                    // Every handle is gone already: the thread sees the queue closed.
+                    None => Arc::new(AtomicBool::new(true)),
+                };
+                if let Err(e) = Poller::spawn().and_then(|p| p.add(owner, cmds, doorbell)) {
+                    tracing::error!(error = %e, "the DOCA context has no progress owner");
+                }
+                return;
+            }
+        };
+        // SAFETY: the fd is the progress engine's notification handle; the engine (its driver
+        // held by the owner) outlives `afd`, which is dropped before the context stops.
+        let afd = match unsafe { AsyncFd::register_with_interest(NotifyFd(fd), Interest::READABLE) }
+        {
+            Ok(afd) => afd,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot watch the DOCA notification fd");
+                owner.shutdown_async().await;
+                return;
+            }
+        };
+        // One timer, moved only when the next wake-up changes (not re-armed per event).
+        let timer = tokio::time::sleep(IDLE_WAKE);
+        tokio::pin!(timer);
+        let mut timer_at = Instant::now() + IDLE_WAKE;
+        let mut next_poll: Option<Instant> = None;
+        // `cm_poll`'s answer, when it was asked, and the connection count then.
+        let mut cm_every: (Option<Duration>, Instant, usize) = (None, Instant::now(), usize::MAX);
+        // Spin mode: when the context last did something.
+        let mut active_at = Instant::now();
+        'run: loop {
+            let worked = owner.progress_all();
+            owner.expire_deadlines();
+            if !spin.is_zero() {
+                let now = Instant::now();
+                if worked {
+                    active_at = now;
+                }
+                if now.duration_since(active_at) < spin {
+                    // Active within the window: take the commands that came and progress
+                    // again once the runtime ran its other tasks, without arming or sleeping.
+                    match owner.take_commands(&mut cmds) {
+                        Some(true) => active_at = now,
+                        Some(false) => {}
+                        None => break 'run,
+                    }
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+            }
+            if let Some(Err(e)) = owner.own_pe.as_mut().map(PeDriver::arm) {
+                tracing::warn!(error = %e, "arming DOCA notifications");
+            }
+            let now = Instant::now();
+            // Which RDMA CM events may come looks at every connection: with a thousand of
+            // them, once per millisecond (or when their number changed) is enough.
+            let count = owner.conns.len();
+            if cm_every.1 + CM_POLL_REFRESH <= now || cm_every.2 != count {
+                cm_every = (owner.cm_poll(), now, count);
+            }
+            next_poll = match (cm_every.0, next_poll) {
+                (None, _) => None,
+                (Some(every), Some(at)) if at > now && at <= now + every => Some(at),
+                (Some(every), _) => Some(now + every),
+            };
+            let wake = [next_poll, owner.deadlines.next()]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(now + IDLE_WAKE);
+            if wake != timer_at {
+                timer_at = wake;
+                timer.as_mut().reset(wake.into());
+            }
+            tokio::select! {
+                ready = afd.readable() => {
+                    if let Ok(mut guard) = ready {
+                        if let Some(pe) = owner.own_pe.as_mut() {
+                            let _ = pe.clear(fd);
+                        }
+                        guard.clear_ready();
+                    }
+                }
+                cmd = cmds.recv() => match cmd {
+                    Some(cmd) => {
+                        owner.handle(cmd, None);
+                        // And the ones queued behind it; senders gone is seen by the next
+                        // `recv`, after one more round of progress.
+                        let _ = owner.take_commands(&mut cmds);
+                    }
+                    None => break 'run,
+                },
+                () = &mut timer => {
+                    // Fired: wait for the next deadline computed above.
+                    timer_at = now;
+                }
+            }
+            if let Some(shared) = owner.shared.upgrade() {
+                shared.wakeups.fetch_add(1, Ordering::Relaxed);
+            }
+            active_at = Instant::now();
+        }
+        drop(afd);
+        owner.shutdown_async().await;
+    }
+}

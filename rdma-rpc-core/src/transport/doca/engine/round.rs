@@ -1,0 +1,196 @@
+//! What an owner does each round, in either mode: progress the context's engine (its own,
+//! or the polling thread's), act on the events its callbacks recorded, and carry out the
+//! commands other tasks sent.
+
+use std::time::Instant;
+
+use super::super::sys::PeDriver;
+use super::callbacks::{self, Event};
+use super::task::Kind;
+use super::{lifecycle, receive, Cmd, Owner, PROGRESS_ROUNDS};
+use crate::transport::RecvOpcode;
+
+impl Owner {
+    /// Progresses the owner's own engine until nothing happens; returns whether anything
+    /// did. The event loop arms the engine's notification only after this (DOCA's loop:
+    /// progress until it returns 0, then arm).
+    pub(super) fn progress_all(&mut self) -> bool {
+        self.progress_up_to(None, usize::MAX)
+    }
+
+    /// Progresses the context's engine at most `rounds` times, handling the events after each
+    /// call; whether anything happened. The engine is the owner's own, or else `shared`, the
+    /// polling thread's (lent by the thread, which drives it); with neither, only the events
+    /// already recorded are handled. On an engine shared with other contexts, their events
+    /// wait in their own sinks for their owners, and a busy neighbour is why `rounds` bounds
+    /// the loop.
+    pub(super) fn progress_up_to(&mut self, shared: Option<&mut PeDriver>, rounds: usize) -> bool {
+        let any = if let Some(mut own) = self.own_pe.take() {
+            let any = self.drive(&mut own, rounds);
+            self.own_pe = Some(own);
+            any
+        } else {
+            match shared {
+                Some(pe) => self.drive(pe, rounds),
+                None => self.handle_events(),
+            }
+        };
+        // What the completions of this round freed goes out together, with one doorbell.
+        self.drain_freed();
+        any
+    }
+
+    fn drive(&mut self, pe: &mut PeDriver, rounds: usize) -> bool {
+        let mut any = false;
+        for round in 1..=rounds {
+            let progressed = pe.progress();
+            if !self.handle_events() && !progressed {
+                return any;
+            }
+            any = true;
+            if round % PROGRESS_ROUNDS == 0 {
+                // A context that never runs dry still submits what its completions freed.
+                self.drain_freed();
+            }
+        }
+        any
+    }
+
+    /// Acts on the events the callbacks recorded; whether there were any.
+    fn handle_events(&mut self) -> bool {
+        if !self.sink.has_events() {
+            return false;
+        }
+        let mut events = std::mem::take(&mut self.events);
+        self.sink.swap_into(&mut events);
+        for e in events.drain(..) {
+            self.on_event(e);
+        }
+        self.events = events;
+        true
+    }
+
+    pub(super) fn expire_deadlines(&mut self) {
+        if self.deadlines.next().is_some() {
+            self.deadlines
+                .expire(Instant::now(), self.config.rnr_timeout);
+        }
+    }
+
+    fn on_event(&mut self, e: Event) {
+        match e {
+            Event::Task {
+                kind: Kind::Receive,
+                user,
+                status,
+                recv,
+            } => self.on_receive(user, status, recv),
+            Event::Task {
+                kind, user, status, ..
+            } => self.on_completion(kind, user, status),
+            Event::Requested { conn, id, accepted } => self.on_requested(conn, id, accepted),
+            Event::Established { conn, id } => self.on_established(conn, id),
+            Event::Failed { id } => self.on_failed(id),
+            Event::Disconnected { id } => self.on_disconnected(id),
+        }
+    }
+
+    /// Handles a command. `shared` is the polling thread's engine driver when the owner is
+    /// visited by the thread (busy-poll mode), `None` for an owner with an engine of its own.
+    pub(super) fn handle(&mut self, cmd: Cmd, shared: Option<&mut PeDriver>) {
+        match cmd {
+            Cmd::Listen {
+                port,
+                accepted,
+                reply,
+            } => {
+                let _ = reply.send(self.listen(port, accepted));
+            }
+            Cmd::StopListen { port } => self.stop_listen(port),
+            Cmd::Connect {
+                ip,
+                port,
+                peer,
+                reply,
+            } => self.connect(ip, port, peer, reply),
+            Cmd::Export { reply } => {
+                let _ = reply.send(self.export());
+            }
+            Cmd::ConnectOob {
+                id,
+                blob,
+                peer,
+                reply,
+            } => {
+                let _ = reply.send(self.connect_oob(id, &blob, peer));
+            }
+            Cmd::Op { id, op } => self.post(id, op),
+            Cmd::Grow => self.grow_receives(),
+            Cmd::Close { id, err } => {
+                // Completions already in DOCA's queues come first: what the peer sent before
+                // the connection ended is delivered, not dropped.
+                self.progress_up_to(shared, PROGRESS_ROUNDS);
+                self.fail_conn(id, err);
+            }
+        }
+    }
+
+    /// Registers and posts the staging receives the context's connections reserved.
+    pub(super) fn grow_receives(&mut self) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let wanted = shared.receives.reserved();
+        if let Err(e) = self.staging.ensure(wanted, &self.rdma, &self.inv) {
+            // The reservations stand, so a peer may find no receive: say so loudly once.
+            tracing::error!(
+                error = %e,
+                wanted,
+                posted = self.staging.slots(),
+                "could not register more DOCA staging receives"
+            );
+        }
+    }
+
+    /// A staging receive completed: hand its message to its connection, then repost it.
+    fn on_receive(
+        &mut self,
+        user: u64,
+        status: doca_sys::doca_error_t,
+        recv: Option<callbacks::RecvResult>,
+    ) {
+        if let (true, Some(r)) = (status == doca_sys::DOCA_SUCCESS, recv) {
+            let shared = self
+                .by_raw
+                .get(&r.conn)
+                .and_then(|id| self.conns.get(id))
+                .filter(|c| c.phase == lifecycle::Phase::Live)
+                .and_then(|c| c.shared.clone());
+            let (opcode, len) = match r.opcode {
+                doca_sys::DOCA_RDMA_OPCODE_RECV_SEND => (RecvOpcode::Send, r.len as usize),
+                doca_sys::DOCA_RDMA_OPCODE_RECV_SEND_WITH_IMM => {
+                    (RecvOpcode::SendWithImm, r.len as usize)
+                }
+                _ => (RecvOpcode::WriteWithImm, 0),
+            };
+            match (shared, self.staging.message(user, len)) {
+                (Some(shared), Some(data)) => receive::deliver(
+                    &shared,
+                    data,
+                    opcode,
+                    r.imm,
+                    &mut self.deadlines,
+                    self.config.rnr_timeout,
+                ),
+                _ => tracing::debug!("DOCA receive for an unknown or closed connection dropped"),
+            }
+        } else if status != doca_sys::DOCA_ERROR_CONNECTION_ABORTED {
+            tracing::debug!(
+                error = %super::super::sys::error_name(status),
+                "a DOCA receive failed (a message larger than max_recv_size?)"
+            );
+        }
+        let running = self.rdma.state() == doca_sys::DOCA_CTX_STATE_RUNNING && !self.stop_begun;
+        self.staging.recycle(user, running);
+    }
+}

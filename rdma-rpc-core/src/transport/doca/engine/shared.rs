@@ -1,0 +1,205 @@
+//! What the context's handles hold: [`EngineShared`], the way to the context's owner (the
+//! commands they send it, [`Cmd`] and [`Op`], and the connection claims of a shared client
+//! context), and [`Receives`], the staging receives their connections reserve.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::super::sys::{Device, Mmap};
+use super::{ConnId, ConnShared};
+use crate::error::{Error, Result};
+use crate::memory::{RegisteredBuf, StagingPools};
+use crate::transport::Descriptor;
+use std::net::IpAddr;
+
+/// Registered local memory for one operation, with the mmap that covers it.
+pub(in crate::transport::doca) struct Local {
+    pub(in crate::transport::doca) buf: RegisteredBuf,
+    pub(in crate::transport::doca) mmap: Arc<Mmap>,
+}
+
+pub(in crate::transport::doca) enum AtomicOp {
+    CompareAndSwap { expected: u64, new: u64 },
+    FetchAndAdd { add: u64 },
+}
+
+/// An operation posted on a connection.
+pub(in crate::transport::doca) enum Op {
+    Send {
+        src: Local,
+        imm: Option<u32>,
+        done: oneshot::Sender<Result<()>>,
+    },
+    Write {
+        src: Local,
+        dst: Descriptor,
+        imm: Option<u32>,
+        done: oneshot::Sender<Result<()>>,
+    },
+    Read {
+        src: Descriptor,
+        dst: Local,
+        done: oneshot::Sender<Result<RegisteredBuf>>,
+    },
+    Atomic {
+        dst: Descriptor,
+        op: AtomicOp,
+        result: Local,
+        done: oneshot::Sender<Result<u64>>,
+    },
+}
+
+/// What other tasks ask the owner to do.
+pub(in crate::transport::doca) enum Cmd {
+    Listen {
+        port: u16,
+        accepted: mpsc::UnboundedSender<Arc<ConnShared>>,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    StopListen {
+        port: u16,
+    },
+    Connect {
+        ip: IpAddr,
+        port: u16,
+        peer: String,
+        reply: oneshot::Sender<Result<Arc<ConnShared>>>,
+    },
+    Export {
+        reply: oneshot::Sender<Result<(Vec<u8>, ConnId)>>,
+    },
+    ConnectOob {
+        id: ConnId,
+        blob: Vec<u8>,
+        peer: String,
+        reply: oneshot::Sender<Result<Arc<ConnShared>>>,
+    },
+    Op {
+        id: ConnId,
+        op: Op,
+    },
+    Close {
+        id: ConnId,
+        err: Error,
+    },
+    /// A connection reserved more staging receives (see [`Receives`]): register and post
+    /// them before the operations queued behind this command.
+    Grow,
+}
+
+/// The staging receives of one context, as its connections reserve them: a connection
+/// reserves one for each receive it posts beyond its earlier peak (the credits its peer may
+/// hold), so the owner can keep at least that many posted. Shared by the connections'
+/// application handles, which reserve without waiting for the owner.
+pub(in crate::transport::doca) struct Receives {
+    /// Bytes of one staging receive (`DocaConfig::max_recv_size`).
+    pub(in crate::transport::doca) slot_size: usize,
+    /// Most staging receives of the context (`DocaConfig::recv_queue_size`, bounded by the
+    /// device).
+    pub(in crate::transport::doca) max: usize,
+    reserved: std::sync::atomic::AtomicUsize,
+}
+
+impl Receives {
+    pub(super) fn new(slot_size: usize, max: usize) -> Receives {
+        Receives {
+            slot_size,
+            max,
+            reserved: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// Reserves `n` more staging receives, if the context has room for them.
+    pub(in crate::transport::doca) fn reserve(&self, n: usize) -> bool {
+        self.reserved
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                r.checked_add(n).filter(|t| *t <= self.max)
+            })
+            .is_ok()
+    }
+
+    /// Gives back `n` reserved staging receives (a connection ended).
+    pub(in crate::transport::doca) fn release(&self, n: usize) {
+        let _ = self
+            .reserved
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                Some(r.saturating_sub(n))
+            });
+    }
+
+    /// Staging receives reserved by the context's connections.
+    pub(in crate::transport::doca) fn reserved(&self) -> usize {
+        self.reserved.load(Ordering::Acquire)
+    }
+}
+
+/// What every handle of one context shares: the way to its owner.
+pub(in crate::transport::doca) struct EngineShared {
+    pub(super) cmds: mpsc::UnboundedSender<Cmd>,
+    /// Set after each command: a busy-poll thread looks at the queue only when it is set,
+    /// one load instead of a channel receive per context and round.
+    pub(super) doorbell: Arc<AtomicBool>,
+    pub(in crate::transport::doca) dev: Arc<Device>,
+    pub(in crate::transport::doca) staging: Arc<StagingPools>,
+    /// The context's staging receives, as reserved by its connections.
+    pub(in crate::transport::doca) receives: Receives,
+    /// Connections of a shared client context claimed by connects (the transport picks a
+    /// context with room; the owner gives the claim back when the connection is gone).
+    pub(super) claimed: std::sync::atomic::AtomicUsize,
+    /// Most connections of the context.
+    pub(in crate::transport::doca) capacity: usize,
+    /// Wake-ups of event-mode owners, counted per transport.
+    pub(super) wakeups: Arc<AtomicU64>,
+}
+
+impl EngineShared {
+    /// Sends a command; if the owner is gone the command (and its oneshot) is dropped, which
+    /// its waiter sees as an error.
+    pub(in crate::transport::doca) fn send(&self, cmd: Cmd) {
+        let _ = self.cmds.send(cmd);
+        self.doorbell.store(true, Ordering::Release);
+    }
+
+    /// Claims room for one more connection, if the context has it (shared client contexts).
+    pub(in crate::transport::doca) fn claim(&self) -> bool {
+        self.claimed
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                (c < self.capacity).then_some(c + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back a connection's claim (it is gone, or never came to be).
+    pub(in crate::transport::doca) fn unclaim(&self) {
+        let _ = self
+            .claimed
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                Some(c.saturating_sub(1))
+            });
+    }
+
+    /// Sends a command and waits for the owner's reply.
+    pub(in crate::transport::doca) async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T>>) -> Cmd,
+    ) -> Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.send(make(tx));
+        rx.await.unwrap_or_else(|_| {
+            Err(Error::ConnectionClosed {
+                peer: "DOCA context".into(),
+                reason: "the context's progress owner stopped".into(),
+            })
+        })
+    }
+}
+
+impl std::fmt::Debug for EngineShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineShared")
+            .field("device", &self.dev.info().name)
+            .finish()
+    }
+}
