@@ -25,13 +25,10 @@ use bytes::Bytes;
 use super::{CallOptions, Client, Inner};
 use crate::interceptor::OutgoingCall;
 use crate::memory::{Access, RegisteredBuf};
+use crate::protocol::call::{self, GrantStep, Offered, ResultAt};
 use crate::protocol::connection::ServerEvent;
-use crate::protocol::frames::{
-    AckFrame, DescriptorFrame, GrantFrame, Kind, RequestFrame, ResponseFrame,
-};
-use crate::protocol::route::{
-    check_granted_window, check_result_window, fits_inline, outgoing, Outgoing,
-};
+use crate::protocol::frames::{DescriptorFrame, Kind};
+use crate::protocol::route::{outgoing, Outgoing};
 use crate::service::EndpointDef;
 use crate::status::Status;
 use crate::transport::{Descriptor, Fencing, Grant, SendData};
@@ -338,46 +335,29 @@ impl Inner {
     async fn call_inner(
         &self,
         endpoint: &EndpointDef,
-        metadata: Bytes,
+        message: Bytes,
         payload: Payload,
         timeout: Option<Duration>,
         call_metadata: &crate::metadata::Metadata,
     ) -> Result<(Bytes, Received), Status> {
         let inner = self;
-        if let Some(status) = crate::protocol::oversized_message(endpoint, metadata.len()) {
-            return Err(status);
-        }
         let (data, dst) = match payload {
             Payload::Data(data) => (data.unwrap_or_default(), None),
             Payload::Into(dst) => (Bytes::new(), Some(dst)),
         };
+        call::check_request(endpoint, message.len(), data.len())?;
         let into = dst.is_some();
-        if endpoint.op.is_inbound() && data.len() as u64 > endpoint.buffer_size {
-            return Err(Status::invalid_argument(format!(
-                "{} bytes do not fit the {} byte buffer of {} {}: larger payloads need a bulk \
-                 stream (`stream: {{ max_len }}` in the spec)",
-                data.len(),
-                endpoint.buffer_size,
-                endpoint.op,
-                endpoint.path
-            )));
-        }
         let inbound = endpoint.op.is_inbound();
         let call_metadata = if call_metadata.is_empty() {
             Vec::new()
         } else {
             call_metadata.to_frames()
         };
-        // Each entry: its bytes, plus at most 18 of tags and lengths.
-        let metadata_len: usize = call_metadata
-            .iter()
-            .map(|e| e.key.len() + e.value.len() + 18)
-            .sum();
         let negotiated = &inner.negotiated;
-        let inline = fits_inline(
+        let inline = call::inline(
             data.len(),
-            metadata.len() + metadata_len,
-            negotiated.inline_threshold as usize,
+            message.len() + call::metadata_len(&call_metadata),
+            negotiated,
             inner.session.peer_max_frame(),
         );
         let opened = inner
@@ -391,64 +371,60 @@ impl Inner {
             windows: Vec::new(),
         };
         let conn = inner.session.transport();
-        let route = outgoing(inline, slot.is_some(), negotiated.pull_writes);
-        let mut request = RequestFrame {
-            id,
-            path: Bytes::from_static(endpoint.path.as_bytes()),
-            op: endpoint.op.as_u32(),
-            metadata,
-            payload_len: data.len() as u64,
-            inline_payload: (inbound && route == Outgoing::Inline).then(|| data.clone()),
-            timeout_us: timeout.map_or(0, |t| t.as_micros().max(1) as u64),
-            call_metadata,
-            ..Default::default()
-        };
+        let route = inbound.then(|| outgoing(inline, slot.is_some(), negotiated.pull_writes));
+        let mut request =
+            call::request(id, endpoint, message, &data, route, timeout, call_metadata);
         let mut slot_write = None;
-        if inbound {
-            match (route, slot) {
-                (Outgoing::Slot, Some((index, window))) => {
-                    // Posted before the request on the same connection: the bytes are in the
-                    // slot when the request arrives.
-                    slot_write = Some(conn.write(SendData::Bytes(data.clone()), &window, None));
-                    request.slot = Some(index);
-                }
-                (Outgoing::Pull, _) => {
-                    // Bytes frozen from a memory region are offered where they are, where a
-                    // revoked window cannot be read any more; otherwise from a staging copy.
-                    let buf = match crate::memory::frozen_view(&data) {
-                        Some(view) if conn.fencing() == Fencing::Revocable => view,
-                        _ => {
-                            // Staging memory of this connection: over DOCA its peer may
-                            // still reach it, so it is written by a raw copy, never borrowed.
-                            let mut buf =
-                                inner.staging.acquire(data.len()).map_err(Status::from)?;
-                            buf.copy_in(0, &data);
-                            buf.set_len(data.len());
-                            buf
-                        }
-                    };
-                    let window = conn
-                        .grant(buf, 0, data.len(), Access::REMOTE_READ)
-                        .map_err(Status::from)?;
-                    request.source = Some(DescriptorFrame::from(window.descriptor()));
+        match (route, slot) {
+            (Some(Outgoing::Slot), Some((index, window))) => {
+                // Posted before the request on the same connection: the bytes are in the slot
+                // when the request arrives.
+                slot_write = Some(conn.write(SendData::Bytes(data.clone()), &window, None));
+                request.slot = Some(index);
+            }
+            (Some(Outgoing::Pull), _) => {
+                // Bytes frozen from a memory region are offered where they are, where a
+                // revoked window cannot be read any more; otherwise from a staging copy.
+                let buf = match crate::memory::frozen_view(&data) {
+                    Some(view) if conn.fencing() == Fencing::Revocable => view,
+                    _ => {
+                        // Staging memory of this connection: over DOCA its peer may still
+                        // reach it, so it is written by a raw copy, never borrowed.
+                        let mut buf = inner.staging.acquire(data.len()).map_err(Status::from)?;
+                        buf.copy_in(0, &data);
+                        buf.set_len(data.len());
+                        buf
+                    }
+                };
+                let window = conn
+                    .grant(buf, 0, data.len(), Access::REMOTE_READ)
+                    .map_err(Status::from)?;
+                request.source = Some(DescriptorFrame::from(window.descriptor()));
+                guard.windows.push(window);
+            }
+            // Inline, or the server grants a window for it once it has a buffer.
+            (Some(_), _) => {}
+            (None, _) => {
+                let window = match dst {
+                    // The caller's buffer is the result window. Fenced: once the call is over,
+                    // the server cannot write the caller's memory any more, on any transport
+                    // (over DOCA through this connection's bounce memory, or the region's
+                    // share). No more than the endpoint's buffer: a server refuses larger
+                    // result windows.
+                    Some(dst) => {
+                        let len = dst.capacity().min(endpoint.buffer_size as usize);
+                        Some(conn.grant_result(dst, len).map_err(Status::from)?)
+                    }
+                    None => opened
+                        .reply
+                        .map(|size| reply_window(inner, size))
+                        .transpose()?,
+                };
+                if let Some(window) = window {
+                    request.reply_to = Some(DescriptorFrame::from(window.descriptor()));
                     guard.windows.push(window);
                 }
-                // Inline, or the server grants a window for it once it has a buffer.
-                _ => {}
             }
-        } else if let Some(dst) = dst {
-            // The caller's buffer is the result window. Fenced: once the call is over, the
-            // server cannot write the caller's memory any more, on any transport (over DOCA
-            // through this connection's bounce memory, or the region's share).
-            // No more than the endpoint's buffer: a server refuses larger result windows.
-            let len = dst.capacity().min(endpoint.buffer_size as usize);
-            let window = conn.grant_result(dst, len).map_err(Status::from)?;
-            request.reply_to = Some(DescriptorFrame::from(window.descriptor()));
-            guard.windows.push(window);
-        } else if let Some(size) = opened.reply {
-            let window = reply_window(inner, size)?;
-            request.reply_to = Some(DescriptorFrame::from(window.descriptor()));
-            guard.windows.push(window);
         }
         let sent = inner.session.lock().proto.send_request(id, request);
         sent.map_err(Status::from)?;
@@ -462,43 +438,26 @@ impl Inner {
             match inner.event(id).await {
                 None => return Err(self.closed_status()),
                 Some(ServerEvent::Response(r)) => break r,
-                Some(ServerEvent::Grant(g)) if into => {
-                    return Err(Status::out_of_range(format!(
-                        "the result of {} {} has {} bytes, more than the {} of the buffer given",
-                        endpoint.op,
-                        endpoint.path,
-                        g.need_buffer,
-                        guard.windows.last().map_or(0, |w| w.descriptor().len)
-                    )));
-                }
                 Some(ServerEvent::Grant(g)) => {
+                    let given =
+                        into.then(|| guard.windows.last().map_or(0, |w| w.descriptor().len));
+                    let step = call::on_grant(endpoint, data.len(), given, g)?;
                     inner.counters.transfers.fetch_add(1, Ordering::Relaxed);
-                    let reply_to = self.transfer(endpoint, g, &data, &mut guard).await?;
-                    inner
-                        .session
-                        .send(Kind::Ack(AckFrame { id, reply_to }))
-                        .map_err(Status::from)?;
+                    let reply_to = self.transfer(step, &data, &mut guard).await?;
+                    let ack = call::ack(id, reply_to.as_ref());
+                    inner.session.send(Kind::Ack(ack)).map_err(Status::from)?;
                 }
             }
         };
         guard.done = true;
         inner.counters.completed.fetch_add(1, Ordering::Relaxed);
-        let ResponseFrame {
-            status,
-            metadata,
-            inline_payload,
-            pushed_len,
-            ..
-        } = response;
         // The last window offered for the result holds it; every window closes now. Of a
         // caller's buffer, only the pushed prefix is the result.
-        let reply = match guard.windows.pop() {
+        let window = guard.windows.pop();
+        let offered = window.as_ref().map(|w| w.descriptor().len);
+        let reply = match window {
             Some(window) if into => {
-                let written = if inline_payload.is_some() || status.is_some() {
-                    0
-                } else {
-                    pushed_len.min(window.descriptor().len) as usize
-                };
+                let written = call::written(&response, window.descriptor().len);
                 window.revoke_written(written).await
             }
             Some(window) if !inbound => window.revoke().await,
@@ -511,48 +470,47 @@ impl Inner {
         if !guard.windows.is_empty() {
             guard.windows.drain(..).for_each(Grant::release);
         }
-        if let Some(status) = status {
-            return Err(Status::from(status));
-        }
+        let window = match (&reply, offered) {
+            (Some(buf), _) => Offered::Window(buf.capacity() as u64),
+            (None, Some(_)) if !inbound => Offered::Lost,
+            _ => Offered::None,
+        };
+        let (message, at) = call::on_response(endpoint, response, window)?;
         if into {
-            return match (reply, inline_payload) {
-                (Some(mut buf), Some(payload)) if payload.len() <= buf.capacity() => {
+            let mut buf = reply.ok_or_else(|| {
+                Status::unavailable("the connection ended with the result buffer")
+            })?;
+            match at {
+                ResultAt::Inline(payload) if payload.len() <= buf.capacity() => {
                     // Small enough to ride in the response: one copy, into the caller's buffer
                     // (a raw copy: a shared region's lease is never borrowed).
                     buf.copy_in(0, &payload);
                     buf.set_len(payload.len());
-                    Ok((metadata, Received::Into(buf)))
                 }
-                (Some(mut buf), None) if pushed_len <= buf.capacity() as u64 => {
-                    buf.set_len(pushed_len as usize);
-                    Ok((metadata, Received::Into(buf)))
+                ResultAt::Inline(_) => {
+                    return Err(Status::internal(format!(
+                        "protocol violation: the server announced a result outside the buffer \
+                         given for {} {}",
+                        endpoint.op, endpoint.path
+                    )))
                 }
-                (None, _) => Err(Status::unavailable(
-                    "the connection ended with the result buffer",
-                )),
-                _ => Err(Status::internal(format!(
-                    "protocol violation: the server announced a result outside the buffer \
-                     given for {} {}",
-                    endpoint.op, endpoint.path
-                ))),
-            };
+                ResultAt::Window(len) => buf.set_len(len),
+                ResultAt::Empty => buf.set_len(0),
+            }
+            return Ok((message, Received::Into(buf)));
         }
         if !inbound {
-            let len = match &inline_payload {
-                Some(p) => p.len() as u64,
-                None => pushed_len,
+            let len = match &at {
+                ResultAt::Inline(p) => p.len(),
+                ResultAt::Window(len) => *len,
+                ResultAt::Empty => 0,
             };
-            inner
-                .session
-                .lock()
-                .proto
-                .learn_reply_size(endpoint, len as usize);
+            inner.session.lock().proto.learn_reply_size(endpoint, len);
         }
-        let received = match (inline_payload, reply) {
-            (Some(payload), _) => payload,
-            (None, _) if pushed_len == 0 => Bytes::new(),
-            (None, Some(mut buf)) if pushed_len <= buf.capacity() as u64 => {
-                buf.set_len(pushed_len as usize);
+        let received = match (at, reply) {
+            (ResultAt::Inline(payload), _) => payload,
+            (ResultAt::Window(len), Some(mut buf)) => {
+                buf.set_len(len);
                 match inner.session.transport().fencing() {
                     Fencing::Revocable => buf.freeze(),
                     // The server can still write the window (it outlives `revoke`): the
@@ -560,56 +518,34 @@ impl Inner {
                     _ => inner.copies.copy_out(&buf),
                 }
             }
-            _ => {
-                return Err(Status::internal(format!(
-                    "protocol violation: the server announced {pushed_len} result bytes \
-                     outside the window offered for {} {}",
-                    endpoint.op, endpoint.path
-                )))
-            }
+            _ => Bytes::new(),
         };
-        Ok((metadata, Received::Bytes(received)))
+        Ok((message, Received::Bytes(received)))
     }
 
-    /// Answers a grant: writes the payload into the server's window, or offers a window as
-    /// large as the result the server has.
+    /// Carries out what a grant asked: writes the payload into the server's window, or offers
+    /// a window as large as the result the server has (its descriptor, for the ack).
     async fn transfer(
         &self,
-        endpoint: &EndpointDef,
-        grant: GrantFrame,
+        step: GrantStep,
         data: &Bytes,
         guard: &mut CallGuard<'_>,
-    ) -> Result<Option<DescriptorFrame>, Status> {
-        let violation = |what: &str| {
-            Status::internal(format!(
-                "protocol violation: the server {what} for {} {}",
-                endpoint.op, endpoint.path
-            ))
-        };
-        if endpoint.op.is_inbound() {
-            let Some(window) = grant.window else {
-                return Err(violation("granted no window"));
-            };
-            let window = Descriptor::from(window);
-            check_granted_window(
-                data.len(),
-                window.len,
-                window.access.contains(Access::REMOTE_WRITE),
-            )
-            .map_err(violation)?;
-            self.session
-                .transport()
-                .write(SendData::Bytes(data.clone()), &window, None)
-                .await
-                .map_err(|e| Status::unavailable(format!("RDMA write failed: {e}")))?;
-            Ok(None)
-        } else {
-            let len = grant.need_buffer;
-            check_result_window(endpoint, len).map_err(violation)?;
-            let window = reply_window(self, len as usize)?;
-            let offered = DescriptorFrame::from(window.descriptor());
-            guard.windows.push(window);
-            Ok(Some(offered))
+    ) -> Result<Option<Descriptor>, Status> {
+        match step {
+            GrantStep::Write(window) => {
+                self.session
+                    .transport()
+                    .write(SendData::Bytes(data.clone()), &window, None)
+                    .await
+                    .map_err(|e| Status::unavailable(format!("RDMA write failed: {e}")))?;
+                Ok(None)
+            }
+            GrantStep::Offer(len) => {
+                let window = reply_window(self, len)?;
+                let offered = window.descriptor().clone();
+                guard.windows.push(window);
+                Ok(Some(offered))
+            }
         }
     }
 }

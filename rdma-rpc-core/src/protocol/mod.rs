@@ -8,6 +8,7 @@
 //! The per-operation sequences are in the README ("Protocol") and in `server/call.rs`
 //! (server side) and `client/call.rs` (client side).
 
+pub(crate) mod call;
 #[cfg(test)]
 pub(crate) mod channel;
 pub(crate) mod codec;

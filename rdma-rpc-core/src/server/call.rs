@@ -34,15 +34,19 @@ use super::conn::ConnCtx;
 use super::share::Share;
 use crate::memory::{Access, BufferPool, RegisteredBuf};
 use crate::observe::logs;
-use crate::protocol::frames::{DescriptorFrame, GrantFrame, Kind, ResponseFrame, StatusFrame};
+use crate::protocol::call::{
+    asked_window, grant as grant_frame, payload_step, pushed as pushed_response, result_step,
+    PayloadStep, ResultStep,
+};
+use crate::protocol::frames::{GrantFrame, Kind, ResponseFrame};
 use crate::protocol::mailbox::{CallLimits, EndReason, Mailbox};
-use crate::protocol::route::{fits_inline, result_route, Incoming, ResultRoute};
+use crate::protocol::route::Incoming;
 use crate::protocol::wait::{wait, Wait};
 use crate::service::{EndpointDef, OpKind, RawRequest, ServerCall, Service, StreamKind};
 use crate::session::now;
 use crate::status::{Code, Status};
 use crate::stream::StreamCell;
-use crate::transport::{BoxFuture, Descriptor, Fencing, Grant, SendData};
+use crate::transport::{BoxFuture, Descriptor, Grant, SendData};
 
 /// What the client says about a call after the request (its cancel is the mailbox's end:
 /// [`InFlight::end`]).
@@ -352,36 +356,29 @@ async fn await_push(call: &Call, pending: Pending) {
     }
 }
 
-pub(super) fn error_response(id: u64, status: &Status) -> ResponseFrame {
-    ResponseFrame {
-        id,
-        status: Some(StatusFrame::from(status)),
-        ..Default::default()
-    }
-}
-
-pub(super) fn ok(id: u64, metadata: Bytes, inline_payload: Option<Bytes>) -> ResponseFrame {
-    ResponseFrame {
-        id,
-        metadata,
-        inline_payload,
-        ..Default::default()
-    }
-}
+pub(super) use crate::protocol::call::{error_response, ok};
 
 fn transfer_failed(e: crate::error::Error) -> Status {
     Status::unavailable(format!("RDMA transfer failed: {e}"))
 }
 
-/// Send and write: get the bytes, then run the handler on them.
+/// Send and write: get the bytes (the way `protocol::call::payload_step` says), then run
+/// the handler on them.
 async fn inbound(call: &mut Call, events: &Mailbox<ClientEvent>) -> Result<ResponseFrame, Status> {
-    let data = match call.incoming {
-        Incoming::Nothing => Bytes::new(),
-        Incoming::Inline => call.inline_payload.take().unwrap_or_default(),
-        Incoming::Slot => from_slot(call).await?,
+    let fencing = call.conn.session.transport().fencing();
+    let step = payload_step(
+        call.incoming,
+        call.payload_len,
+        call.source.as_ref(),
+        fencing,
+    )?;
+    let data = match step {
+        PayloadStep::Nothing => Bytes::new(),
+        PayloadStep::Inline => call.inline_payload.take().unwrap_or_default(),
+        PayloadStep::Slot { copy } => from_slot(call, copy).await?,
         // The paths that wait for the client live in futures of their own.
-        Incoming::Pull => Box::pin(pull(call, events)).await?,
-        Incoming::Grant => Box::pin(through_grant(call, events)).await?,
+        PayloadStep::Pull(source) => Box::pin(pull(call, events, source)).await?,
+        PayloadStep::Grant { len } => Box::pin(through_grant(call, events, len)).await?,
     };
     let request = take_request(call)?;
     let metadata = call
@@ -399,7 +396,7 @@ pub(super) fn take_request(call: &mut Call) -> Result<RawRequest, Status> {
 }
 
 /// The payload the client wrote into a write slot before it sent the request.
-async fn from_slot(call: &mut Call) -> Result<Bytes, Status> {
+async fn from_slot(call: &mut Call, copy: bool) -> Result<Bytes, Status> {
     let slot = call
         .slot
         .take()
@@ -409,28 +406,22 @@ async fn from_slot(call: &mut Call) -> Result<Bytes, Status> {
         .await
         .ok_or_else(|| Status::unavailable("connection closed"))?;
     buf.set_len(call.payload_len as usize);
-    Ok(match call.conn.session.transport().fencing() {
-        Fencing::Revocable => buf.freeze(),
+    Ok(if copy {
         // The client can still write the slot (the window outlives `revoke`): the handler
         // gets a copy (a raw copy: those bytes are never borrowed), and the slot goes back
         // to the connection at once.
-        _ => Bytes::from(buf.to_vec()),
+        Bytes::from(buf.to_vec())
+    } else {
+        buf.freeze()
     })
 }
 
 /// The payload read from the window the client offered.
-async fn pull(call: &mut Call, events: &Mailbox<ClientEvent>) -> Result<Bytes, Status> {
-    let len = call.payload_len;
-    let source = call
-        .source
-        .take()
-        .ok_or_else(|| Status::internal("a pull call without its window"))?;
-    let source = source.slice(0, len).map_err(|_| {
-        Status::invalid_argument(format!(
-            "the offered window of {} bytes is shorter than the {len} byte payload",
-            source.len
-        ))
-    })?;
+async fn pull(
+    call: &mut Call,
+    events: &Mailbox<ClientEvent>,
+    source: Descriptor,
+) -> Result<Bytes, Status> {
     let buf = take_buffer(call, events).await?;
     let read = call.conn.session.transport().read(&source, buf);
     // A client that never lets the read complete would keep the pool buffer: after
@@ -454,8 +445,11 @@ async fn pull(call: &mut Call, events: &Mailbox<ClientEvent>) -> Result<Bytes, S
 }
 
 /// The payload the client wrote into a window granted for this call.
-async fn through_grant(call: &mut Call, events: &Mailbox<ClientEvent>) -> Result<Bytes, Status> {
-    let len = call.payload_len as usize;
+async fn through_grant(
+    call: &mut Call,
+    events: &Mailbox<ClientEvent>,
+    len: usize,
+) -> Result<Bytes, Status> {
     let mut buf = take_buffer(call, events).await?;
     // The server cannot see one-sided writes complete (on RDMA hardware no more than
     // here): a client that acks without writing every byte must find its own zeros, never
@@ -467,11 +461,7 @@ async fn through_grant(call: &mut Call, events: &Mailbox<ClientEvent>) -> Result
         .transport()
         .grant(buf, 0, len, Access::REMOTE_WRITE)
         .map_err(Status::from)?;
-    let frame = GrantFrame {
-        id: call.id,
-        window: Some(DescriptorFrame::from(grant.descriptor())),
-        need_buffer: 0,
-    };
+    let frame = grant_frame(call.id, grant.descriptor());
     let reply = ask(call, events, frame).await;
     // Revoke first, whatever happened: from here the descriptor is dead.
     let buf = grant.revoke().await;
@@ -501,37 +491,22 @@ async fn outbound(
         .await
         .map_err(|status| handlers_overflow(&call.endpoint, status))?;
     let len = buf.len();
-    let inline = fits_inline(
+    let conn = &call.conn;
+    let step = result_step(
+        call.id,
         len,
         metadata.len(),
-        call.conn.negotiated.inline_threshold as usize,
-        call.conn.session.peer_max_frame(),
+        &conn.negotiated,
+        conn.session.peer_max_frame(),
+        call.reply_to.take(),
     );
-    let offered = call.reply_to.as_ref().map(|d| d.len);
-    let dst = match result_route(inline, len, offered) {
-        ResultRoute::Inline => {
+    let dst = match step {
+        ResultStep::Inline => {
             let payload = Bytes::copy_from_slice(buf.as_slice());
             return Ok((ok(call.id, metadata, Some(payload)), None));
         }
-        ResultRoute::Push => call
-            .reply_to
-            .take()
-            .ok_or_else(|| Status::internal("a pushed result without its window"))?,
-        ResultRoute::AskForWindow => {
-            let frame = GrantFrame {
-                id: call.id,
-                window: None,
-                need_buffer: len as u64,
-            };
-            match Box::pin(ask(call, events, frame)).await? {
-                Some(dst) if result_route(false, len, Some(dst.len)) == ResultRoute::Push => dst,
-                _ => {
-                    return Err(Status::invalid_argument(format!(
-                        "the client offered no window of the {len} bytes the result needs"
-                    )))
-                }
-            }
-        }
+        ResultStep::Push(dst) => dst,
+        ResultStep::Ask(frame) => asked_window(len, Box::pin(ask(call, events, frame)).await?)?,
     };
     // The write is posted now; the response, sent after it on the same connection, arrives
     // after the bytes. The buffer returns to the pool when the write completes.
@@ -552,9 +527,7 @@ async fn outbound(
         Some(Ok(())) => None,
         None => Some(pushed),
     };
-    let mut response = ok(call.id, metadata, None);
-    response.pushed_len = len as u64;
-    Ok((response, pending))
+    Ok((pushed_response(call.id, metadata, len), pending))
 }
 
 /// A handler's result that did not fit its buffer (`Error::DoesNotFit`, through

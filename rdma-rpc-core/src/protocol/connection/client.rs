@@ -46,10 +46,6 @@ pub(crate) enum ServerEvent {
     Response(ResponseFrame),
 }
 
-/// Results of outbound endpoints up to this size are offered a window of the endpoint's whole
-/// buffer on their first call; larger endpoints learn the size from their first result.
-const FIRST_REPLY_WINDOW: u64 = 64 << 10;
-
 /// One call in flight.
 #[derive(Debug)]
 struct ClientCall<H: Handles> {
@@ -606,26 +602,23 @@ impl<H: Handles> super::Connection<H> {
         Some(c.slots.swap_remove(at))
     }
 
-    /// The size of the window to offer for a result of `endpoint`, if any.
+    /// The size of the window to offer for a result of `endpoint`, if any
+    /// ([`call::reply_window`](crate::protocol::call::reply_window)).
     pub(crate) fn reply_size(&self, endpoint: &EndpointDef) -> Option<usize> {
         let c = self.client_ref();
-        let key = (endpoint.path, endpoint.op.as_u32());
-        match c.reply_sizes.get(&key) {
-            Some(&size) => (size > 0).then_some(size),
-            None => {
-                let threshold = c.negotiated.map_or(0, |n| n.inline_threshold);
-                let size = endpoint.buffer_size;
-                (size > u64::from(threshold) && size <= FIRST_REPLY_WINDOW).then_some(size as usize)
-            }
-        }
+        let negotiated = c.negotiated?;
+        let learned = c.reply_sizes.get(&(endpoint.path, endpoint.op.as_u32()));
+        crate::protocol::call::reply_window(endpoint, learned.copied(), &negotiated)
     }
 
     /// Remembers a result's size: the next call offers a window that large (none for results
     /// that travel inline).
     pub(crate) fn learn_reply_size(&mut self, endpoint: &EndpointDef, len: usize) {
         let (_, c) = self.client_side();
-        let threshold = c.negotiated.map_or(0, |n| n.inline_threshold) as usize;
-        let size = if len > threshold { len } else { 0 };
+        let Some(negotiated) = c.negotiated else {
+            return;
+        };
+        let size = crate::protocol::call::learned(len, &negotiated);
         c.reply_sizes
             .insert((endpoint.path, endpoint.op.as_u32()), size);
     }
