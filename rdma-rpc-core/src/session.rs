@@ -98,13 +98,10 @@ pub(crate) struct Inner {
     timeout: Option<std::time::Instant>,
 }
 
-/// What reading the connection came to.
-// Moved once per request (see `Incoming`): boxing would cost an allocation per call.
-#[allow(clippy::large_enum_variant)]
+/// What reading the connection came to (requests for the server's application go to the
+/// reader's handler as they come).
 #[derive(Debug)]
 pub(crate) enum Read {
-    /// A request for the server's application.
-    Incoming(Incoming<Runtime>),
     /// The instant at which the state wants to hear of time changed (a server's handshake
     /// deadline, its idle timeout): the reader sets its timer to it.
     Timer(Option<std::time::Instant>),
@@ -272,13 +269,17 @@ impl Session {
     }
 
     /// Reads the frames that arrived, handing each to the state, until none is left
-    /// (`Pending`), a request for the server's application comes, the state wants to hear of
-    /// time at another instant, or the connection is over. The transport wakes the current
+    /// (`Pending`), the state wants to hear of time at another instant, or the connection is
+    /// over. A request for the server's application goes to `on_request` where it lands. The transport wakes the current
     /// reader (see [`set_reader`](Self::set_reader)) of a forwarding session, or `cx`.
     ///
     /// Each frame spends one unit of the task's tokio budget, as tokio's own sockets do: a
     /// connection whose frames never stop arriving makes its task yield now and then.
-    pub(crate) fn poll_frames(&self, cx: &mut Context<'_>) -> Poll<Read> {
+    pub(crate) fn poll_frames(
+        &self,
+        cx: &mut Context<'_>,
+        on_request: &mut dyn FnMut(Incoming<Runtime>, &mut Context<'_>),
+    ) -> Poll<Read> {
         let waker = if self.forwarding {
             &self.forward_waker
         } else {
@@ -324,7 +325,7 @@ impl Session {
             }
             drop(locked);
             if let Some(incoming) = incoming {
-                return Poll::Ready(Read::Incoming(incoming));
+                on_request(incoming, cx);
             }
             if let Some(at) = timer {
                 return Poll::Ready(Read::Timer(at));
@@ -432,6 +433,9 @@ impl Drop for Locked<'_> {
         let Some(mut inner) = self.inner.take() else {
             return;
         };
+        if inner.proto.is_quiet() {
+            return; // nothing to post, send, wake or look at: the common release
+        }
         let session = self.session;
         let transport = &session.transport;
         let proto = &mut inner.proto;
@@ -450,16 +454,21 @@ impl Drop for Locked<'_> {
                 tracing::debug!(peer = transport.peer(), error = %e, "frame not sent");
             }
         }
-        session
-            .peer_max_frame
-            .store(proto.peer_max_frame(), Ordering::Relaxed);
-        let refusing = proto.is_refusing();
-        let newly_refusing = refusing && !session.refusing.swap(refusing, Ordering::AcqRel);
-        let close_now = proto.should_close();
-        if close_now {
-            proto.closed();
+        let mut newly_refusing = false;
+        let mut close_now = false;
+        let mut over = false;
+        if proto.take_notice() {
+            session
+                .peer_max_frame
+                .store(proto.peer_max_frame(), Ordering::Relaxed);
+            let refusing = proto.is_refusing();
+            newly_refusing = refusing && !session.refusing.swap(refusing, Ordering::AcqRel);
+            over = proto.end().is_some();
         }
-        let over = proto.end().is_some();
+        if proto.should_close() {
+            proto.closed();
+            close_now = true;
+        }
         let woken = proto.take_woken();
         drop(inner);
         woken.wake();

@@ -27,7 +27,7 @@ use crate::interceptor::OutgoingCall;
 use crate::memory::{Access, RegisteredBuf};
 use crate::protocol::call::{self, GrantStep, Offered, ResultAt};
 use crate::protocol::connection::ServerEvent;
-use crate::protocol::frames::{DescriptorFrame, Kind};
+use crate::protocol::frames::Kind;
 use crate::protocol::route::{outgoing, Outgoing};
 use crate::service::EndpointDef;
 use crate::status::Status;
@@ -399,7 +399,7 @@ impl Inner {
                 let window = conn
                     .grant(buf, 0, data.len(), Access::REMOTE_READ)
                     .map_err(Status::from)?;
-                request.source = Some(DescriptorFrame::from(window.descriptor()));
+                request.source = Some(window.descriptor().into());
                 guard.windows.push(window);
             }
             // Inline, or the server grants a window for it once it has a buffer.
@@ -421,7 +421,7 @@ impl Inner {
                         .transpose()?,
                 };
                 if let Some(window) = window {
-                    request.reply_to = Some(DescriptorFrame::from(window.descriptor()));
+                    request.reply_to = Some(window.descriptor().into());
                     guard.windows.push(window);
                 }
             }

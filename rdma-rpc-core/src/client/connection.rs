@@ -80,7 +80,7 @@ impl Inner {
         let session = Session::new(conn, proto, config.max_frame, initial, true)?;
         // This task reads the connection until the server answered.
         let answered = std::future::poll_fn(|cx| {
-            let over = session.poll_frames(cx).is_ready();
+            let over = session.poll_frames(cx, &mut |_, _| {}).is_ready();
             let mut locked = session.lock();
             if locked.proto.is_open() {
                 return Poll::Ready(Ok(()));
@@ -159,7 +159,7 @@ impl Inner {
     pub(super) async fn event(&self, id: u64) -> Option<ServerEvent> {
         std::future::poll_fn(|cx| {
             // What arrived first: this call's own response may be there.
-            let _ = self.session.poll_frames(cx);
+            let _ = self.session.poll_frames(cx, &mut |_, _| {});
             let mut locked = self.session.lock();
             match locked.proto.poll_event(id, cx) {
                 Poll::Ready(event) => {
@@ -262,10 +262,10 @@ async fn drive(session: Arc<Session>) {
             let mut locked = session.lock();
             session.set_driver(&mut locked, cx.waker());
         }
-        match session.poll_frames(cx) {
+        match session.poll_frames(cx, &mut |_, _| {}) {
             Poll::Ready(crate::session::Read::Over) => Poll::Ready(()),
             // Nothing else is for a client: read on.
-            Poll::Ready(_) => {
+            Poll::Ready(crate::session::Read::Timer(_)) => {
                 cx.waker().wake_by_ref();
                 Poll::Pending
             }

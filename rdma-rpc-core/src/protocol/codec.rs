@@ -35,9 +35,18 @@ impl Encoder {
     /// Encodes `kind` (a bare credit update when `None`) for a peer whose receives hold
     /// `peer_max_frame` bytes, refusing it if it could not fit them once its credits are
     /// appended. The frame keeps [`CREDITS_ROOM`] spare bytes of capacity for them.
-    pub(crate) fn encode(&mut self, kind: Option<Kind>, peer_max_frame: usize) -> Result<BytesMut> {
-        let frame = Frame { kind, credits: 0 };
-        let len = frame.encoded_len();
+    pub(crate) fn encode(
+        &mut self,
+        kind: Option<&Kind>,
+        peer_max_frame: usize,
+    ) -> Result<BytesMut> {
+        // A frame is its one `kind` field (the credits come at send time): encoded from the
+        // caller's value, never moved into a `Frame` first; requests and responses by hand.
+        let hot = kind.and_then(super::hot::Hot::of);
+        let len = match &hot {
+            Some(hot) => hot.encoded_len(),
+            None => kind.map_or(0, Kind::encoded_len),
+        };
         if len + CREDITS_ROOM > peer_max_frame {
             return Err(Error::LimitExceeded {
                 limit: "max_frame",
@@ -49,9 +58,11 @@ impl Encoder {
         if self.block.capacity() < need {
             self.block.reserve(BLOCK.max(need));
         }
-        frame
-            .encode(&mut self.block)
-            .expect("room was reserved above");
+        match (&hot, kind) {
+            (Some(hot), _) => hot.encode(&mut self.block),
+            (None, Some(kind)) => kind.encode(&mut self.block),
+            (None, None) => {}
+        }
         // The spare bytes stay in this frame's capacity: appending the credits never
         // reallocates.
         self.block.put_bytes(0, CREDITS_ROOM);
@@ -79,13 +90,32 @@ pub(crate) struct Decoder {
 impl Decoder {
     /// Decodes a received frame (copied first: see the module docs). `Err` is why the bytes
     /// are not a frame.
+    #[cfg(test)]
     pub(crate) fn decode(&mut self, received: &[u8]) -> std::result::Result<Frame, String> {
+        let mut frame = Frame::default();
+        self.decode_into(received, &mut frame)?;
+        Ok(frame)
+    }
+
+    /// Decodes a received frame into `frame`, in place (see [`super::hot::decode_into`]).
+    pub(crate) fn decode_into(
+        &mut self,
+        received: &[u8],
+        frame: &mut Frame,
+    ) -> std::result::Result<(), String> {
         if self.block.capacity() < received.len() {
             self.block.reserve(BLOCK.max(received.len()));
         }
         self.block.extend_from_slice(received);
         let landed: Bytes = self.block.split().freeze();
-        Frame::decode(landed).map_err(|e| format!("undecodable frame: {e}"))
+        match super::hot::decode_into(&landed, frame) {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                *frame = Frame::decode(landed).map_err(|e| format!("undecodable frame: {e}"))?;
+                Ok(())
+            }
+            Err(e) => Err(format!("undecodable frame: {e}")),
+        }
     }
 }
 
@@ -103,7 +133,7 @@ mod tests {
             metadata: Bytes::from_static(b"hello"),
             ..Default::default()
         });
-        let bytes = with_credits(enc.encode(Some(kind.clone()), 1024).unwrap(), 300);
+        let bytes = with_credits(enc.encode(Some(&kind), 1024).unwrap(), 300);
         let frame = Decoder::default().decode(&bytes).unwrap();
         assert_eq!(frame.kind, Some(kind));
         assert_eq!(frame.credits, 300);
@@ -115,7 +145,7 @@ mod tests {
     fn a_frame_the_peer_could_not_receive_is_refused_before_anything_is_spent() {
         let mut enc = Encoder::default();
         let big = Kind::Cancel(CallId { id: u64::MAX });
-        let err = enc.encode(Some(big), 8).unwrap_err().to_string();
+        let err = enc.encode(Some(&big), 8).unwrap_err().to_string();
         assert!(err.contains("max_frame"), "{err}");
     }
 
@@ -123,13 +153,25 @@ mod tests {
     fn consecutive_frames_share_a_block() {
         let mut enc = Encoder::default();
         let a = enc
-            .encode(Some(Kind::Cancel(CallId { id: 1 })), 1024)
+            .encode(Some(&Kind::Cancel(CallId { id: 1 })), 1024)
             .unwrap();
         let b = enc
-            .encode(Some(Kind::Cancel(CallId { id: 2 })), 1024)
+            .encode(Some(&Kind::Cancel(CallId { id: 2 })), 1024)
             .unwrap();
         let gap = b.as_ptr() as usize - a.as_ptr() as usize;
         assert_eq!(gap, a.len() + CREDITS_ROOM, "one block, back to back");
+    }
+
+    #[test]
+    fn a_frame_encoded_from_its_kind_is_the_frame_prost_encodes() {
+        let kind = Kind::Cancel(CallId { id: 77 });
+        let ours = with_credits(Encoder::default().encode(Some(&kind), 1024).unwrap(), 9);
+        let theirs = Frame {
+            kind: Some(kind),
+            credits: 9,
+        }
+        .encode_to_vec();
+        assert_eq!(&ours[..], &theirs[..]);
     }
 
     #[test]

@@ -224,12 +224,14 @@ pub(crate) struct RequestFrame {
     /// The payload is already in this write slot (written before the request was sent).
     #[prost(uint32, optional, tag = "8")]
     pub(crate) slot: Option<u32>,
-    /// The payload waits in this client window: the server reads it (pull mode).
-    #[prost(message, optional, tag = "9")]
-    pub(crate) source: Option<DescriptorFrame>,
+    /// The payload waits in this client window: the server reads it (pull mode). Boxed, as
+    /// `reply_to`: most requests have neither, and every request moves a few times between
+    /// its frame and its call.
+    #[prost(message, optional, boxed, tag = "9")]
+    pub(crate) source: Option<Box<DescriptorFrame>>,
     /// The server may write the result (receive, read) into this client window.
-    #[prost(message, optional, tag = "10")]
-    pub(crate) reply_to: Option<DescriptorFrame>,
+    #[prost(message, optional, boxed, tag = "10")]
+    pub(crate) reply_to: Option<Box<DescriptorFrame>>,
     /// The call's metadata (key, value pairs the application sets: tokens, trace ids).
     #[prost(message, repeated, tag = "11")]
     pub(crate) call_metadata: Vec<MetadataEntry>,
@@ -314,6 +316,18 @@ impl From<&crate::transport::Descriptor> for DescriptorFrame {
             access: d.access.bits(),
             blob: d.blob.clone(),
         }
+    }
+}
+
+impl From<&crate::transport::Descriptor> for Box<DescriptorFrame> {
+    fn from(d: &crate::transport::Descriptor) -> Self {
+        Box::new(DescriptorFrame::from(d))
+    }
+}
+
+impl From<Box<DescriptorFrame>> for crate::transport::Descriptor {
+    fn from(d: Box<DescriptorFrame>) -> Self {
+        crate::transport::Descriptor::from(*d)
     }
 }
 

@@ -31,7 +31,7 @@ use crate::protocol::stream::Direction;
 use crate::remote::RemoteMemory;
 use crate::service::RawRequest;
 use crate::service::StreamKind;
-use crate::session::{now, Read, Session};
+use crate::session::{now, Read, Runtime, Session};
 use crate::status::Status;
 use crate::stream::{Setup, StreamCell};
 use crate::transport::{Connection, Fencing, Grant, PeerIdentity};
@@ -93,7 +93,7 @@ pub(super) async fn refuse(
     };
     let proto = Proto::server(settings, Arc::from(conn.peer()), now());
     if let Ok(session) = Session::new(conn.clone(), proto, REFUSAL_FRAME, 2, false) {
-        let told = std::future::poll_fn(|cx| match session.poll_frames(cx) {
+        let told = std::future::poll_fn(|cx| match session.poll_frames(cx, &mut |_, _| {}) {
             Poll::Ready(Read::Over) => Poll::Ready(()),
             // A refused client's requests are not read.
             Poll::Ready(_) | Poll::Pending => Poll::Pending,
@@ -199,16 +199,20 @@ async fn run(
     // client learns it is connected.
     let _listed = super::listing::Live::list(&shared, peer.clone(), session.clone());
     let _counted = crate::observe::OpenConnection::new();
-    let mut tasks = CallTasks {
-        set: JoinSet::new(),
-        ids: HashMap::new(),
+    let mut serving = Serving {
+        run: call::run,
+        shares: PoolShares::new(cfg.pool_share_percent),
+        tasks: CallTasks {
+            set: JoinSet::new(),
+            ids: HashMap::new(),
+            session: session.clone(),
+        },
+        shared: shared.clone(),
         session: session.clone(),
+        peer,
+        ctx: None,
+        spare: None,
     };
-    let mut ctx: Option<Arc<ConnCtx>> = None;
-    let mut shares = PoolShares::new(cfg.pool_share_percent);
-    // The box of the last call that ran to completion here, reused by the next one: a call
-    // that answers at once costs no allocation for its state.
-    let mut spare = None;
     let mut stopping = *stop.borrow_and_update();
     if stopping {
         session.lock().proto.shutdown();
@@ -235,86 +239,20 @@ async fn run(
             }
         }
         tokio::select! {
-            read = std::future::poll_fn(|cx| session.poll_frames(cx)) => {
-                let incoming = match read {
-                    Read::Incoming(incoming) => incoming,
-                    Read::Timer(at) => {
-                        timer_at = at;
-                        if let Some(at) = at {
-                            timer.as_mut().reset(Instant::from_std(at));
-                        }
-                        continue;
-                    }
-                    Read::Over => break,
-                };
-                let ctx = match &ctx {
-                    Some(ctx) => ctx.clone(),
-                    None => {
-                        let made = context(&shared, &session, &peer);
-                        ctx = Some(made.clone());
-                        made
-                    }
-                };
-                match incoming {
-                    Incoming::Refused { id, status } => {
-                        refused(&shared, &ctx, id, &status);
-                        ctx.refuse(id, &status);
-                    }
-                    Incoming::Request(admitted) => {
-                        let id = admitted.request.id;
-                        match start_call(&shared, &ctx, &mut shares, admitted) {
-                            Err(status) => {
-                                refused(&shared, &ctx, id, &status);
-                                ctx.refuse(id, &status);
-                            }
-                            Ok((call, mailbox)) => {
-                                let ep = call.endpoint;
-                                let mut running = match spare.take() {
-                                    Some(mut reused) => {
-                                        std::pin::Pin::set(&mut reused, call::run(call, mailbox));
-                                        reused
-                                    }
-                                    None => Box::pin(call::run(call, mailbox)),
-                                };
-                                let first = if cfg.inline_handlers {
-                                    poll_inline(running.as_mut()).await
-                                } else {
-                                    Inline::Waiting
-                                };
-                                match first {
-                                    Inline::Done => spare = Some(running),
-                                    Inline::Waiting => {
-                                        let handle = tasks.set.spawn(running);
-                                        tasks.ids.insert(handle.id(), (id, ep));
-                                    }
-                                    Inline::Panicked => {
-                                        drop(running);
-                                        answer_panic(&ctx, id, &ep);
-                                    }
-                                }
-                            }
-                        }
+            read = std::future::poll_fn(|cx| serving.poll(cx)) => match read {
+                Read::Timer(at) => {
+                    timer_at = at;
+                    if let Some(at) = at {
+                        timer.as_mut().reset(Instant::from_std(at));
                     }
                 }
-            }
+                Read::Over => break,
+            },
             () = &mut timer, if timer_at.is_some() => {
                 session.lock().proto.handle_timeout(now());
                 // Set again at the top of the loop.
                 timer_at = None;
                 first = true;
-            }
-            Some(done) = tasks.set.join_next_with_id() => {
-                let (task, panicked) = match done {
-                    Ok((task, ())) => (task, false),
-                    Err(e) => (e.id(), e.is_panic()),
-                };
-                if let Some((id, ep)) = tasks.ids.remove(&task) {
-                    if panicked {
-                        if let Some(ctx) = &ctx {
-                            answer_panic(ctx, id, &ep);
-                        }
-                    }
-                }
             }
             () = session.ended() => {}
             changed = stop.changed(), if !stopping => {
@@ -326,6 +264,7 @@ async fn run(
             }
         }
     }
+    drop(serving);
     // The last words (a goaway) reach the client before the transport closes.
     session.finish(LAST_WORDS).await;
     let locked = session.lock();
@@ -335,6 +274,100 @@ async fn run(
             None => Ok(()),
         },
         None => Ok(()),
+    }
+}
+
+/// What the connection loop serves with: its calls' tasks, and what it starts calls with.
+/// (`R` is [`call::run`], whose future's type has no name.)
+struct Serving<R, F> {
+    /// Runs a call.
+    run: R,
+    shared: Arc<Shared>,
+    session: Arc<Session>,
+    peer: Arc<str>,
+    /// What the calls share, once the first request came.
+    ctx: Option<Arc<ConnCtx>>,
+    shares: PoolShares,
+    tasks: CallTasks,
+    /// The box of the last call that ran to completion here, reused by the next one: a call
+    /// that answers at once costs no allocation for its state.
+    spare: Option<std::pin::Pin<Box<F>>>,
+}
+
+impl<R, F> Serving<R, F>
+where
+    R: Fn(call::Call, Mailbox<ClientEvent>) -> F,
+    F: Future<Output = ()> + Send + 'static,
+{
+    /// Reads the connection, starting each call the state admits where its request lands,
+    /// and collects the calls that ran on tasks of their own; ready when the state wants to
+    /// hear of time at another instant, or when the connection is over.
+    fn poll(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Read> {
+        while let Poll::Ready(Some(done)) = self.tasks.set.poll_join_next_with_id(cx) {
+            let (task, panicked) = match done {
+                Ok((task, ())) => (task, false),
+                Err(e) => (e.id(), e.is_panic()),
+            };
+            if let Some((id, ep)) = self.tasks.ids.remove(&task) {
+                if let (true, Some(ctx)) = (panicked, &self.ctx) {
+                    answer_panic(ctx, id, &ep);
+                }
+            }
+        }
+        let session = self.session.clone();
+        session.poll_frames(cx, &mut |incoming, cx| self.incoming(incoming, cx))
+    }
+
+    /// A request the state admitted, or refused.
+    fn incoming(&mut self, incoming: Incoming<Runtime>, cx: &mut std::task::Context<'_>) {
+        let ctx = match &self.ctx {
+            Some(ctx) => ctx.clone(),
+            None => {
+                let made = context(&self.shared, &self.session, &self.peer);
+                self.ctx = Some(made.clone());
+                made
+            }
+        };
+        let shared = &*self.shared;
+        let admitted = match incoming {
+            Incoming::Refused { id, status } => {
+                refused(shared, &ctx, id, &status);
+                return ctx.refuse(id, &status);
+            }
+            Incoming::Request(admitted) => admitted,
+        };
+        let id = admitted.request.id;
+        let (call, mailbox) = match start_call(shared, &ctx, &mut self.shares, admitted) {
+            Ok(started) => started,
+            Err(status) => {
+                refused(shared, &ctx, id, &status);
+                return ctx.refuse(id, &status);
+            }
+        };
+        let ep = call.endpoint;
+        let mut running = match self.spare.take() {
+            Some(mut reused) => {
+                reused.set((self.run)(call, mailbox));
+                reused
+            }
+            None => Box::pin((self.run)(call, mailbox)),
+        };
+        let first = if shared.config.inline_handlers {
+            poll_inline(running.as_mut(), cx)
+        } else {
+            Inline::Waiting
+        };
+        match first {
+            Inline::Done => self.spare = Some(running),
+            Inline::Waiting => {
+                let handle = self.tasks.set.spawn(running);
+                self.tasks.ids.insert(handle.id(), (id, ep));
+            }
+            Inline::Panicked => {
+                drop(running);
+                answer_panic(&ctx, id, &ep);
+            }
+        }
     }
 }
 
@@ -412,17 +445,16 @@ enum Inline {
 /// Polls a call once on the connection's own task (run to completion). A call that waits
 /// keeps the waker of this task until its own task polls it again, which costs at most a
 /// spurious wake-up of the connection loop.
-async fn poll_inline(mut call: std::pin::Pin<&mut (impl Future<Output = ()> + ?Sized)>) -> Inline {
-    std::future::poll_fn(|cx| {
-        let polled =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| call.as_mut().poll(cx)));
-        Poll::Ready(match polled {
-            Ok(Poll::Ready(())) => Inline::Done,
-            Ok(Poll::Pending) => Inline::Waiting,
-            Err(_) => Inline::Panicked,
-        })
-    })
-    .await
+fn poll_inline(
+    mut call: std::pin::Pin<&mut (impl Future<Output = ()> + ?Sized)>,
+    cx: &mut std::task::Context<'_>,
+) -> Inline {
+    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| call.as_mut().poll(cx)));
+    match polled {
+        Ok(Poll::Ready(())) => Inline::Done,
+        Ok(Poll::Pending) => Inline::Waiting,
+        Err(_) => Inline::Panicked,
+    }
 }
 
 /// Answers for a call whose handler panicked, if it had not answered.

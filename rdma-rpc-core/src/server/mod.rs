@@ -447,7 +447,7 @@ impl Drop for Holding {
 /// The routing table: path → operations, with one buffer pool per path (the operations of a
 /// path share its buffers, as in doca-cpp).
 pub(crate) struct Routes {
-    paths: HashMap<&'static str, [Option<Route>; 4]>,
+    paths: crate::protocol::PathMap<[Option<Route>; 4]>,
 }
 
 fn op_slot(op: OpKind) -> usize {
@@ -506,7 +506,7 @@ impl Routes {
             pool.observe(path);
             pools.insert(*path, pool);
         }
-        let mut paths: HashMap<&'static str, [Option<Route>; 4]> = HashMap::new();
+        let mut paths: crate::protocol::PathMap<[Option<Route>; 4]> = Default::default();
         for service in services {
             for (index, ep) in service.endpoints().iter().enumerate() {
                 paths.entry(ep.path).or_default()[op_slot(ep.op)] = Some(Route {

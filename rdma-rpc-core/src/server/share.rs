@@ -4,7 +4,6 @@
 //! else. Calls over the share wait for one of their own connection's buffers, within the same
 //! bound as any wait for a buffer (`buffer_wait`, or the call's deadline).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -14,14 +13,14 @@ use crate::memory::BufferPool;
 /// The shares of one connection, one per path it has called; owned by the connection's task.
 pub(super) struct PoolShares {
     percent: u32,
-    paths: HashMap<&'static str, Share>,
+    paths: crate::protocol::PathMap<Share>,
 }
 
 impl PoolShares {
     pub(super) fn new(percent: u32) -> PoolShares {
         PoolShares {
             percent,
-            paths: HashMap::new(),
+            paths: Default::default(),
         }
     }
 

@@ -155,7 +155,7 @@ async fn slots_off_and_growing_results_stay_exact() {
 async fn serve_read(channel: &FrameChannel, len: usize, seed: u32) {
     let r = request(channel).await;
     let window = match r.reply_to {
-        Some(window) if window.len >= len as u64 => window,
+        Some(window) if window.len >= len as u64 => *window,
         _ => {
             let ask = GrantFrame {
                 id: r.id,

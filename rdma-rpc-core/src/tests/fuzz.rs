@@ -48,12 +48,14 @@ fn request() -> impl Strategy<Value = RequestFrame> {
                 metadata: Bytes::from(metadata),
                 payload_len,
                 slot,
-                source: source.map(|(addr, len, rkey, access)| DescriptorFrame {
-                    addr,
-                    len,
-                    rkey,
-                    access,
-                    blob: Bytes::new(),
+                source: source.map(|(addr, len, rkey, access)| {
+                    Box::new(DescriptorFrame {
+                        addr,
+                        len,
+                        rkey,
+                        access,
+                        blob: Bytes::new(),
+                    })
                 }),
                 timeout_us,
                 ..Default::default()

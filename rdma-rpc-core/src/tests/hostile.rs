@@ -445,7 +445,7 @@ async fn pull_the_peer_never_answers() -> (Harness, crate::transport::tcp::raw_p
         Access::REMOTE_READ,
         |r, w| {
             r.payload_len = w.len;
-            r.source = Some(w);
+            r.source = Some(Box::new(w));
         },
         Some(true),
     )
@@ -495,7 +495,7 @@ async fn an_unacknowledged_push_frees_its_buffer() {
     let (h, mut peer) = peer_with_a_dead_window(
         OpKind::Read,
         Access::REMOTE_WRITE,
-        |r, w| r.reply_to = Some(w),
+        |r, w| r.reply_to = Some(Box::new(w)),
         None,
     )
     .await;

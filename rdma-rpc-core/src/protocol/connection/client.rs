@@ -185,10 +185,7 @@ impl<H: Handles> ClientSide<H> {
             return self.handshake(core, kind);
         }
         match kind {
-            Kind::Response(mut r) => {
-                self.add_slots(std::mem::take(&mut r.slots));
-                self.respond(core, r);
-            }
+            Kind::Response(mut r) => self.on_response(core, &mut r),
             Kind::Grant(g) => {
                 if let Some(call) = self.calls.get_mut(&g.id) {
                     if !call.abandoned && !call.answered && call.stream.is_none() {
@@ -269,6 +266,7 @@ impl<H: Handles> ClientSide<H> {
         self.negotiated = Some(negotiated);
         self.add_slots(ack.slots);
         core.phase = Phase::Open;
+        core.notice = true;
         // Callers that came before the handshake finished wait for room in the window.
         self.room_freed(core);
     }
@@ -298,6 +296,7 @@ impl<H: Handles> ClientSide<H> {
             format!("the server closed the connection: {}", status.message()),
         );
         self.over.get_or_insert(said);
+        core.notice = true;
         for (_, waker) in self.room.waiting.iter_mut() {
             core.woken.extend(waker.take());
         }
@@ -317,6 +316,14 @@ impl<H: Handles> ClientSide<H> {
 
     fn stream(&self, id: u64) -> Option<&H::Stream> {
         self.calls.get(&id).and_then(|c| c.stream.as_ref())
+    }
+
+    /// The server's response to a call (taken from `response`).
+    pub(super) fn on_response(&mut self, core: &mut Core, response: &mut ResponseFrame) {
+        if !response.slots.is_empty() {
+            self.add_slots(std::mem::take(&mut response.slots));
+        }
+        self.respond(core, std::mem::take(response));
     }
 
     fn respond(&mut self, core: &mut Core, response: ResponseFrame) {
@@ -401,11 +408,12 @@ impl<H: Handles> super::Connection<H> {
             stream_window: stream_window(settings.stream_window, settings.max_frame),
             ..Default::default()
         };
-        core.queue(Kind::Hello(hello), Need::Priority)
+        core.queue(&Kind::Hello(hello), Need::Priority)
             .expect("a Hello fits any receive");
         super::Connection {
             core,
             side: super::Side::Client(ClientSide::new(settings)),
+            frame: Default::default(),
         }
     }
 

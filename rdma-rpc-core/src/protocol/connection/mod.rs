@@ -168,6 +168,9 @@ pub(crate) struct Core {
     end: Option<End>,
     /// The calls in flight were ended (once the end was decided).
     calls_ended: bool,
+    /// Something the driver must look at changed (the handshake finished, new calls started
+    /// to be refused, the end was decided): see [`Connection::is_quiet`].
+    notice: bool,
 }
 
 impl Core {
@@ -184,15 +187,16 @@ impl Core {
             woken: Woken::default(),
             end: None,
             calls_ended: false,
+            notice: false,
         }
     }
 
     /// Queues an ordinary frame (it never takes the peer's last receive).
     pub(crate) fn send(&mut self, kind: Kind) -> Result<()> {
-        self.queue(kind, Need::Ordinary)
+        self.queue(&kind, Need::Ordinary)
     }
 
-    fn queue(&mut self, kind: Kind, need: Need) -> Result<()> {
+    fn queue(&mut self, kind: &Kind, need: Need) -> Result<()> {
         if self.tx.is_closing() || self.phase == Phase::Closed {
             return Err(self.closed_error());
         }
@@ -219,6 +223,7 @@ impl Core {
         let last = last.map(|s| Kind::Goaway(StatusFrame::from(&s)));
         self.tx.close(last, self.peer_max_frame);
         self.end = Some(end);
+        self.notice = true;
         if self.phase != Phase::Closed {
             self.phase = Phase::Closing;
         }
@@ -266,6 +271,8 @@ enum Side<H: Handles> {
 pub(crate) struct Connection<H: Handles> {
     pub(crate) core: Core,
     side: Side<H>,
+    /// The last frame received: the next one is decoded in its place.
+    frame: super::frames::Frame,
 }
 
 impl<H: Handles> std::fmt::Debug for Connection<H> {
@@ -286,20 +293,18 @@ impl<H: Handles> Connection<H> {
         if matches!(self.core.phase, Phase::Closing | Phase::Closed) {
             return None; // what still arrives after the end changes nothing
         }
-        let frame = match self.core.decoder.decode(bytes) {
-            Ok(frame) => frame,
-            Err(reason) => {
-                let tell = matches!(self.side, Side::Server(_));
-                self.core.violation(reason, tell);
-                self.after();
-                return None;
-            }
-        };
+        let Connection { core, side, frame } = self;
+        if let Err(reason) = core.decoder.decode_into(bytes, frame) {
+            let tell = matches!(side, Side::Server(_));
+            core.violation(reason, tell);
+            self.after();
+            return None;
+        }
         if frame.credits > 0 {
-            let ignored = self.core.tx.credits.returned(frame.credits);
+            let ignored = core.tx.credits.returned(frame.credits);
             if ignored > 0 {
                 tracing::debug!(
-                    peer = %self.core.peer,
+                    peer = %core.peer,
                     ignored,
                     "the peer returned more credits than receives it announced; ignored"
                 );
@@ -308,18 +313,30 @@ impl<H: Handles> Connection<H> {
         // Receives grow with the frames that carry work, never with credit updates (which
         // would otherwise answer each other until both sides had grown) nor with the
         // handshake (an idle connection keeps its initial receives).
-        self.core.last_was_work = matches!(
+        core.last_was_work = matches!(
             &frame.kind,
             Some(kind) if !matches!(kind, Kind::Hello(_) | Kind::HelloAck(_))
         );
-        let kind = frame.kind?;
-        let Connection { core, side } = self;
-        let incoming = match side {
-            Side::Client(client) => {
+        let open = core.phase == Phase::Open;
+        let incoming = match (side, frame.kind.as_mut()) {
+            (_, None) => return None, // a credit update
+            // The frames of every call, handled in place (the frame stays for the next one).
+            (Side::Server(server), Some(Kind::Request(request))) if open => {
+                server.admit(core, request, now)
+            }
+            (Side::Client(client), Some(Kind::Response(response))) if open => {
+                client.on_response(core, response);
+                None
+            }
+            (Side::Client(client), Some(_)) => {
+                let kind = frame.kind.take().expect("a kind was seen");
                 client.handle(core, kind, now);
                 None
             }
-            Side::Server(server) => server.handle(core, kind, now),
+            (Side::Server(server), Some(_)) => {
+                let kind = frame.kind.take().expect("a kind was seen");
+                server.handle(core, kind, now)
+            }
         };
         self.after();
         incoming
@@ -366,7 +383,7 @@ impl<H: Handles> Connection<H> {
         if core.tx.queued() == 0 && !core.tx.is_closing() {
             // Confirmations of the peer's revocations go after the frames queued before them.
             if let Some(kind) = core.remote.confirmations(core.peer_max_frame) {
-                let _ = core.tx.queue(kind, Need::Ordinary, core.peer_max_frame);
+                let _ = core.tx.queue(&kind, Need::Ordinary, core.peer_max_frame);
             }
         }
         core.tx.poll(core.peer_max_frame)
@@ -375,6 +392,26 @@ impl<H: Handles> Connection<H> {
     /// Tasks to wake, taken (wake them once the state is unlocked).
     pub(crate) fn take_woken(&mut self) -> Woken {
         std::mem::take(&mut self.core.woken)
+    }
+
+    /// Whether there is nothing for the driver to do: no receive to post, no frame to send,
+    /// nobody to wake, nothing changed that it must look at (see [`take_notice`]). Checked on
+    /// every release of the state, so it must stay cheap.
+    ///
+    /// [`take_notice`]: Self::take_notice
+    pub(crate) fn is_quiet(&self) -> bool {
+        let core = &self.core;
+        core.to_post == 0
+            && !core.tx.has_output()
+            && core.woken.first.is_none()
+            && !core.notice
+            && !core.remote.owes()
+    }
+
+    /// Whether something the driver must look at changed since it last asked (the handshake
+    /// finished, new calls started to be refused, the end was decided).
+    pub(crate) fn take_notice(&mut self) -> bool {
+        std::mem::take(&mut self.core.notice)
     }
 
     /// Whether the transport should be closed now: the end was decided and every frame that
@@ -426,7 +463,7 @@ impl<H: Handles> Connection<H> {
 
     /// Time passed: the handshake may be late, the connection idle.
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
-        let Connection { core, side } = self;
+        let Connection { core, side, .. } = self;
         if let Side::Server(server) = side {
             server.handle_timeout(core, now);
         }
@@ -436,7 +473,7 @@ impl<H: Handles> Connection<H> {
     /// Ends every call still in flight: the connection is over.
     fn end_calls(&mut self) {
         self.core.calls_ended = true;
-        let Connection { core, side } = self;
+        let Connection { core, side, .. } = self;
         core.remote.end(&mut core.woken);
         match side {
             Side::Client(client) => client.end_calls(core),

@@ -164,6 +164,11 @@ impl RemoteBuffers {
         self.owed.push(offer);
     }
 
+    /// Whether confirmations are owed.
+    pub(crate) fn owes(&self) -> bool {
+        !self.owed.is_empty()
+    }
+
     /// A frame of the confirmations owed that fit a frame of `peer_max_frame` bytes, if any.
     pub(crate) fn confirmations(&mut self, peer_max_frame: usize) -> Option<Kind> {
         if self.owed.is_empty() {

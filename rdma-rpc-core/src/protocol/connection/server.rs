@@ -144,7 +144,7 @@ impl<H: Handles> ServerSide<H> {
         }
         self.quiet_since = now;
         match kind {
-            Kind::Request(request) => return self.admit(core, request),
+            Kind::Request(mut request) => return self.admit(core, &mut request, now),
             Kind::Ack(ack) => {
                 if let Some(call) = self.calls.get(&ack.id) {
                     call.events.ack(ack.reply_to.map(Into::into));
@@ -256,8 +256,9 @@ impl<H: Handles> ServerSide<H> {
         };
         self.negotiated = Some(negotiated);
         core.phase = Phase::Open;
+        core.notice = true;
         self.quiet_since = now;
-        core.queue(Kind::HelloAck(ack), Need::Priority)
+        core.queue(&Kind::HelloAck(ack), Need::Priority)
             .expect("a HelloAck fits any receive the client may post");
     }
 
@@ -272,8 +273,15 @@ impl<H: Handles> ServerSide<H> {
         );
     }
 
-    /// Checks a request against the connection: the call id, the limits, its write slot.
-    fn admit(&mut self, core: &mut Core, request: RequestFrame) -> Option<Incoming<H>> {
+    /// Checks a request against the connection: the call id, the limits, its write slot. The
+    /// request is taken from `request` when it passes.
+    pub(super) fn admit(
+        &mut self,
+        core: &mut Core,
+        request: &mut RequestFrame,
+        now: Instant,
+    ) -> Option<Incoming<H>> {
+        self.quiet_since = now;
         let id = request.id;
         if self.calls.contains_key(&id) {
             core.violation(format!("call id {id} reused while in flight"), true);
@@ -302,7 +310,7 @@ impl<H: Handles> ServerSide<H> {
             return Some(Incoming::Refused { id, status });
         }
         Some(Incoming::Request(Admitted {
-            request,
+            request: std::mem::take(request),
             slot: slot.ok().flatten(),
         }))
     }
@@ -461,6 +469,7 @@ impl<H: Handles> super::Connection<H> {
         super::Connection {
             core,
             side: super::Side::Server(ServerSide::new(settings, now)),
+            frame: Default::default(),
         }
     }
 
@@ -572,6 +581,7 @@ impl<H: Handles> super::Connection<H> {
             return;
         }
         s.stopping = true;
+        core.notice = true;
         let status = Status::unavailable("the server is shutting down");
         if s.calls.is_empty() || core.phase != Phase::Open {
             core.close(
@@ -582,7 +592,7 @@ impl<H: Handles> super::Connection<H> {
                 Some(status),
             );
         } else {
-            let _ = core.queue(Kind::Goaway(StatusFrame::from(&status)), Need::Priority);
+            let _ = core.queue(&Kind::Goaway(StatusFrame::from(&status)), Need::Priority);
         }
     }
 }

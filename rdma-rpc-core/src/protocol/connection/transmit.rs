@@ -55,7 +55,7 @@ impl Transmits {
 
     /// Queues `kind` for a peer whose receives hold `peer_max_frame` bytes. A frame the peer
     /// could not receive is refused here, before anything is spent on it.
-    pub(super) fn queue(&mut self, kind: Kind, need: Need, peer_max_frame: usize) -> Result<()> {
+    pub(super) fn queue(&mut self, kind: &Kind, need: Need, peer_max_frame: usize) -> Result<()> {
         let frame = self.encoder.encode(Some(kind), peer_max_frame)?;
         self.queue.push_back(Queued { frame, need });
         Ok(())
@@ -68,7 +68,7 @@ impl Transmits {
             return;
         }
         self.closing = true;
-        self.last = last.and_then(|kind| self.encoder.encode(Some(kind), peer_max_frame).ok());
+        self.last = last.and_then(|kind| self.encoder.encode(Some(&kind), peer_max_frame).ok());
     }
 
     pub(super) fn is_closing(&self) -> bool {
@@ -120,5 +120,10 @@ impl Transmits {
     /// Frames waiting for a credit.
     pub(super) fn queued(&self) -> usize {
         self.queue.len()
+    }
+
+    /// Whether [`poll`](Self::poll) may have something to give.
+    pub(super) fn has_output(&self) -> bool {
+        !self.queue.is_empty() || self.update_due || self.last.is_some()
     }
 }

@@ -70,7 +70,7 @@ fn client() -> Connection<Sim> {
 fn raw(kind: Option<Kind>, credits: u32) -> Bytes {
     with_credits(
         Encoder::default()
-            .encode(kind, 1 << 20)
+            .encode(kind.as_ref(), 1 << 20)
             .expect("no limit here"),
         credits,
     )
