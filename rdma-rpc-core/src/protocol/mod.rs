@@ -55,11 +55,11 @@ impl std::hash::Hasher for IdHasher {
     }
 }
 
-/// Maps keyed by a `&'static str` the server chose itself (its endpoints' paths), looked up
+/// Maps keyed by a path the server chose itself (its endpoints' paths, as bytes), looked up
 /// with bytes a client sent: the table never grows from a lookup, so a client choosing keys
 /// gains nothing from a weak hash, and SipHash's cost per lookup buys nothing here either.
 pub(crate) type PathMap<V> =
-    std::collections::HashMap<&'static str, V, std::hash::BuildHasherDefault<PathHasher>>;
+    std::collections::HashMap<&'static [u8], V, std::hash::BuildHasherDefault<PathHasher>>;
 
 /// See [`PathMap`]: eight bytes at a time, one multiplication each.
 #[derive(Default)]

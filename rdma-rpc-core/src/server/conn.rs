@@ -482,9 +482,7 @@ fn start_call(
     shares: &mut PoolShares,
     Admitted { request: req, slot }: Admitted<crate::session::Runtime>,
 ) -> Result<(call::Call, Mailbox<ClientEvent>), Status> {
-    let path = std::str::from_utf8(&req.path)
-        .map_err(|_| Status::invalid_argument("the request's path is not UTF-8"))?;
-    let route = shared.routes.find(path, req.op)?;
+    let route = shared.routes.find(&req.path, req.op)?;
     let ep = route.endpoint;
     if let Some(status) = crate::protocol::oversized_message(&ep, req.metadata.len()) {
         return Err(status);

@@ -447,6 +447,7 @@ impl Drop for Holding {
 /// The routing table: path → operations, with one buffer pool per path (the operations of a
 /// path share its buffers, as in doca-cpp).
 pub(crate) struct Routes {
+    /// By path, as its bytes: a request's path is looked up as it came, valid UTF-8 or not.
     paths: crate::protocol::PathMap<[Option<Route>; 4]>,
 }
 
@@ -509,7 +510,7 @@ impl Routes {
         let mut paths: crate::protocol::PathMap<[Option<Route>; 4]> = Default::default();
         for service in services {
             for (index, ep) in service.endpoints().iter().enumerate() {
-                paths.entry(ep.path).or_default()[op_slot(ep.op)] = Some(Route {
+                paths.entry(ep.path.as_bytes()).or_default()[op_slot(ep.op)] = Some(Route {
                     service: service.clone(),
                     index,
                     endpoint: *ep,
@@ -529,11 +530,17 @@ impl Routes {
             .filter_map(|ops| ops.iter().flatten().next())
     }
 
-    /// The route of a request, or the status that explains why there is none.
-    pub(crate) fn find(&self, path: &str, op: u32) -> std::result::Result<&Route, crate::Status> {
+    /// The route of a request (its path as it came), or the status that explains why there
+    /// is none.
+    pub(crate) fn find(&self, path: &[u8], op: u32) -> std::result::Result<&Route, crate::Status> {
         // As gRPC answers an unknown method: the server does not implement it. NOT_FOUND is
         // the applications' own (a missing key, a missing block).
         let Some(ops) = self.paths.get(path) else {
+            let Ok(path) = std::str::from_utf8(path) else {
+                return Err(crate::Status::invalid_argument(
+                    "the request's path is not UTF-8",
+                ));
+            };
             // The path is the client's: shown cut short, never longer than it came.
             return Err(crate::Status::unimplemented(format!(
                 "no endpoint at path `{}` on this server",
@@ -551,6 +558,7 @@ impl Routes {
                 .flatten()
                 .map(|r| r.endpoint.op.as_str())
                 .collect();
+            let path = ops.iter().flatten().next().map_or("", |r| r.endpoint.path);
             crate::Status::unimplemented(format!(
                 "endpoint {path} has no {op} operation (it supports: {})",
                 supported.join(", ")

@@ -28,7 +28,7 @@ impl PoolShares {
     pub(super) fn of(&mut self, path: &'static str, pool: &BufferPool) -> Share {
         let percent = self.percent;
         self.paths
-            .entry(path)
+            .entry(path.as_bytes())
             .or_insert_with(|| Share::new(share_of(pool.count(), percent), pool.count()))
             .clone()
     }
