@@ -303,6 +303,9 @@ where
     /// and collects the calls that ran on tasks of their own; ready when the state wants to
     /// hear of time at another instant, or when the connection is over.
     fn poll(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Read> {
+        let session = self.session.clone();
+        let read = session.poll_frames(cx, &mut |incoming, cx| self.incoming(incoming, cx));
+        // After the frames: a call they started on a task of its own is watched from now on.
         while let Poll::Ready(Some(done)) = self.tasks.set.poll_join_next_with_id(cx) {
             let (task, panicked) = match done {
                 Ok((task, ())) => (task, false),
@@ -314,8 +317,7 @@ where
                 }
             }
         }
-        let session = self.session.clone();
-        session.poll_frames(cx, &mut |incoming, cx| self.incoming(incoming, cx))
+        read
     }
 
     /// A request the state admitted, or refused.
