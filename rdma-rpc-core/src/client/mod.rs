@@ -22,11 +22,13 @@ mod call;
 mod config;
 mod connection;
 mod copies;
+mod read_stream;
 mod reconnect;
 mod stream;
 
 pub use config::{ClientBuilder, ClientConfig};
-pub use stream::{Download, ReadStream, RequestStream};
+pub use read_stream::{Download, ReadStream};
+pub use stream::RequestStream;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

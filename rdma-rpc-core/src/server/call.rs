@@ -21,6 +21,10 @@
 //!
 //! Every call ends with exactly one response frame (also when the client cancelled), so both
 //! sides agree on what is in flight.
+//!
+//! This file holds a call's life (its state, how it ends, its response and what is recorded of
+//! it); how its bytes move is in `transfer.rs`, its pool buffer in `buffers.rs`, the decisions
+//! in `protocol::call`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -28,28 +32,22 @@ use std::task::Poll;
 
 use bytes::Bytes;
 use tokio::sync::OwnedSemaphorePermit;
-use tokio::time::Instant;
 
 use super::conn::ConnCtx;
 use super::share::Share;
-use crate::memory::{Access, BufferPool, RegisteredBuf};
+use super::transfer::{inbound, outbound};
+use crate::memory::BufferPool;
 use crate::observe::logs;
-use crate::protocol::call::{
-    asked_window, grant as grant_frame, payload_step, pushed as pushed_response, result_step,
-    PayloadStep, ResultStep,
-};
-use crate::protocol::frames::{GrantFrame, Kind, ResponseFrame};
+use crate::protocol::frames::ResponseFrame;
 use crate::protocol::mailbox::{CallLimits, EndReason, Mailbox};
 use crate::protocol::route::Incoming;
-use crate::protocol::wait::{wait, Wait};
-use crate::service::{EndpointDef, OpKind, RawRequest, ServerCall, Service, StreamKind};
+use crate::service::{EndpointDef, OpKind, RawRequest, Service, StreamKind};
 use crate::session::now;
 use crate::status::{Code, Status};
 use crate::stream::StreamCell;
-use crate::transport::{BoxFuture, Descriptor, Grant, SendData};
+use crate::transport::{BoxFuture, Descriptor, Grant};
 
-/// What the client says about a call after the request (its cancel is the mailbox's end:
-/// [`InFlight::end`]).
+/// What the client says about a call after the request (its cancel is the mailbox's end).
 #[derive(Debug)]
 pub(crate) enum ClientEvent {
     /// The transfer is done, or (answer to a request for a buffer) here is the window.
@@ -93,7 +91,7 @@ pub(super) struct Call {
 }
 
 /// A transfer still under way when the response is sent (a pushed result); awaited after.
-type Pending = BoxFuture<'static, crate::error::Result<()>>;
+pub(super) type Pending = BoxFuture<'static, crate::error::Result<()>>;
 
 /// Runs the call to its response frame. (A plain function around an `async move` block: an
 /// `async fn` would store the 500-byte `Call` twice in its future.)
@@ -358,176 +356,11 @@ async fn await_push(call: &Call, pending: Pending) {
 
 pub(super) use crate::protocol::call::{error_response, ok};
 
-fn transfer_failed(e: crate::error::Error) -> Status {
-    Status::unavailable(format!("RDMA transfer failed: {e}"))
-}
-
-/// Send and write: get the bytes (the way `protocol::call::payload_step` says), then run
-/// the handler on them.
-async fn inbound(call: &mut Call, events: &Mailbox<ClientEvent>) -> Result<ResponseFrame, Status> {
-    let fencing = call.conn.session.transport().fencing();
-    let step = payload_step(
-        call.incoming,
-        call.payload_len,
-        call.source.as_ref(),
-        fencing,
-    )?;
-    let data = match step {
-        PayloadStep::Nothing => Bytes::new(),
-        PayloadStep::Inline => call.inline_payload.take().unwrap_or_default(),
-        PayloadStep::Slot { copy } => from_slot(call, copy).await?,
-        // The paths that wait for the client live in futures of their own.
-        PayloadStep::Pull(source) => Box::pin(pull(call, events, source)).await?,
-        PayloadStep::Grant { len } => Box::pin(through_grant(call, events, len)).await?,
-    };
-    let request = take_request(call)?;
-    let metadata = call
-        .service
-        .call(call.index, ServerCall::Inbound { request, data })
-        .await?;
-    Ok(ok(call.id, metadata, None))
-}
-
 /// The request, for the handler (which runs once).
 pub(super) fn take_request(call: &mut Call) -> Result<RawRequest, Status> {
     call.request
         .take()
         .ok_or_else(|| Status::internal("the call's request was already handed out"))
-}
-
-/// The payload the client wrote into a write slot before it sent the request.
-async fn from_slot(call: &mut Call, copy: bool) -> Result<Bytes, Status> {
-    let slot = call
-        .slot
-        .take()
-        .ok_or_else(|| Status::internal("a slot call without its slot"))?;
-    let mut buf = slot
-        .revoke()
-        .await
-        .ok_or_else(|| Status::unavailable("connection closed"))?;
-    buf.set_len(call.payload_len as usize);
-    Ok(if copy {
-        // The client can still write the slot (the window outlives `revoke`): the handler
-        // gets a copy (a raw copy: those bytes are never borrowed), and the slot goes back
-        // to the connection at once.
-        Bytes::from(buf.to_vec())
-    } else {
-        buf.freeze()
-    })
-}
-
-/// The payload read from the window the client offered.
-async fn pull(
-    call: &mut Call,
-    events: &Mailbox<ClientEvent>,
-    source: Descriptor,
-) -> Result<Bytes, Status> {
-    let buf = take_buffer(call, events).await?;
-    let read = call.conn.session.transport().read(&source, buf);
-    // A client that never lets the read complete would keep the pool buffer: after
-    // transfer_timeout its connection goes, and with it the read and the buffer (also when
-    // the call is stopped meanwhile: the read is watched on).
-    let until = Instant::now() + call.conn.transfer_timeout;
-    match crate::bounded::answered_by(call.conn.session.transport(), read, until).await {
-        Some(read) => Ok(read.map_err(transfer_failed)?.freeze()),
-        None => {
-            let status = Status::unavailable(format!(
-                "the client's window was not readable within {:?} (transfer_timeout); \
-                 connection closed",
-                call.conn.transfer_timeout
-            ));
-            if let Some(line) = logs::line("connection dropped", "transfer_timeout") {
-                tracing::warn!(peer = %call.conn.peer, reason = status.message(), suppressed = line.suppressed, "connection dropped");
-            }
-            Err(status)
-        }
-    }
-}
-
-/// The payload the client wrote into a window granted for this call.
-async fn through_grant(
-    call: &mut Call,
-    events: &Mailbox<ClientEvent>,
-    len: usize,
-) -> Result<Bytes, Status> {
-    let mut buf = take_buffer(call, events).await?;
-    // The server cannot see one-sided writes complete (on RDMA hardware no more than
-    // here): a client that acks without writing every byte must find its own zeros, never
-    // what the buffer's previous call left in it.
-    buf.as_mut_capacity()[..len].fill(0);
-    let grant = call
-        .conn
-        .session
-        .transport()
-        .grant(buf, 0, len, Access::REMOTE_WRITE)
-        .map_err(Status::from)?;
-    let frame = grant_frame(call.id, grant.descriptor());
-    let reply = ask(call, events, frame).await;
-    // Revoke first, whatever happened: from here the descriptor is dead.
-    let buf = grant.revoke().await;
-    reply?;
-    let mut buf = buf.ok_or_else(|| Status::unavailable("connection closed"))?;
-    buf.set_len(len);
-    Ok(buf.freeze())
-}
-
-/// Receive and read: run the handler to fill a buffer, then let the client have the bytes.
-async fn outbound(
-    call: &mut Call,
-    events: &Mailbox<ClientEvent>,
-) -> Result<(ResponseFrame, Option<Pending>), Status> {
-    let mut buf = take_buffer(call, events).await?;
-    buf.set_len(0);
-    let request = take_request(call)?;
-    let metadata = call
-        .service
-        .call(
-            call.index,
-            ServerCall::Outbound {
-                request,
-                buf: &mut buf,
-            },
-        )
-        .await
-        .map_err(|status| handlers_overflow(&call.endpoint, status))?;
-    let len = buf.len();
-    let conn = &call.conn;
-    let step = result_step(
-        call.id,
-        len,
-        metadata.len(),
-        &conn.negotiated,
-        conn.session.peer_max_frame(),
-        call.reply_to.take(),
-    );
-    let dst = match step {
-        ResultStep::Inline => {
-            let payload = Bytes::copy_from_slice(buf.as_slice());
-            return Ok((ok(call.id, metadata, Some(payload)), None));
-        }
-        ResultStep::Push(dst) => dst,
-        ResultStep::Ask(frame) => asked_window(len, Box::pin(ask(call, events, frame)).await?)?,
-    };
-    // The write is posted now; the response, sent after it on the same connection, arrives
-    // after the bytes. The buffer returns to the pool when the write completes.
-    let mut pushed = call
-        .conn
-        .session
-        .transport()
-        .write(SendData::Registered(buf), &dst, None);
-    // A write the transport refused when it was posted (its queue full) has failed already:
-    // answer with that, never with a success whose bytes were not sent.
-    let pending = match crate::bounded::poll_once(&mut pushed) {
-        Some(Err(e)) => {
-            return Err(Status::unavailable(format!(
-                "the result of {} bytes could not be pushed: {e}",
-                len
-            )))
-        }
-        Some(Ok(())) => None,
-        None => Some(pushed),
-    };
-    Ok((pushed_response(call.id, metadata, len), pending))
 }
 
 /// A handler's result that did not fit its buffer (`Error::DoesNotFit`, through
@@ -550,147 +383,4 @@ pub(super) fn handlers_overflow(ep: &EndpointDef, status: Status) -> Status {
         ep.path,
         status.message()
     ))
-}
-
-/// A buffer of the endpoint's pool, within this connection's share of it, waiting no longer
-/// than the client does. Taken at once when one is free; the wait (with its timers) lives in
-/// a future of its own, so the common call's future stays small.
-async fn take_buffer(
-    call: &mut Call,
-    events: &Mailbox<ClientEvent>,
-) -> Result<RegisteredBuf, Status> {
-    if call.share_permit.is_none() {
-        call.share_permit = call.share.try_enter();
-    }
-    if call.share_permit.is_some() {
-        // Counted before the buffer is taken: whoever sees the pool empty sees this holder.
-        let holding = call.holders.enter();
-        if let Some(buf) = call.pool.try_acquire() {
-            call.holding = Some(holding);
-            return Ok(buf);
-        }
-    }
-    Box::pin(wait_for_buffer(call, events)).await
-}
-
-async fn wait_for_buffer(
-    call: &mut Call,
-    events: &Mailbox<ClientEvent>,
-) -> Result<RegisteredBuf, Status> {
-    let endpoint = call.endpoint;
-    let Wait {
-        until: limit,
-        deadline_first,
-    } = wait(
-        Instant::now(),
-        call.conn.buffer_wait,
-        events.limits().deadline.map(|d| d.at),
-    );
-    if call.share_permit.is_none() {
-        let share = call.share.clone();
-        match tokio::time::timeout_at(limit, share.enter()).await {
-            Ok(permit) => call.share_permit = Some(permit),
-            Err(_) if deadline_first => {
-                return Err(Status::deadline_exceeded(format!(
-                    "this connection holds its share of {} of the {} buffers of {} {} until \
-                     the deadline",
-                    share.limit(),
-                    share.pool(),
-                    endpoint.op,
-                    endpoint.path
-                )))
-            }
-            Err(_) => {
-                let status = Status::resource_exhausted(format!(
-                    "no buffer for {} {} within {:?} (buffer_wait): this connection already \
-                     holds its share, {} of the {} buffers (pool_share_percent)",
-                    endpoint.op,
-                    endpoint.path,
-                    call.conn.buffer_wait,
-                    share.limit(),
-                    share.pool()
-                ));
-                refused(call, &status);
-                return Err(status);
-            }
-        }
-    }
-    if call.pool.available() == 0 && call.holders.count() == 0 {
-        // No call holds a buffer of this path: handlers that returned keep them all, and
-        // nothing will give one back. Waiting would only hide that.
-        let status = Status::resource_exhausted(format!(
-            "all {} buffers of {} {} are kept by handlers that returned and still hold their \
-             `data` (a Bytes of a pool buffer keeps it): copy what a handler keeps \
-             (`data.to_vec()`), or raise max_buffers",
-            call.pool.count(),
-            endpoint.op,
-            endpoint.path
-        ));
-        refused(call, &status);
-        return Err(status);
-    }
-    let holding = call.holders.enter();
-    match tokio::time::timeout_at(limit, call.pool.acquire()).await {
-        Ok(buf) => {
-            call.holding = Some(holding);
-            Ok(buf)
-        }
-        Err(_) if deadline_first => Err(Status::deadline_exceeded(format!(
-            "no free buffer for {} {} before the deadline (all {} in use)",
-            endpoint.op,
-            endpoint.path,
-            call.pool.count()
-        ))),
-        Err(_) => {
-            let status = Status::resource_exhausted(format!(
-                "no free buffer for {} {} within {:?} (buffer_wait): all {} are in use, by \
-                 calls in flight or by handlers that keep their payload",
-                endpoint.op,
-                endpoint.path,
-                call.conn.buffer_wait,
-                call.pool.count()
-            ));
-            refused(call, &status);
-            Err(status)
-        }
-    }
-}
-
-/// Logs a call refused for lack of buffers, within the log budget.
-fn refused(call: &Call, status: &Status) {
-    if let Some(line) = logs::line("call refused", status.code().as_str()) {
-        tracing::warn!(
-            peer = %call.conn.peer,
-            reason = status.message(),
-            suppressed = line.suppressed,
-            "call refused"
-        );
-    }
-}
-
-/// Sends `frame` and waits for the client's ack: its window, if it sent one.
-async fn ask(
-    call: &mut Call,
-    events: &Mailbox<ClientEvent>,
-    frame: GrantFrame,
-) -> Result<Option<Descriptor>, Status> {
-    call.grants = call.grants.saturating_add(1);
-    call.conn
-        .session
-        .send(Kind::Grant(frame))
-        .map_err(Status::from)?;
-    let limit = wait(
-        Instant::now(),
-        call.conn.transfer_timeout,
-        events.limits().deadline.map(|d| d.at),
-    )
-    .until;
-    match tokio::time::timeout_at(limit, events.recv()).await {
-        Ok(Some(ClientEvent::Ack(window))) => Ok(window),
-        Ok(None) => Err(Status::unavailable("connection closed during the transfer")),
-        Err(_) => Err(Status::deadline_exceeded(format!(
-            "the client did not finish the transfer for {} {} in time",
-            call.endpoint.op, call.endpoint.path
-        ))),
-    }
 }

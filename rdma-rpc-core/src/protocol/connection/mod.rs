@@ -23,17 +23,18 @@
 //! `protocol::sim` drives two of them through a simulated link.
 //!
 //! Files: `transmit.rs` (the send queue and credits), `handshake.rs` (what each side announces
-//! and accepts), `client.rs` and `server.rs` (each side's calls), `offers.rs` (remote
-//! buffers).
+//! and accepts), `client.rs` and `server.rs` (each side as the peer's frames move it),
+//! `client_calls.rs` and `server_calls.rs` (what each side's application asks of it),
+//! `offers.rs` (remote buffers). Its behaviour is proven by `protocol::sim`.
 
 mod client;
+mod client_calls;
 pub(crate) mod handshake;
 mod offers;
 mod server;
+mod server_calls;
 mod transmit;
 
-#[cfg(test)]
-mod tests;
 
 pub(crate) use client::{ClientSettings, ServerEvent};
 pub(crate) use handshake::Negotiated;

@@ -54,12 +54,17 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::memory::{Access, Buffer, RegisteredBuf, SharedRegion};
+use crate::memory::{Access, Buffer, SharedRegion};
 use crate::protocol::handles::{AccessKind, HandleView, Refusal};
 use crate::protocol::wait::{wait, Wait};
 use crate::session::Session;
 use crate::status::Status;
-use crate::transport::{BoxFuture, Descriptor, Grant, SendData, ShareGuard};
+use crate::transport::{BoxFuture, Descriptor, SendData};
+
+mod offer;
+
+use offer::check_remote;
+pub use offer::{Offer, RegionOffer, Share};
 
 /// How long [`Offer::revoke`] waits for the peer to confirm before it takes the window down
 /// anyway (a peer that never confirms loses the window all the same).
@@ -495,174 +500,5 @@ impl RemoteMemory {
         let (d, _use) = self.begin(remote, offset, 8, AccessKind::Atomic)?;
         let faa = self.session.transport().fetch_and_add(&d, add);
         self.bounded("fetch-and-add", faa).await
-    }
-}
-
-/// Checks the rights of an offer or a share: remote rights only, within `registered`.
-fn check_remote(access: Access, registered: Access, what: &str) -> Result<(), Status> {
-    let remote = Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
-    if access == Access::LOCAL_READ || !remote.contains(access) {
-        return Err(Status::invalid_argument(format!(
-            "an offer grants remote rights only (REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC), \
-             not {access:?}"
-        )));
-    }
-    if !registered.contains(access) {
-        return Err(Status::invalid_argument(format!(
-            "{what} is registered with {registered:?}, which does not include {access:?}"
-        )));
-    }
-    Ok(())
-}
-
-/// A [`SharedRegion`] shared with the peer of one connection ([`RemoteMemory::share`]):
-/// registered and exported for it once. Dropping it ends the share (over DOCA the region's
-/// registration for this connection goes once no offer of it is left).
-pub struct Share {
-    _guard: ShareGuard,
-    region: SharedRegion,
-    memory: RemoteMemory,
-    access: Access,
-}
-
-impl fmt::Debug for Share {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Share")
-            .field("len", &self.region.len())
-            .field("access", &self.access)
-            .finish()
-    }
-}
-
-impl Share {
-    /// Offers the whole shared region to the peer with `access` (within the share's rights),
-    /// for as long as the returned [`RegionOffer`] lives, while local code goes on leasing
-    /// parts of the region: the peer then reaches any part by offset in one handle, sent once
-    /// (NVIDIA's storage application sends its I/O memory's export at `init_storage`, and
-    /// offsets in each I/O). Nothing is registered, exported or copied beyond the share
-    /// itself, and no offer or revocation is needed per use.
-    ///
-    /// The peer may read (and, with [`Access::REMOTE_WRITE`], write) any byte of the region
-    /// while the offer lasts, as the share already allowed it over DOCA: local code reaches
-    /// the bytes through [`SharedBuf`](crate::SharedBuf) copies only.
-    pub fn offer_all(&self, access: Access) -> Result<RegionOffer, Status> {
-        if !self.access.contains(access) {
-            return Err(Status::invalid_argument(format!(
-                "offering the whole region with {access:?} needs a share with those rights \
-                 (this one has {:?})",
-                self.access
-            )));
-        }
-        let whole = RegisteredBuf::view_of(self.region.region().clone());
-        Ok(RegionOffer {
-            offer: self.memory.offer(whole, access)?,
-        })
-    }
-}
-
-/// The whole of a shared region offered to the peer of one connection
-/// ([`Share::offer_all`]): one handle for all of it. Revoke it (or drop it) before the share
-/// ends.
-pub struct RegionOffer {
-    offer: Offer<RegisteredBuf>,
-}
-
-impl fmt::Debug for RegionOffer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("RegionOffer").field(&self.offer).finish()
-    }
-}
-
-impl RegionOffer {
-    /// The handle to send to the peer (in a `remote_buffer` field), once: its uses name parts
-    /// of the region by offset.
-    pub fn handle(&self) -> RemoteBuf {
-        self.offer.handle()
-    }
-
-    /// Revokes the offer: the peer finishes its uses in flight and confirms (see
-    /// [`Offer::revoke`]).
-    pub async fn revoke(self) {
-        drop(self.offer.revoke().await);
-    }
-}
-
-/// Memory offered to the peer: a fenced window and the [`RemoteBuf`] that names it.
-///
-/// [`revoke`](Self::revoke) ends it cleanly; dropping it ends it at once (see the [module
-/// docs](self)).
-pub struct Offer<B: Buffer = RegisteredBuf> {
-    handle: RemoteBuf,
-    grant: Option<Grant>,
-    session: Arc<Session>,
-    kind: std::marker::PhantomData<fn() -> B>,
-}
-
-impl<B: Buffer> fmt::Debug for Offer<B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Offer")
-            .field("offer", &self.handle.offer)
-            .field("len", &self.handle.len)
-            .field("access", &self.handle.access())
-            .finish()
-    }
-}
-
-impl<B: Buffer> Offer<B> {
-    /// The handle to send to the peer (in a `remote_buffer` field).
-    pub fn handle(&self) -> RemoteBuf {
-        self.handle.clone()
-    }
-
-    /// Revokes the offer: the peer stops using the handle, finishes its uses in flight and
-    /// confirms (or [`REVOKE_PATIENCE`] passes, or the connection ends); then the window is
-    /// taken down and the buffer given back. `None` if the connection ended and dropped the
-    /// buffer (a lease's range is then free again in its region).
-    pub async fn revoke(mut self) -> Option<B> {
-        let offer = self.handle.offer;
-        let asked = self.session.lock().proto.revoke_offer(offer);
-        // Whether the peer is known to be done with the window: it confirmed, or its
-        // connection is gone.
-        let mut done = true;
-        if asked.is_ok() {
-            let conn = self.session.transport().clone();
-            let confirmed =
-                std::future::poll_fn(|cx| self.session.lock().proto.poll_revoked(offer, cx));
-            tokio::select! {
-                () = confirmed => {}
-                _ = conn.closed() => {}
-                _ = tokio::time::sleep(REVOKE_PATIENCE) => {
-                    done = false;
-                    if let Some(line) = crate::observe::logs::line("revocation not confirmed", "") {
-                        tracing::warn!(
-                            peer = %conn.peer(),
-                            offer,
-                            suppressed = line.suppressed,
-                            "the peer did not confirm a revocation within {REVOKE_PATIENCE:?}; \
-                             taking the window down anyway"
-                        );
-                    }
-                }
-            }
-        }
-        self.session.lock().proto.forget_offer(offer);
-        let grant = self.grant.take()?;
-        let buf = if done {
-            grant.revoke().await
-        } else {
-            grant.revoke_unconfirmed().await
-        };
-        buf.map(crate::memory::from_registered)
-    }
-}
-
-impl<B: Buffer> Drop for Offer<B> {
-    fn drop(&mut self) {
-        let Some(grant) = self.grant.take() else {
-            return;
-        };
-        // The fence goes up now; the peer hears of it as soon as a credit allows.
-        drop(grant);
-        self.session.lock().proto.drop_offer(self.handle.offer);
     }
 }

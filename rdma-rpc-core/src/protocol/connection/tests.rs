@@ -1,1 +1,0 @@
-//! Unit tests of one side's state, with frames written by hand.
