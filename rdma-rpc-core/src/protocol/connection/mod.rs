@@ -35,7 +35,6 @@ mod server;
 mod server_calls;
 mod transmit;
 
-
 pub(crate) use client::{ClientSettings, ServerEvent};
 pub(crate) use handshake::Negotiated;
 pub(crate) use server::{Admitted, Incoming, ServerSettings};

@@ -85,3 +85,128 @@ fn hostile_clients_lose_their_connection_and_nothing_else() {
          connection with a goaway, every useless one left it serving"
     );
 }
+
+/// The server's clocks, driven by the simulation's time: a client that never says Hello is
+/// closed at the handshake timeout, and an idle connection (no call, no frame) at the idle
+/// timeout, each with a goaway naming the setting; a connection with a call in flight is never
+/// idle.
+#[test]
+fn the_servers_timeouts_close_only_what_they_should() {
+    use crate::protocol::codec::Decoder;
+    use crate::protocol::connection::{ClientSettings, Connection, ServerSettings};
+    use crate::protocol::frames::Kind;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::link::{Link, Sim, SimCall};
+
+    let settings = ServerSettings {
+        max_frame: 4096,
+        initial_receives: 4,
+        recv_credits: 4,
+        max_in_flight: 4,
+        inline_threshold: 1024,
+        pull_writes: false,
+        stream_window: 0,
+        token: 9,
+        write_slots: 0,
+        handshake_timeout: Duration::from_secs(5),
+        idle_timeout: Some(Duration::from_secs(30)),
+        max_pings_per_second: 0,
+        refusal: None,
+    };
+    let t0 = Instant::now();
+
+    // No Hello: closed at the handshake timeout, not before.
+    let mut silent: Connection<Sim> = Connection::server(settings.clone(), Arc::from("c"), t0);
+    assert_eq!(silent.poll_timeout(), Some(t0 + Duration::from_secs(5)));
+    silent.handle_timeout(t0 + Duration::from_secs(4));
+    assert!(silent.end().is_none());
+    silent.handle_timeout(t0 + Duration::from_secs(5));
+    let end = silent.end().expect("closed at the handshake timeout");
+    assert!(end
+        .error
+        .as_ref()
+        .unwrap()
+        .to_string()
+        .contains("handshake_timeout"));
+
+    // An honest client: idle only without calls in flight.
+    let mut server: Connection<Sim> = Connection::server(settings, Arc::from("c"), t0);
+    let mut client: Connection<Sim> = Connection::client(
+        ClientSettings {
+            max_frame: 4096,
+            initial_receives: 4,
+            recv_credits: 4,
+            max_in_flight: 4,
+            inline_threshold: 1024,
+            stream_window: 0,
+            token: 7,
+        },
+        Arc::from("s"),
+    );
+    let mut link = Link {
+        posted: [4, 4],
+        ..Link::default()
+    };
+    let settle = |link: &mut Link, c: &mut Connection<Sim>, s: &mut Connection<Sim>, at| {
+        let mut requests = Vec::new();
+        for _ in 0..16 {
+            link.flush(0, c);
+            link.flush(1, s);
+            if let Some(incoming) = link.deliver(1, s, at).unwrap() {
+                requests.push(incoming);
+            }
+            link.deliver(0, c, at).unwrap();
+        }
+        requests
+    };
+    settle(&mut link, &mut client, &mut server, t0);
+    assert!(client.is_open() && server.is_open());
+    let idle_at = server.poll_timeout().expect("an idle timer");
+    assert_eq!(idle_at, t0 + Duration::from_secs(30));
+    // A call starts before it: no idle timer while it is in flight.
+    let id = client.open_call(None);
+    client
+        .send(Kind::Request(crate::protocol::frames::RequestFrame {
+            id,
+            path: bytes::Bytes::from_static(b"/x"),
+            op: 1,
+            ..Default::default()
+        }))
+        .unwrap();
+    let t1 = t0 + Duration::from_secs(10);
+    for incoming in settle(&mut link, &mut client, &mut server, t1) {
+        if let crate::protocol::connection::Incoming::Request(a) = incoming {
+            server.start_call(a.request.id, SimCall::default(), None);
+        }
+    }
+    assert_eq!(server.poll_timeout(), None, "a call in flight: never idle");
+    server.handle_timeout(t0 + Duration::from_secs(100));
+    assert!(server.end().is_none());
+    // Answered at t2: idle from then on.
+    let t2 = t0 + Duration::from_secs(40);
+    server
+        .respond(
+            crate::protocol::frames::ResponseFrame {
+                id,
+                ..Default::default()
+            },
+            t2,
+            || None,
+        )
+        .unwrap();
+    assert_eq!(server.poll_timeout(), Some(t2 + Duration::from_secs(30)));
+    server.handle_timeout(t2 + Duration::from_secs(29));
+    assert!(server.end().is_none());
+    server.handle_timeout(t2 + Duration::from_secs(30));
+    let end = server.end().expect("closed when idle");
+    assert!(end.error.is_none(), "an idle connection ends as it should");
+    // The client hears why.
+    link.flush(1, &mut server);
+    let said = link.in_flight[0].iter().any(|f| {
+        let frame = Decoder::default().decode(f).unwrap();
+        matches!(frame.kind, Some(Kind::Goaway(g)) if g.message.contains("idle_timeout"))
+    });
+    assert!(said, "a goaway naming idle_timeout");
+}
