@@ -173,6 +173,11 @@ impl<H: Handles> super::Connection<H> {
             Some(event) => {
                 if matches!(event, ServerEvent::Response(_)) {
                     c.calls.remove(&id);
+                } else {
+                    // The call goes on to other things (a grant's transfer, its stream) and
+                    // is no longer waiting here: it must not be handed the connection to read
+                    // (`waiting_call`) until it waits again.
+                    call.waker = None;
                 }
                 Poll::Ready(Some(event))
             }
