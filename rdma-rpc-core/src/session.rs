@@ -250,20 +250,23 @@ impl Session {
 
     /// Resolves once new calls are refused or the end is decided.
     pub(crate) async fn refused(&self) {
-        let notified = self.ended.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if !self.is_refusing() {
-            notified.await;
-        }
+        self.until(Self::is_refusing).await;
     }
 
-    /// Resolves once the end is decided.
+    /// Resolves once the end is decided (and not when new calls start to be refused: the same
+    /// notification announces both, so it is checked again each time).
     pub(crate) async fn ended(&self) {
-        let notified = self.ended.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if !self.is_over() {
+        self.until(Self::is_over).await;
+    }
+
+    async fn until(&self, done: fn(&Session) -> bool) {
+        loop {
+            let notified = self.ended.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if done(self) {
+                return;
+            }
             notified.await;
         }
     }
@@ -287,8 +290,12 @@ impl Session {
         };
         let mut recv_cx = Context::from_waker(waker);
         loop {
-            if self.is_over() && self.lock().proto.end().is_some() {
-                return Poll::Ready(Read::Over);
+            if self.is_over() {
+                let locked = self.lock();
+                // A draining end reads on: its last frames wait for the peer's credits.
+                if locked.proto.end().is_some() && !locked.proto.is_draining() {
+                    return Poll::Ready(Read::Over);
+                }
             }
             let budget = std::task::ready!(tokio::task::coop::poll_proceed(cx));
             let completion = match self.transport.poll_recv(&mut recv_cx) {

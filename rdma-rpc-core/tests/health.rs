@@ -11,7 +11,7 @@ use rdma_rpc_core::health::{
     SERVICE_NAME,
 };
 use rdma_rpc_core::interceptor::{IncomingCall, OutgoingCall};
-use rdma_rpc_core::{Client, Code, Request, Server, Status, Streaming};
+use rdma_rpc_core::{Client, ClientConfig, Code, Request, Server, ServerConfig, Status, Streaming};
 
 const TOKEN: &str = "Bearer 0123";
 
@@ -24,8 +24,17 @@ async fn bounded<F: std::future::Future>(test: F) -> F::Output {
 
 /// The Echo service and health, behind an interceptor that wants a token on every call.
 async fn server(health: &HealthReporter) -> (String, tokio::sync::oneshot::Sender<()>) {
+    server_with(health, ServerConfig::default()).await
+}
+
+/// [`server`] with `config`.
+async fn server_with(
+    health: &HealthReporter,
+    config: ServerConfig,
+) -> (String, tokio::sync::oneshot::Sender<()>) {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = Server::builder()
+        .config(config)
         .interceptor(
             |call: &mut IncomingCall<'_>| match call.metadata().get_str("authorization") {
                 Some(TOKEN) => Ok(()),
@@ -46,7 +55,13 @@ async fn server(health: &HealthReporter) -> (String, tokio::sync::oneshot::Sende
 
 /// A health client whose calls carry the token.
 async fn client(addr: &str) -> HealthClient {
+    client_with(addr, ClientConfig::default()).await
+}
+
+/// [`client`] with `config`.
+async fn client_with(addr: &str, config: ClientConfig) -> HealthClient {
     let client = Client::builder()
+        .config(config)
         .interceptor(|call: &mut OutgoingCall<'_>| {
             call.metadata_mut().insert("authorization", TOKEN);
             Ok(())
@@ -101,10 +116,29 @@ async fn check_answers_per_service_and_for_the_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_sees_each_change_and_the_shutdown() {
+    watch_sees_each_change_and_the_shutdown_with(4, 64).await;
+}
+
+/// With 4 receives on each side and no growth, the server's last messages wait for credits
+/// when it shuts down: they still reach the client before the connection ends. (They were
+/// dropped before a graceful end drained them; and the client stopped reading its connection
+/// once the goaway came, so the end of the first watch never arrived.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_sees_each_change_and_the_shutdown_with_four_receives() {
+    watch_sees_each_change_and_the_shutdown_with(4, 4).await;
+}
+
+async fn watch_sees_each_change_and_the_shutdown_with(initial: u32, most: u32) {
     bounded(async {
         let reporter = HealthReporter::new();
-        let (addr, stop) = server(&reporter).await;
-        let health = client(&addr).await;
+        let mut server_config = ServerConfig::default();
+        server_config.initial_receives = initial;
+        server_config.recv_credits = most;
+        let mut client_config = ClientConfig::default();
+        client_config.initial_receives = initial;
+        client_config.recv_credits = most;
+        let (addr, stop) = server_with(&reporter, server_config).await;
+        let health = client_with(&addr, client_config).await;
         let mut echo = health.watch(HealthCheckRequest::new("Echo")).await.unwrap();
         let mut later = health
             .watch(HealthCheckRequest::new("Later"))

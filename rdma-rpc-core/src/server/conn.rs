@@ -216,9 +216,24 @@ async fn run(
     // Calls that end change it only with an idle timeout (without one, only frames do).
     let idle = cfg.idle_timeout.is_some();
     let mut first = true;
+    // Once the end is decided, a draining one reads on (for the client's credits) while its
+    // last frames wait for them, for at most LAST_WORDS.
+    let mut drain_until: Option<Instant> = None;
     loop {
         if session.is_over() {
-            break;
+            let until = *drain_until.get_or_insert_with(|| Instant::now() + LAST_WORDS);
+            if !session.lock().proto.is_draining() || Instant::now() >= until {
+                break;
+            }
+            tokio::select! {
+                read = std::future::poll_fn(|cx| serving.poll(cx)) => {
+                    if matches!(read, Read::Over) {
+                        break;
+                    }
+                }
+                () = tokio::time::sleep_until(until) => {}
+            }
+            continue;
         }
         if idle || first {
             first = false;

@@ -215,13 +215,26 @@ impl Core {
     }
 
     /// The connection is over for `end`: `last` (a goaway) leaves after what is queued, if a
-    /// credit allows it; then the transport is closed ([`Connection::should_close`]).
+    /// credit allows it; then the transport is closed ([`Connection::should_close`]). What
+    /// cannot go at once is dropped.
     fn close(&mut self, end: End, last: Option<Status>) {
+        self.close_with(end, last, false);
+    }
+
+    /// The connection is over for `end`, which loses nothing: what is queued (a server's last
+    /// answers) goes as the peer's credits come back, then `last`; the peer's frames are read
+    /// for their credits until then ([`Connection::is_draining`]). The driver bounds how long
+    /// it waits for them.
+    fn close_draining(&mut self, end: End, last: Status) {
+        self.close_with(end, Some(last), true);
+    }
+
+    fn close_with(&mut self, end: End, last: Option<Status>, drain: bool) {
         if self.end.is_some() {
             return;
         }
         let last = last.map(|s| Kind::Goaway(StatusFrame::from(&s)));
-        self.tx.close(last, self.peer_max_frame);
+        self.tx.close(last, self.peer_max_frame, drain);
         self.end = Some(end);
         self.notice = true;
         if self.phase != Phase::Closed {
@@ -291,7 +304,15 @@ impl<H: Handles> Connection<H> {
     /// everything else is handled here.
     pub(crate) fn handle_datagram(&mut self, bytes: &[u8], now: Instant) -> Option<Incoming<H>> {
         if matches!(self.core.phase, Phase::Closing | Phase::Closed) {
-            return None; // what still arrives after the end changes nothing
+            // What still arrives after the end changes nothing, but the credits it returns
+            // while a draining end waits for them.
+            if self.is_draining() {
+                let Connection { core, frame, .. } = self;
+                if core.decoder.decode_into(bytes, frame).is_ok() && frame.credits > 0 {
+                    core.tx.credits.returned(frame.credits);
+                }
+            }
+            return None;
         }
         let Connection { core, side, frame } = self;
         if let Err(reason) = core.decoder.decode_into(bytes, frame) {
@@ -417,7 +438,14 @@ impl<H: Handles> Connection<H> {
     /// Whether the transport should be closed now: the end was decided and every frame that
     /// could still go has been handed out.
     pub(crate) fn should_close(&self) -> bool {
-        self.core.phase == Phase::Closing && self.core.tx.queued() == 0
+        self.core.phase == Phase::Closing && self.core.tx.queued() == 0 && !self.is_draining()
+    }
+
+    /// Whether the end was decided and drains: frames still wait for the peer's credits, so
+    /// the peer's frames are still read (for nothing else). The driver gives up after a while
+    /// ([`handle_lost`](Self::handle_lost)).
+    pub(crate) fn is_draining(&self) -> bool {
+        self.core.phase == Phase::Closing && self.core.tx.is_draining()
     }
 
     /// The transport was closed (or failed): nothing goes out any more.

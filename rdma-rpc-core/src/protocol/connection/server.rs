@@ -394,12 +394,12 @@ impl<H: Handles> ServerSide<H> {
                 let status = Status::unavailable(format!(
                     "the server closed a connection idle for {limit:?} (idle_timeout)"
                 ));
-                core.close(
+                core.close_draining(
                     End {
                         error: None,
                         status: status.clone(),
                     },
-                    Some(status),
+                    status,
                 );
             }
             _ => {}

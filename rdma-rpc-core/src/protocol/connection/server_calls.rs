@@ -6,7 +6,6 @@ use std::time::Instant;
 use super::server::{ServerCall, ServerSettings, ServerSide};
 use super::{Core, End, Handles, Phase, StreamRoute};
 use crate::error::Result;
-use crate::protocol::credits::Need;
 use crate::protocol::frames::{DescriptorFrame, Kind, ResponseFrame, StatusFrame};
 use crate::status::Status;
 
@@ -97,13 +96,14 @@ impl<H: Handles> super::Connection<H> {
         if s.calls.is_empty() {
             s.quiet_since = now;
             if s.stopping {
+                // The answers queued behind credits still go.
                 let status = Status::unavailable("the server is shutting down");
-                core.close(
+                core.close_draining(
                     End {
                         error: None,
                         status: status.clone(),
                     },
-                    Some(status),
+                    status,
                 );
             }
         }
@@ -143,15 +143,17 @@ impl<H: Handles> super::Connection<H> {
         core.notice = true;
         let status = Status::unavailable("the server is shutting down");
         if s.calls.is_empty() || core.phase != Phase::Open {
-            core.close(
+            core.close_draining(
                 End {
                     error: None,
                     status: status.clone(),
                 },
-                Some(status),
+                status,
             );
         } else {
-            let _ = core.queue(&Kind::Goaway(StatusFrame::from(&status)), Need::Priority);
+            // After what is queued, like any answer: a goaway that took the peer's last receive
+            // would leave the answers before it waiting behind the reserve.
+            let _ = core.send(Kind::Goaway(StatusFrame::from(&status)));
         }
     }
 }

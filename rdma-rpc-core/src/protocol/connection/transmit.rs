@@ -1,7 +1,8 @@
 //! What one side sends, in order: frames queued (encoded when queued), sent as the peer's
 //! receives allow ([`Credits`]), each carrying the credits this side owes; a bare credit
 //! update when one is due and no frame carries them; and at the end, the last frame (a
-//! goaway), if a credit allows it.
+//! goaway), if a credit allows it. A graceful end drains: what is queued still goes as the
+//! peer's credits come back, and the last frame after it.
 
 use std::collections::VecDeque;
 
@@ -35,8 +36,12 @@ pub(crate) struct Transmits {
     encoder: Encoder,
     /// Receives re-posted here make a credit update due (no frame carried their credits).
     update_due: bool,
-    /// The connection is ending: nothing more is queued; what cannot go now never goes.
+    /// The connection is ending: nothing more is queued.
     closing: bool,
+    /// The end drains (a server's last answers, short of credits when it decided to end):
+    /// what is queued still goes as the peer's credits come back, then the last frame.
+    /// Otherwise what cannot go at once never goes.
+    draining: bool,
     /// The last frame, sent after the queue if a credit allows it.
     last: Option<BytesMut>,
 }
@@ -49,6 +54,7 @@ impl Transmits {
             encoder: Encoder::default(),
             update_due: false,
             closing: false,
+            draining: false,
             last: None,
         }
     }
@@ -61,18 +67,25 @@ impl Transmits {
         Ok(())
     }
 
-    /// Starts the end: the queue still goes while credits allow, then `last` (if any, and if a
-    /// credit is left for it); nothing else is queued from now on.
-    pub(super) fn close(&mut self, last: Option<Kind>, peer_max_frame: usize) {
+    /// Starts the end: the queue still goes while credits allow (as they come back, when
+    /// `drain`), then `last` (if any, once a credit is left for it); nothing else is queued
+    /// from now on.
+    pub(super) fn close(&mut self, last: Option<Kind>, peer_max_frame: usize, drain: bool) {
         if self.closing {
             return;
         }
         self.closing = true;
+        self.draining = drain;
         self.last = last.and_then(|kind| self.encoder.encode(Some(&kind), peer_max_frame).ok());
     }
 
     pub(super) fn is_closing(&self) -> bool {
         self.closing
+    }
+
+    /// Whether a draining end still has frames to send (the peer's credits still matter).
+    pub(super) fn is_draining(&self) -> bool {
+        self.draining && (!self.queue.is_empty() || self.last.is_some())
     }
 
     /// A receive was re-posted: the peer is owed a credit for it.
@@ -89,18 +102,26 @@ impl Transmits {
                 let head = self.queue.pop_front().expect("a head was seen");
                 return Some(self.send(head.frame, false));
             }
-            if self.closing {
+            if self.closing && !self.draining {
                 // What cannot go now never will: the connection is ending.
                 self.queue.clear();
             }
         }
-        if self.closing {
-            let last = self.last.take()?;
-            if !self.credits.try_take(Need::Priority) {
-                return None;
+        if self.closing && self.queue.is_empty() {
+            if self.last.is_some() && self.credits.try_take(Need::Priority) {
+                let last = self.last.take().expect("a last frame was seen");
+                return Some(self.send(last, true));
             }
-            return Some(self.send(last, true));
+            if !self.draining {
+                // No credit for the last frame: the end goes without it.
+                self.last = None;
+            }
+            // Nothing follows the last frame (and a last frame waiting for a credit has the
+            // same need as an update: neither could go).
+            return None;
         }
+        // A side short of credits (a draining end too) still returns the peer's: the peer may
+        // be waiting for them to send what this side waits for.
         if self.update_due && self.credits.try_take(Need::Priority) {
             let bare = self.encoder.encode(None, peer_max_frame).ok()?;
             return Some(self.send(bare, false));

@@ -21,7 +21,8 @@
 //! - a revocation is confirmed only once the holder's uses of the offer ended, and the holder
 //!   refuses new uses from the moment it learned of it;
 //! - a server that shuts down answers every call it started, refuses what comes after, and
-//!   ends the connection once they are answered;
+//!   ends the connection once they are answered; every answer reaches the client, however
+//!   short of credits the server was when it decided to end;
 //! - a hostile client's frames end its connection with an error, never a panic.
 //!
 //! A failing seed is printed; `SIM_SEED=<seed> cargo test -p rdma-rpc-core --lib sim` replays

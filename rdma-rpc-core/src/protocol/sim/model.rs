@@ -150,6 +150,10 @@ struct ClientApp {
     calls: HashMap<u64, ClientCall>,
     /// How each call ended, by id: more than one end is a rule broken.
     ends: HashMap<u64, u32>,
+    /// Calls that ended with their response.
+    responded: HashSet<u64>,
+    /// Calls the client gave up on.
+    abandoned: HashSet<u64>,
     pings: HashMap<u64, Wait>,
     /// Offers made: id → revoking (with its wait), or live.
     offers: HashMap<u64, Option<Wait>>,
@@ -254,6 +258,8 @@ pub(crate) fn run(seed: u64, scenario: &Scenario) -> Result<Outcome, String> {
             line: None,
             calls: HashMap::new(),
             ends: HashMap::new(),
+            responded: HashSet::new(),
+            abandoned: HashSet::new(),
             pings: HashMap::new(),
             offers: HashMap::new(),
             left: false,
@@ -435,6 +441,7 @@ impl World {
                             return Err(format!("call {id}'s slot was refused: {:?}", r.status));
                         }
                         self.c.calls.remove(&id);
+                        self.c.responded.insert(id);
                         self.out.responses += 1;
                         self.end(id, "response")?;
                         progressed = true;
@@ -524,6 +531,7 @@ impl World {
                 };
                 self.client.abandon(id, [window]);
                 self.c.calls.remove(&id);
+                self.c.abandoned.insert(id);
                 self.out.abandoned += 1;
                 self.end(id, "abandoned")?;
                 Ok(true)
@@ -822,6 +830,21 @@ impl World {
             let unanswered: Vec<&u64> = self.s.calls.keys().collect();
             if !unanswered.is_empty() && !self.link.closed_by[0] {
                 return Err(format!("shut down with calls unanswered: {unanswered:?}"));
+            }
+            // A graceful end loses nothing: every answer the server gave reached the client
+            // (short of credits or not), unless the client gave up on the call.
+            if !self.link.closed_by[0] {
+                let answered = journal(&self.journal).answered.clone();
+                let lost: Vec<u64> = answered
+                    .into_iter()
+                    .filter(|id| !self.c.responded.contains(id) && !self.c.abandoned.contains(id))
+                    .collect();
+                if !lost.is_empty() {
+                    return Err(format!(
+                        "the server shut down and its answers to {lost:?} never reached the \
+                         client"
+                    ));
+                }
             }
         }
         Ok(())

@@ -77,6 +77,22 @@ fn a_server_that_shuts_down_answers_what_it_started() {
     sweep("shutdown", &scenario, 500);
 }
 
+/// The same, with four receives a side: the server's last answers wait behind credits when it
+/// decides to end, and must still reach the client.
+#[test]
+fn a_server_short_of_receives_that_shuts_down_loses_no_answer() {
+    let scenario = Scenario {
+        calls: 120,
+        depth: 16,
+        receives: [(4, 4), (4, 4)],
+        max_in_flight: 16,
+        shutdown_after: Some(40),
+        leave_at_end: false,
+        ..Scenario::busy()
+    };
+    sweep("shutdown-tight", &scenario, 500);
+}
+
 #[test]
 fn hostile_clients_lose_their_connection_and_nothing_else() {
     let count = super::hostile::sweep(seeds(2000));
