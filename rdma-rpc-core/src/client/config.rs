@@ -18,9 +18,8 @@ pub struct ClientConfig {
     pub max_in_flight: u32,
     /// Size of each receive posted for control frames. Default 16 KiB.
     pub max_frame: usize,
-    /// Most receives posted for control frames: `initial_receives` (4) at first, one more with
-    /// each frame received (other than the handshake and credit updates) until this many.
-    /// Default 64.
+    /// Most receives posted for control frames: `initial_receives` (4) at first, doubled
+    /// whenever the server says it waited for a credit, until this many. Default 64.
     pub recv_credits: u32,
     /// Receives posted when the connection opens, before any growth: at least 4 and at most
     /// `recv_credits`. A client that keeps a known number of calls in flight sets it and

@@ -157,7 +157,10 @@ impl FrameChannel {
 
     /// Encodes a frame, refusing it before using a credit if the peer could not receive it.
     fn encode(&self, kind: Option<Kind>) -> Result<BytesMut> {
-        let frame = Frame { kind, credits: 0 };
+        let frame = Frame {
+            kind,
+            ..Frame::default()
+        };
         let len = frame.encoded_len();
         let max = self.peer_max_frame();
         // 6 bytes: the credits field appended at send time (key + varint of a u32).
@@ -267,15 +270,9 @@ impl FrameChannel {
             return Ok(frame);
         }
         self.add_credits(frame.credits);
-        // Receives grow with the frames that carry work, never with credit updates (which
-        // would otherwise answer each other until both sides had grown) nor with the
-        // handshake (an idle connection keeps its initial receives). Only this task
+        // Receives grow (by one here) when the peer says it was starved. Only this task
         // receives, so the decision holds until it is carried out.
-        let work = matches!(
-            &frame.kind,
-            Some(kind) if !matches!(kind, super::frames::Kind::Hello(_) | super::frames::Kind::HelloAck(_))
-        );
-        let grow = work && self.credits().should_grow();
+        let grow = frame.starved && self.credits().growth(0) > 0;
         let grew = grow && self.post_one_more();
         let update = {
             let mut credits = self.credits();

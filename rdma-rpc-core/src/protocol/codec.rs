@@ -2,8 +2,8 @@
 //!
 //! A frame is encoded once, when it is queued, into a block shared with the frames queued
 //! before and after it (no allocation per frame); the credits it returns are appended when it
-//! leaves, since they are known only then (`Frame.credits`, field 15, is a varint at the end:
-//! protobuf fields may come in any order). A received frame is copied into a block of the same
+//! leaves, since they are known only then (`Frame.credits`, field 15, is a varint at the end,
+//! followed by `Frame.starved`, field 17, when set: protobuf fields may come in any order). A received frame is copied into a block of the same
 //! kind before it is decoded, so its byte fields (path, message, inline payload) are slices of
 //! that block rather than an allocation each.
 
@@ -16,8 +16,12 @@ use crate::error::{Error, Result};
 /// Protobuf key of `Frame.credits` (field 15, varint).
 const CREDITS_KEY: u8 = 15 << 3;
 
-/// Room kept after each encoded frame for its credits: the key and a varint of a `u32`.
-pub(crate) const CREDITS_ROOM: usize = 6;
+/// `Frame.starved = true`: the key of field 17 as a varint (17 << 3 = 136: two bytes), then 1.
+const STARVED_FIELD: [u8; 3] = [0x88, 0x01, 0x01];
+
+/// Room kept after each encoded frame for its credits (the key and a varint of a `u32`) and
+/// its starved flag.
+pub(crate) const CREDITS_ROOM: usize = 6 + STARVED_FIELD.len();
 
 /// Frames are encoded into, and received frames copied into, blocks of this size shared by
 /// consecutive frames. A block is reused in place once every frame in it is dropped, or else a
@@ -72,11 +76,15 @@ impl Encoder {
     }
 }
 
-/// Appends `credits` to an encoded frame (nothing for 0) and freezes it.
-pub(crate) fn with_credits(mut frame: BytesMut, credits: u32) -> Bytes {
+/// Appends `credits` (nothing for 0) and `starved` (nothing for `false`) to an encoded frame
+/// and freezes it.
+pub(crate) fn with_credits(mut frame: BytesMut, credits: u32, starved: bool) -> Bytes {
     if credits > 0 {
         frame.put_u8(CREDITS_KEY);
         prost::encoding::encode_varint(u64::from(credits), &mut frame);
+    }
+    if starved {
+        frame.put_slice(&STARVED_FIELD);
     }
     frame.freeze()
 }
@@ -133,11 +141,12 @@ mod tests {
             metadata: Bytes::from_static(b"hello"),
             ..Default::default()
         });
-        let bytes = with_credits(enc.encode(Some(&kind), 1024).unwrap(), 300);
+        let bytes = with_credits(enc.encode(Some(&kind), 1024).unwrap(), 300, true);
         let frame = Decoder::default().decode(&bytes).unwrap();
         assert_eq!(frame.kind, Some(kind));
         assert_eq!(frame.credits, 300);
-        let bare = with_credits(enc.encode(None, 1024).unwrap(), 0);
+        assert!(frame.starved);
+        let bare = with_credits(enc.encode(None, 1024).unwrap(), 0, false);
         assert_eq!(Decoder::default().decode(&bare).unwrap(), Frame::default());
     }
 
@@ -164,14 +173,21 @@ mod tests {
 
     #[test]
     fn a_frame_encoded_from_its_kind_is_the_frame_prost_encodes() {
-        let kind = Kind::Cancel(CallId { id: 77 });
-        let ours = with_credits(Encoder::default().encode(Some(&kind), 1024).unwrap(), 9);
-        let theirs = Frame {
-            kind: Some(kind),
-            credits: 9,
+        for starved in [false, true] {
+            let kind = Kind::Cancel(CallId { id: 77 });
+            let ours = with_credits(
+                Encoder::default().encode(Some(&kind), 1024).unwrap(),
+                9,
+                starved,
+            );
+            let theirs = Frame {
+                kind: Some(kind),
+                credits: 9,
+                starved,
+            }
+            .encode_to_vec();
+            assert_eq!(&ours[..], &theirs[..]);
         }
-        .encode_to_vec();
-        assert_eq!(&ours[..], &theirs[..]);
     }
 
     #[test]

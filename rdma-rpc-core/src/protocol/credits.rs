@@ -14,7 +14,12 @@
 //!   once `announce_at` re-posted ones are owed and no frame carried them, a credit update
 //!   is due. Receives *added* as the connection grows are owed too, but never make an update
 //!   due by themselves: the peer is not waiting for them (it never had them), and counting
-//!   them made every frame of a growing connection answer with an update of its own.
+//!   them made every frame of a growing connection answer with an update of its own;
+//! - receives grow only on the peer's demand: a side that had a frame waiting for a credit
+//!   says so with its next frame (`Frame.starved`), and the receiver then doubles its
+//!   receives (up to its ceiling, see [`Credits::growth`]) and owes the peer an update at
+//!   once. A connection with one call at a time never grows; one that pipelines reaches the
+//!   receives it needs in a few round trips.
 
 /// Credits a side may use before the handshake told it the peer's receive count: the first
 /// frame (Hello) always has a receive waiting.
@@ -74,8 +79,8 @@ pub(crate) fn check_initial(initial: u32, max: u32) -> crate::Result<()> {
 }
 
 impl Credits {
-    /// A side that posted `posted` receives and adds one with each frame it receives until it
-    /// has `max_posted`; `initial` holds for a client, whose Hello always finds a receive.
+    /// A side that posted `posted` receives and grows them on the peer's demand up to
+    /// `max_posted`; `initial` holds for a client, whose Hello always finds a receive.
     pub(crate) fn new(posted: u32, max_posted: u32, initial: bool) -> Credits {
         Credits {
             available: if initial { INITIAL_CREDITS } else { 0 },
@@ -88,10 +93,13 @@ impl Credits {
         }
     }
 
-    /// Whether this side should post one more receive now (it has fewer than its ceiling).
-    /// Receives grow with use: an idle connection keeps few, a busy one all it announced.
-    pub(crate) fn should_grow(&self) -> bool {
-        self.posted < self.max_posted
+    /// Receives to add because the peer said it was starved, with `pending` already decided
+    /// and not yet posted: as many as there will be (the receives double), up to the ceiling.
+    /// Growing by one per starved frame instead kept a pipelining peer short of credits for
+    /// dozens of round trips, each a stall.
+    pub(crate) fn growth(&self, pending: u32) -> u32 {
+        let will = self.posted.saturating_add(pending);
+        will.min(self.max_posted.saturating_sub(will))
     }
 
     /// One more receive was posted: the peer is owed a credit for it.
@@ -267,24 +275,26 @@ mod tests {
     }
 
     #[test]
-    fn receives_grow_with_use_and_each_added_one_is_owed_to_the_peer() {
-        let mut c = Credits::new(8, 12, false);
-        assert!(c.should_grow());
+    fn receives_double_on_demand_and_each_added_one_is_owed_to_the_peer() {
+        let mut c = Credits::new(4, 12, false);
+        assert_eq!(c.growth(0), 4, "the receives double");
+        assert_eq!(c.growth(6), 2, "counting those decided and not yet posted");
+        for _ in 0..4 {
+            c.grew();
+        }
+        assert_eq!(c.growth(0), 4, "up to the ceiling");
         for _ in 0..4 {
             c.grew();
         }
         assert_eq!(c.posted(), 12);
-        assert!(!c.should_grow(), "never beyond the announced ceiling");
-        assert_eq!(c.take_owed(), 4, "a credit for every receive added");
+        assert_eq!(c.growth(0), 0, "never beyond the announced ceiling");
+        assert_eq!(c.take_owed(), 8, "a credit for every receive added");
         // Updates are due every quarter of the receives posted now (12 / 4).
         assert!(!c.reposted() && !c.reposted());
         assert!(c.reposted());
         assert_eq!(c.take_owed(), 3);
         let fixed = Credits::new(8, 4, false);
-        assert!(
-            !fixed.should_grow(),
-            "a ceiling below the start is the start"
-        );
+        assert_eq!(fixed.growth(0), 0, "a ceiling below the start is the start");
     }
 
     /// What one simulated side holds: its credits and the frames that reached its receives.
@@ -292,7 +302,9 @@ mod tests {
         credits: Credits,
         /// Receives posted and not holding a frame.
         free: u32,
-        inbox: std::collections::VecDeque<(u32, Sim)>,
+        /// A frame waited for a credit since this side's last frame.
+        starved: bool,
+        inbox: std::collections::VecDeque<(u32, bool, Sim)>,
     }
 
     #[derive(Clone, Copy, PartialEq, Debug)]
@@ -309,6 +321,7 @@ mod tests {
             Side {
                 credits: Credits::new(initial, max, client),
                 free: initial,
+                starved: false,
                 inbox: Default::default(),
             }
         }
@@ -320,20 +333,36 @@ mod tests {
         assert!(to.free > 0, "{kind:?} sent with no receive posted");
         to.free -= 1;
         let owed = from.credits.take_owed();
-        to.inbox.push_back((owed, kind));
+        let starved = std::mem::take(&mut from.starved);
+        to.inbox.push_back((owed, starved, kind));
     }
 
-    /// Takes the next frame from `me`'s receives, as `FrameChannel::recv` does: re-post, apply
-    /// the credits, grow, and send a credit update if one is due.
+    /// Sends an ordinary frame if a credit allows; otherwise `from` is starved, and says so
+    /// with its next frame.
+    fn try_send(from: &mut Side, to: &mut Side, kind: Sim) -> bool {
+        let ok = from.credits.try_take(Need::Ordinary);
+        if ok {
+            deliver(from, to, kind);
+        } else {
+            from.starved = true;
+        }
+        ok
+    }
+
+    /// Takes the next frame from `me`'s receives, as `protocol::connection` does: re-post,
+    /// apply the credits, grow if the sender was starved, and send a credit update if one is
+    /// due (at once after growing).
     fn receive(me: &mut Side, peer: &mut Side) -> Option<Sim> {
-        let (credits, kind) = me.inbox.pop_front()?;
+        let (credits, starved, kind) = me.inbox.pop_front()?;
         me.free += 1;
         me.credits.returned(credits);
-        if kind != Sim::Update && me.credits.should_grow() {
+        let growth = if starved { me.credits.growth(0) } else { 0 };
+        for _ in 0..growth {
             me.free += 1;
             me.credits.grew();
         }
-        if me.credits.reposted() && me.credits.try_take(Need::Priority) {
+        let due = me.credits.reposted() || growth > 0;
+        if due && me.credits.try_take(Need::Priority) {
             deliver(me, peer, Sim::Update);
         }
         Some(kind)
@@ -376,18 +405,16 @@ mod tests {
             while answered < 2000 {
                 let progressed = match next() % 4 {
                     0 if to_send > 0 && in_flight < 16 => {
-                        let ok = client.credits.try_take(Need::Ordinary);
+                        let ok = try_send(&mut client, &mut server, Sim::Request);
                         if ok {
-                            deliver(&mut client, &mut server, Sim::Request);
                             to_send -= 1;
                             in_flight += 1;
                         }
                         ok
                     }
                     1 if to_answer > 0 => {
-                        let ok = server.credits.try_take(Need::Ordinary);
+                        let ok = try_send(&mut server, &mut client, Sim::Response);
                         if ok {
-                            deliver(&mut server, &mut client, Sim::Response);
                             to_answer -= 1;
                         }
                         ok
@@ -418,20 +445,22 @@ mod tests {
                     server.credits
                 );
             }
-            assert_eq!(
-                client.credits.posted(),
-                64,
-                "a busy side grows to its ceiling"
+            // 16 requests in flight need 17 credits (the last is kept): the server grew on
+            // the client's demand, by doubling, never beyond its ceiling.
+            let grown = server.credits.posted();
+            assert!(
+                (32..=64).contains(&grown),
+                "seed {seed}: the server has {grown} receives"
             );
-            assert_eq!(server.credits.posted(), 64);
+            assert!(client.credits.posted() <= 64);
         }
     }
 
-    /// One call at a time on a connection whose receives grow from 4 to 64: every frame
-    /// carries the credits its sender owes, so no credit update is ever due (each added
-    /// receive used to make one due, doubling the frames while the connection grew).
+    /// One call at a time on a connection whose receives may grow from 4 to 64: every frame
+    /// carries the credits its sender owes, so no credit update is ever due, and no side is
+    /// ever starved, so neither grows.
     #[test]
-    fn a_growing_connection_with_one_call_at_a_time_sends_no_credit_update() {
+    fn a_connection_with_one_call_at_a_time_neither_grows_nor_sends_a_credit_update() {
         let (mut client, mut server) = handshaken();
         for call in 0..200 {
             assert!(client.credits.try_take(Need::Ordinary), "call {call}");
@@ -449,8 +478,8 @@ mod tests {
                 "call {call}: the client sent an update"
             );
         }
-        assert_eq!(client.credits.posted(), 64, "still grown to the ceiling");
-        assert_eq!(server.credits.posted(), 64);
+        assert_eq!(client.credits.posted(), 4, "no demand, no growth");
+        assert_eq!(server.credits.posted(), 4);
     }
 
     /// Two idle sides that exchange credit updates stop: an update makes its receiver owe

@@ -13,6 +13,10 @@ pub(crate) struct Frame {
     /// Receives the sender re-posted since its last frame (flow control).
     #[prost(uint32, tag = "15")]
     pub(crate) credits: u32,
+    /// Since its last frame the sender had a frame waiting for a credit: it wants the receiver
+    /// to post more receives (receives grow only on the peer's demand).
+    #[prost(bool, tag = "17")]
+    pub(crate) starved: bool,
 }
 
 #[derive(Clone, PartialEq, prost::Oneof)]

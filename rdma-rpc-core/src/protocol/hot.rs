@@ -16,6 +16,7 @@ use super::frames::{
 pub(crate) const REQUEST: u32 = 3;
 pub(crate) const RESPONSE: u32 = 6;
 pub(crate) const CREDITS: u32 = 15;
+pub(crate) const STARVED: u32 = 17;
 
 fn key_len(tag: u32) -> usize {
     encoded_len_varint(u64::from(tag << 3))
@@ -386,9 +387,9 @@ fn merge_response(r: &mut ResponseFrame, mut buf: Reader<'_>) -> Result<(), Malf
 /// A received frame whose fields are a request or a response (and credits), decoded by hand;
 /// `None` when it holds anything else (then prost decodes it). `Err` if it is malformed.
 #[cfg(test)]
-pub(crate) fn decode(frame: &Bytes) -> Result<Option<(Option<Kind>, u32)>, Malformed> {
+pub(crate) fn decode(frame: &Bytes) -> Result<Option<(Option<Kind>, u32, bool)>, Malformed> {
     let mut out = Frame::default();
-    Ok(decode_into(frame, &mut out)?.then_some((out.kind, out.credits)))
+    Ok(decode_into(frame, &mut out)?.then_some((out.kind, out.credits, out.starved)))
 }
 
 /// Decodes a received frame into `out` in place, if it holds only a request or a response (and
@@ -403,6 +404,7 @@ pub(crate) fn decode_into(frame: &Bytes, out: &mut Frame) -> Result<bool, Malfor
     let kind = &mut out.kind;
     let mut fresh = true;
     let mut credits = 0u32;
+    let mut starved = false;
     while buf.more() {
         let (tag, wire) = buf.key()?;
         match tag {
@@ -439,6 +441,10 @@ pub(crate) fn decode_into(frame: &Bytes, out: &mut Frame) -> Result<bool, Malfor
                 expect(wire, WireType::Varint)?;
                 credits = buf.varint()? as u32;
             }
+            STARVED => {
+                expect(wire, WireType::Varint)?;
+                starved = buf.varint()? != 0;
+            }
             _ => return Ok(false),
         }
     }
@@ -446,6 +452,7 @@ pub(crate) fn decode_into(frame: &Bytes, out: &mut Frame) -> Result<bool, Malfor
         *kind = None; // a bare credit update
     }
     out.credits = credits;
+    out.starved = starved;
     Ok(true)
 }
 
@@ -528,25 +535,26 @@ mod tests {
         Frame {
             kind: Some(kind.clone()),
             credits: 0,
+            starved: false,
         }
         .encode_to_vec()
     }
 
     proptest! {
         #[test]
-        fn requests_encode_as_prost_encodes_them_and_decode_back(r in request(), credits in any::<u32>()) {
+        fn requests_encode_as_prost_encodes_them_and_decode_back(r in request(), credits in any::<u32>(), starved in any::<bool>()) {
             let kind = Kind::Request(r);
             prop_assert_eq!(ours(&kind), theirs(&kind));
-            let wire = Bytes::from(Frame { kind: Some(kind.clone()), credits }.encode_to_vec());
-            prop_assert_eq!(decode(&wire), Ok(Some((Some(kind), credits))));
+            let wire = Bytes::from(Frame { kind: Some(kind.clone()), credits, starved }.encode_to_vec());
+            prop_assert_eq!(decode(&wire), Ok(Some((Some(kind), credits, starved))));
         }
 
         #[test]
-        fn responses_encode_as_prost_encodes_them_and_decode_back(r in response(), credits in any::<u32>()) {
+        fn responses_encode_as_prost_encodes_them_and_decode_back(r in response(), credits in any::<u32>(), starved in any::<bool>()) {
             let kind = Kind::Response(r);
             prop_assert_eq!(ours(&kind), theirs(&kind));
-            let wire = Bytes::from(Frame { kind: Some(kind.clone()), credits }.encode_to_vec());
-            prop_assert_eq!(decode(&wire), Ok(Some((Some(kind), credits))));
+            let wire = Bytes::from(Frame { kind: Some(kind.clone()), credits, starved }.encode_to_vec());
+            prop_assert_eq!(decode(&wire), Ok(Some((Some(kind), credits, starved))));
         }
 
         /// Whatever the bytes, the hand decoder agrees with prost: the same frame, or both
@@ -556,10 +564,11 @@ mod tests {
             let wire = Bytes::from(raw);
             let prost = Frame::decode(wire.clone());
             match decode(&wire) {
-                Ok(Some((kind, credits))) => {
+                Ok(Some((kind, credits, starved))) => {
                     let prost = prost.expect("prost decodes what the hand decoder does");
                     prop_assert_eq!(Some(kind), Some(prost.kind));
                     prop_assert_eq!(credits, prost.credits);
+                    prop_assert_eq!(starved, prost.starved);
                 }
                 Ok(None) => {}
                 Err(_) => prop_assert!(prost.is_err(), "prost decoded what the hand decoder refused"),

@@ -86,19 +86,19 @@ impl std::hash::Hasher for PathHasher {
 
 /// The protocol version this build speaks (2: write slots, pushed results, pulled payloads;
 /// 3: remote buffers and their revocation, call metadata, pings; 4: message and bulk
-/// streams). Peers of different
+/// streams; 5: receives grow on the peer's demand, `Frame.starved`). Peers of different
 /// versions refuse each other in the handshake: a version 2 server would drop a call's
 /// metadata (an auth token) without a word.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Sizes of control frames apart from their metadata and inline payload (generous upper
 /// bound of the prost overhead of a request or response frame).
 pub(crate) const FRAME_OVERHEAD: usize = 512;
 
 /// Receives each side posts for control frames when a connection opens (by default: see
-/// `initial_receives`); it adds one with each frame it receives (other than a credit update or
-/// the handshake), up to its `recv_credits`, so an idle connection holds
-/// `INITIAL_RECEIVES * max_frame` bytes of receives and a busy one all it announced.
+/// `initial_receives`); it doubles them when the peer says it waited for a credit, up to its
+/// `recv_credits`, so an idle connection holds `INITIAL_RECEIVES * max_frame` bytes of receives
+/// and a pipelining one what its depth needs.
 pub(crate) const INITIAL_RECEIVES: u32 = 4;
 
 /// Most receives a peer's handshake may announce: what it claims beyond this is not believed.

@@ -24,9 +24,10 @@ pub struct ServerConfig {
     /// Default 16 KiB.
     pub max_frame: usize,
     /// Most receives posted per connection for control frames (the client's credits). A
-    /// connection starts with `initial_receives` (4) and adds one with each frame it receives
-    /// (other than the handshake and credit updates) until it has this many, so an idle
-    /// connection holds 4 × `max_frame` (64 KiB) and a busy one this many. Default 64.
+    /// connection starts with `initial_receives` (4) and doubles them whenever its client says
+    /// it waited for a credit, until it has this many: an idle connection, or one with a call
+    /// at a time, holds 4 × `max_frame` (64 KiB), one that pipelines what its depth needs.
+    /// Default 64.
     pub recv_credits: u32,
     /// Receives a connection posts when it opens, before any growth: at least 4 and at most
     /// `recv_credits`. A service that knows how many frames its clients keep in flight sets

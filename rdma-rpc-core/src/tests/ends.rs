@@ -233,6 +233,7 @@ async fn a_remote_read_nobody_answers_ends_by_the_deadline_and_frees_its_lease()
         prost::Message::encode_to_vec(&Frame {
             kind: Some(kind),
             credits: 0,
+            starved: false,
         })
     };
     let hello = RawClient::hello();

@@ -97,6 +97,7 @@ fn mutated_frame() -> impl Strategy<Value = Vec<u8>> {
             let mut bytes = Frame {
                 kind: Some(Kind::Request(request)),
                 credits: 0,
+                starved: false,
             }
             .encode_to_vec();
             for (at, byte, how) in edits {

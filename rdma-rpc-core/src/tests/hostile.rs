@@ -113,6 +113,7 @@ async fn announced_and_returned_credits_are_bounded() {
     let lie = Frame {
         kind: None,
         credits: 1 << 30,
+        starved: false,
     };
     b.send(
         SendData::Bytes(Bytes::from(prost::Message::encode_to_vec(&lie))),
@@ -405,6 +406,7 @@ async fn peer_with_a_dead_window(
         prost::Message::encode_to_vec(&Frame {
             kind: Some(kind),
             credits: 0,
+            starved: false,
         })
     };
     peer.send(&frame(Kind::Hello(RawClient::hello()))).await;
@@ -480,6 +482,7 @@ async fn an_unanswered_pull_of_a_cancelled_call_frees_its_buffer() {
     let cancel = Frame {
         kind: Some(Kind::Cancel(CallId { id: 1 })),
         credits: 0,
+        starved: false,
     };
     peer.send(&prost::Message::encode_to_vec(&cancel)).await;
     closed_by_the_server(&mut peer).await;

@@ -75,6 +75,7 @@ macro_rules! with_suite {
 }
 
 mod balance;
+mod credits;
 #[cfg(feature = "doca")]
 mod doca;
 mod e2e;

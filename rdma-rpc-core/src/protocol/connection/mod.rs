@@ -162,8 +162,8 @@ pub(crate) struct Core {
     pub(crate) remote: offers::RemoteBuffers,
     /// Receives to add (the connection got busier).
     to_post: u32,
-    /// Whether the last frame received carried work (receives grow only with those).
-    last_was_work: bool,
+    /// The last frame received said its sender was starved (receives grow only then).
+    peer_starved: bool,
     woken: Woken,
     end: Option<End>,
     /// The calls in flight were ended (once the end was decided).
@@ -183,7 +183,7 @@ impl Core {
             phase: Phase::Handshake,
             remote: offers::RemoteBuffers::new(token),
             to_post: 0,
-            last_was_work: false,
+            peer_starved: false,
             woken: Woken::default(),
             end: None,
             calls_ended: false,
@@ -331,13 +331,9 @@ impl<H: Handles> Connection<H> {
                 );
             }
         }
-        // Receives grow with the frames that carry work, never with credit updates (which
-        // would otherwise answer each other until both sides had grown) nor with the
-        // handshake (an idle connection keeps its initial receives).
-        core.last_was_work = matches!(
-            &frame.kind,
-            Some(kind) if !matches!(kind, Kind::Hello(_) | Kind::HelloAck(_))
-        );
+        // Receives grow only when the peer says it waited for a credit: an idle connection, or
+        // one with a call at a time, keeps its initial receives.
+        core.peer_starved = frame.starved;
         let open = core.phase == Phase::Open;
         let incoming = match (side, frame.kind.as_mut()) {
             (_, None) => return None, // a credit update
@@ -378,12 +374,17 @@ impl<H: Handles> Connection<H> {
         self.after();
     }
 
-    /// The receive of the frame just handled was posted again: the peer gets its credit back
-    /// (and, if the connection grows, one more receive is to be added).
+    /// The receive of the frame just handled was posted again: the peer gets its credit back.
+    /// If the frame said its sender was starved, the receives double (up to `recv_credits`)
+    /// and their credits go to the peer at once.
     pub(crate) fn reposted(&mut self) {
         let core = &mut self.core;
-        if std::mem::take(&mut core.last_was_work) && core.tx.credits.should_grow() {
-            core.to_post += 1;
+        if std::mem::take(&mut core.peer_starved) {
+            let growth = core.tx.credits.growth(core.to_post);
+            if growth > 0 {
+                core.to_post += growth;
+                core.tx.peer_starved();
+            }
         }
         core.tx.reposted();
     }

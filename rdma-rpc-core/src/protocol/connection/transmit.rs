@@ -1,8 +1,9 @@
 //! What one side sends, in order: frames queued (encoded when queued), sent as the peer's
-//! receives allow ([`Credits`]), each carrying the credits this side owes; a bare credit
-//! update when one is due and no frame carries them; and at the end, the last frame (a
-//! goaway), if a credit allows it. A graceful end drains: what is queued still goes as the
-//! peer's credits come back, and the last frame after it.
+//! receives allow ([`Credits`]), each carrying the credits this side owes and whether a frame
+//! waited for a credit since the last one (`starved`: the peer then grows its receives); a
+//! bare credit update when one is due and no frame carries them; and at the end, the last
+//! frame (a goaway), if a credit allows it. A graceful end drains: what is queued still goes
+//! as the peer's credits come back, and the last frame after it.
 
 use std::collections::VecDeque;
 
@@ -36,6 +37,8 @@ pub(crate) struct Transmits {
     encoder: Encoder,
     /// Receives re-posted here make a credit update due (no frame carried their credits).
     update_due: bool,
+    /// A frame waited for a credit since the last frame went: the next one says so.
+    starved: bool,
     /// The connection is ending: nothing more is queued.
     closing: bool,
     /// The end drains (a server's last answers, short of credits when it decided to end):
@@ -53,6 +56,7 @@ impl Transmits {
             queue: VecDeque::new(),
             encoder: Encoder::default(),
             update_due: false,
+            starved: false,
             closing: false,
             draining: false,
             last: None,
@@ -95,6 +99,12 @@ impl Transmits {
         }
     }
 
+    /// The peer said it was starved: what this side owes it (the receive just re-posted, and
+    /// those added for it) goes now, with the next frame or in an update of its own.
+    pub(super) fn peer_starved(&mut self) {
+        self.update_due = true;
+    }
+
     /// The next frame that may go now.
     pub(super) fn poll(&mut self, peer_max_frame: usize) -> Option<Transmit> {
         if let Some(head) = self.queue.front() {
@@ -102,6 +112,7 @@ impl Transmits {
                 let head = self.queue.pop_front().expect("a head was seen");
                 return Some(self.send(head.frame, false));
             }
+            self.starved = true;
             if self.closing && !self.draining {
                 // What cannot go now never will: the connection is ending.
                 self.queue.clear();
@@ -133,7 +144,7 @@ impl Transmits {
         let owed = self.credits.take_owed();
         self.update_due = false;
         Transmit {
-            bytes: with_credits(frame, owed),
+            bytes: with_credits(frame, owed, std::mem::take(&mut self.starved)),
             last,
         }
     }

@@ -73,6 +73,7 @@ fn raw(kind: Option<Kind>, credits: u32) -> Bytes {
             .encode(kind.as_ref(), 1 << 20)
             .expect("no limit here"),
         credits,
+        false,
     )
 }
 

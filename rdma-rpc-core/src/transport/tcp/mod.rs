@@ -301,6 +301,9 @@ pub(crate) mod raw_peer {
     /// The kind of a read request packet.
     pub(crate) const READ_REQUEST: u8 = Kind::ReadReq as u8;
 
+    /// The kind of a send packet (a control frame).
+    pub(crate) const SEND: u8 = Kind::Send as u8;
+
     pub(crate) struct RawPeer {
         stream: TcpStream,
         next_op: u64,
