@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::task::Waker;
 use std::time::Instant;
 
-use super::handshake::{check_ack, stream_window, Negotiated, PeerReceives};
+use super::handshake::{check_ack, stream_window, Negotiated};
 use super::{Core, End, Handles, Phase, StreamRoute};
 use crate::error::Error;
 use crate::protocol::frames::{GrantFrame, Kind, ResponseFrame, SlotFrame, StatusFrame};
@@ -211,16 +211,7 @@ impl<H: Handles> ClientSide<H> {
             return self.fail(core, error);
         }
         // The Hello used the one credit every side starts with.
-        let receives = PeerReceives::of(&ack, 1);
-        core.peer_max_frame = receives.max_frame;
-        let ignored = core
-            .tx
-            .credits
-            .handshake(receives.usable, receives.announced);
-        if ignored > 0 {
-            tracing::debug!(peer = %core.peer, ignored, "the server announced more credits than it may");
-        }
-        core.remote.handshake(ack.token);
+        core.peer_handshake(&ack, 1);
         let s = &self.settings;
         let negotiated = Negotiated {
             max_in_flight: ack.max_in_flight.max(1),

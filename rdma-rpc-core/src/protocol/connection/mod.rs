@@ -260,6 +260,21 @@ impl Core {
         );
     }
 
+    /// Takes in the peer's handshake (`hello`, of which `spent` credits were used already):
+    /// the size and number of its receives, and its token for remote buffers.
+    fn peer_handshake(&mut self, hello: &super::frames::Hello, spent: u32) {
+        let receives = handshake::PeerReceives::of(hello, spent);
+        self.peer_max_frame = receives.max_frame;
+        let ignored = self
+            .tx
+            .credits
+            .handshake(receives.usable, receives.announced);
+        if ignored > 0 {
+            tracing::debug!(peer = %self.peer, ignored, "the peer announced more credits than it may");
+        }
+        self.remote.handshake(hello.token);
+    }
+
     pub(crate) fn wake(&mut self, waker: Option<Waker>) {
         self.woken.extend(waker);
     }

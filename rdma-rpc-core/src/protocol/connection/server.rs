@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::handshake::{check_hello, stream_window, Negotiated, PeerReceives};
+use super::handshake::{check_hello, stream_window, Negotiated};
 use super::{CallEvents, Core, End, Handles, Phase, StreamRoute};
 use crate::error::Error;
 use crate::protocol::credits::Need;
@@ -219,16 +219,7 @@ impl<H: Handles> ServerSide<H> {
             core.tx.credits.handshake(hello.credits, hello.credits);
             return self.fail(core, error, goaway);
         }
-        let receives = PeerReceives::of(&hello, 0);
-        core.peer_max_frame = receives.max_frame;
-        let ignored = core
-            .tx
-            .credits
-            .handshake(receives.usable, receives.announced);
-        if ignored > 0 {
-            tracing::debug!(peer = %core.peer, ignored, "the client announced more credits than it may");
-        }
-        core.remote.handshake(hello.token);
+        core.peer_handshake(&hello, 0);
         let s = &self.settings;
         let negotiated = Negotiated {
             max_in_flight: hello.max_in_flight.clamp(1, s.max_in_flight),
