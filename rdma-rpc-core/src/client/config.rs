@@ -49,7 +49,7 @@ pub struct ClientConfig {
     /// Default 64 MiB.
     pub staging_budget: usize,
     /// Longest wait for the server to answer a one-sided operation this client makes through
-    /// [`RemoteMemory`] (a read of memory a handler lent, say): a server
+    /// [`RemoteMemory`](crate::RemoteMemory) (a read of memory a handler lent, say): a server
     /// that has not answered by then loses the connection, which frees what the operation
     /// held. Default 30 s.
     pub transfer_timeout: Duration,

@@ -34,7 +34,7 @@
 //! per offer:
 //! - the software transports (`tcp://`, `mem://`) check each access against the window and
 //!   forget it at revocation;
-//! - over DOCA, which cannot fence a window per request, an offer of a [`RegisteredBuf`] is
+//! - over DOCA, which cannot fence a window per request, an offer of a [`RegisteredBuf`](crate::memory::RegisteredBuf) is
 //!   served from the connection's bounce memory (registered once, reachable by this peer
 //!   only): its bytes are copied in when offered and the peer's writes copied back when it is
 //!   revoked, so the peer never reaches the buffer itself;
@@ -361,7 +361,7 @@ impl RemoteMemory {
     /// application sizes its per-transaction buffers at `init_storage` the same way). Past
     /// it, offers still work and register their memory the first time they need more (about
     /// once per doubling of the offers held at once). Over DOCA this is the connection's
-    /// bounce memory for offers of [`RegisteredBuf`]s; over the software transports, and for
+    /// bounce memory for offers of [`RegisteredBuf`](crate::memory::RegisteredBuf)s; over the software transports, and for
     /// leases of a region shared with this connection, nothing is needed and nothing is done.
     pub fn reserve(&self, len: usize, count: usize, access: Access) -> Result<(), Status> {
         check_remote(access, Access::ALL, "reserved memory")?;

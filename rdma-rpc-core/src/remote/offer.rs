@@ -102,8 +102,8 @@ impl RegionOffer {
 
 /// Memory offered to the peer: a fenced window and the [`RemoteBuf`] that names it.
 ///
-/// [`revoke`](Self::revoke) ends it cleanly; dropping it ends it at once (see the [module
-/// docs](self)).
+/// [`revoke`](Self::revoke) ends it cleanly; dropping it ends it at once (see
+/// [`RemoteMemory`](crate::RemoteMemory)).
 pub struct Offer<B: Buffer = RegisteredBuf> {
     pub(super) handle: RemoteBuf,
     pub(super) grant: Option<Grant>,

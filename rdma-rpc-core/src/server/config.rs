@@ -64,7 +64,7 @@ pub struct ServerConfig {
     /// `None`: pull over transports that cannot revoke a window
     /// ([`Fencing::Unfenced`](crate::transport::Fencing), DOCA), so a client never holds a
     /// descriptor of memory that later serves another connection; grant otherwise.
-    /// `Some(false)` over such a transport is refused by [`ServerBuilder::bind`].
+    /// `Some(false)` over such a transport is refused by [`ServerBuilder::bind`](crate::ServerBuilder::bind).
     pub pull_writes: Option<bool>,
     /// Longest wait for a client to finish an RDMA transfer and ack it, and for a peer to
     /// answer a one-sided operation a handler makes through `RemoteMemory` (a peer that never
