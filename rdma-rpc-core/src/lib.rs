@@ -20,6 +20,7 @@ pub mod client;
 pub mod codegen;
 pub mod error;
 pub mod health;
+mod ids;
 pub mod interceptor;
 pub mod memory;
 pub mod metadata;

@@ -30,30 +30,9 @@ pub(crate) mod wait;
 /// Calls in flight by id. Call ids are sequential (a client's own) or bounded in number (a
 /// server holds at most `max_in_flight` per connection), so one multiplication spreads them
 /// well enough, and a client that picks colliding ids slows only its own connection's map,
-/// which holds at most `max_in_flight` entries; SipHash's per-operation cost buys nothing here.
-pub(crate) type CallMap<V> =
-    std::collections::HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
-
-/// See [`CallMap`].
-#[derive(Default)]
-pub(crate) struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Not used for `u64` keys; kept correct for any other.
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-
-    fn write_u64(&mut self, id: u64) {
-        self.0 = id.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
+/// which holds at most `max_in_flight` entries; SipHash's per-operation cost buys nothing here
+/// (see [`crate::ids`]).
+pub(crate) type CallMap<V> = crate::ids::IdMap<u64, V>;
 
 /// Maps keyed by a path the server chose itself (its endpoints' paths, as bytes), looked up
 /// with bytes a client sent: the table never grows from a lookup, so a client choosing keys

@@ -48,6 +48,24 @@ pub(crate) async fn send_with_immediate(a: &Arc<dyn Connection>, b: &Arc<dyn Con
     assert_eq!((c2.opcode, c2.imm), (RecvOpcode::SendWithImm, Some(0xfeed)));
 }
 
+/// Two unsignaled sends (every protocol frame is one) land in order in posted receives of
+/// `max_recv`, the second with immediate data.
+pub(crate) async fn unsignaled_sends_in_order(
+    a: &Arc<dyn Connection>,
+    b: &Arc<dyn Connection>,
+    max_recv: usize,
+) {
+    b.post_recv(recv_buf(max_recv)).unwrap();
+    b.post_recv(recv_buf(max_recv)).unwrap();
+    a.send_unsignaled(SendData::Bytes(Bytes::from_static(b"one")), None)
+        .unwrap();
+    a.send_unsignaled(SendData::Bytes(Bytes::from_static(b"two")), Some(2))
+        .unwrap();
+    assert_eq!(b.recv().await.unwrap().buf.as_slice(), b"one");
+    let second = b.recv().await.unwrap();
+    assert_eq!((second.buf.as_slice(), second.imm), (&b"two"[..], Some(2)));
+}
+
 /// Writes then reads back every size up to 16 MiB through a window, with no code on the
 /// peer; `check` looks at each descriptor.
 pub(crate) async fn write_and_read_exact(

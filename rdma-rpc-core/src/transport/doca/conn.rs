@@ -172,8 +172,42 @@ impl Connection for DocaConnection {
 
     fn send(&self, data: SendData, imm: Option<u32>) -> BoxFuture<'static, Result<()>> {
         match self.source(data) {
-            Ok(src) => self.post(|done| Op::Send { src, imm, done }),
+            Ok(src) => self.post(|done| Op::Send {
+                src,
+                imm,
+                done: Some(done),
+            }),
             Err(e) => failed_now(e),
+        }
+    }
+
+    /// As `send`, with no channel for its completion and no future: a frame of the protocol
+    /// costs no allocation of its own. A failure the owner sees fails the connection, as any
+    /// failed operation does; one found here (no staging buffer, no mmap) fails it too, so
+    /// a lost frame never goes unnoticed.
+    fn send_unsignaled(&self, data: SendData, imm: Option<u32>) -> Result<()> {
+        if let Some(e) = self.shared.current_error() {
+            return Err(e);
+        }
+        match self.source(data) {
+            Ok(src) => {
+                self.engine().send(Cmd::Op {
+                    id: self.shared.id,
+                    op: Op::Send {
+                        src,
+                        imm,
+                        done: None,
+                    },
+                });
+                Ok(())
+            }
+            Err(e) => {
+                self.engine().send(Cmd::Close {
+                    id: self.shared.id,
+                    err: e.duplicate(),
+                });
+                Err(e)
+            }
         }
     }
 
@@ -196,7 +230,7 @@ impl Connection for DocaConnection {
                 src,
                 dst,
                 imm,
-                done,
+                done: Some(done),
             }),
             Err(e) => failed_now(e),
         }

@@ -209,6 +209,26 @@ async fn message_larger_than_the_staging_receive_fails_both_sides() {
     assert!(b.closed().await.is_connection_fatal());
 }
 
+/// Unsignaled sends (every protocol frame) have no completion anyone waits for: they arrive
+/// in order, and one that fails still ends the connection, on the sender's side too.
+#[tokio::test]
+async fn unsignaled_sends_arrive_in_order_and_a_failed_one_ends_the_connection() {
+    let (a, b) = pair().await;
+    conformance::unsignaled_sends_in_order(&a, &b, 16 * 1024).await;
+    // Larger than any staging receive: the operation fails, nobody waits for it, and the
+    // connection ends all the same.
+    b.post_recv(recv_buf(16 * 1024)).unwrap();
+    a.send_unsignaled(SendData::Bytes(Bytes::from(vec![1; 64 * 1024])), None)
+        .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(10), a.closed())
+        .await
+        .unwrap();
+    assert!(matches!(err, Error::ReceiveTooSmall { .. }), "{err}");
+    let later = a
+        .send_unsignaled(SendData::Bytes(Bytes::new()), None)
+        .unwrap_err();
+    assert!(later.is_connection_fatal(), "{later}");
+}
 #[tokio::test]
 async fn write_and_read_move_bytes_exactly_with_no_peer_code() {
     let (a, b) = pair().await;

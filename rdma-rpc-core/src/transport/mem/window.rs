@@ -2,9 +2,8 @@
 //! operations find by key, with rights and bounds checked here, on the target, and the handle
 //! that revokes a window.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -12,6 +11,7 @@ use bytes::Bytes;
 
 use super::link::lock;
 use crate::error::AccessViolation;
+use crate::ids::IdMap;
 use crate::memory::{Access, RegisteredBuf};
 use crate::transport::{BoxFuture, Descriptor, Grant, Revoke, WindowHandle};
 
@@ -28,32 +28,9 @@ struct Window {
     offset: usize,
 }
 
-const FIBONACCI: u64 = 0x9e37_79b9_7f4a_7c15;
-
-/// Keys are a salted counter: spread already, they need no strong hash.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(FIBONACCI);
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        // Fibonacci hashing: spreads the key into the high bits the table indexes by.
-        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(FIBONACCI);
-    }
-}
-
 /// The windows of one end, by key.
 pub(super) struct WindowTable {
-    windows: Mutex<HashMap<u32, Arc<Window>, BuildHasherDefault<KeyHasher>>>,
+    windows: Mutex<IdMap<u32, Arc<Window>>>,
     next_key: AtomicU32,
     key_salt: u32,
 }
@@ -69,13 +46,13 @@ impl fmt::Debug for WindowTable {
 impl WindowTable {
     pub(super) fn new() -> Arc<WindowTable> {
         Arc::new(WindowTable {
-            windows: Mutex::new(HashMap::default()),
+            windows: Mutex::new(IdMap::default()),
             next_key: AtomicU32::new(1),
             key_salt: RandomState::new().hash_one(0u8) as u32,
         })
     }
 
-    fn table(&self) -> MutexGuard<'_, HashMap<u32, Arc<Window>, BuildHasherDefault<KeyHasher>>> {
+    fn table(&self) -> MutexGuard<'_, IdMap<u32, Arc<Window>>> {
         lock(&self.windows)
     }
 

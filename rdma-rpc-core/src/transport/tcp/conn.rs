@@ -3,7 +3,7 @@
 //! reader (the peer-facing half of an RDMA NIC) in `responder.rs`, what they share in
 //! `shared.rs`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -20,6 +20,7 @@ use super::wire::{Header, Kind};
 use super::writer::{readable, writer};
 use super::TcpConfig;
 use crate::error::{Error, Result};
+use crate::ids::IdMap;
 use crate::memory::{Access, RegisteredBuf};
 use crate::transport::common::RecvQueue;
 use crate::transport::{
@@ -92,10 +93,10 @@ impl TcpConnection {
             config,
             state: Mutex::new(State {
                 error: None,
-                pending: HashMap::new(),
+                pending: IdMap::default(),
                 posted: VecDeque::new(),
             }),
-            windows: Mutex::new(HashMap::new()),
+            windows: Mutex::new(IdMap::default()),
             posted: Notify::new(),
             requests: req_tx,
             responses: resp_tx,

@@ -2,7 +2,7 @@
 //! first error, operations waiting for their answer, posted receives), the windows it granted,
 //! and the packets between the application's side, the writer and the reader.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -12,6 +12,7 @@ use tokio::task::AbortHandle;
 use super::wire::Header;
 use super::TcpConfig;
 use crate::error::{AccessViolation, Error, Result};
+use crate::ids::IdMap;
 use crate::memory::{Access, RegisteredBuf};
 use crate::transport::common::RecvQueue;
 use crate::transport::{PeerIdentity, SendData};
@@ -68,7 +69,7 @@ impl Pending {
 pub(super) struct State {
     /// The first error; once set the connection is dead.
     pub(super) error: Option<Error>,
-    pub(super) pending: HashMap<u64, Pending>,
+    pub(super) pending: IdMap<u64, Pending>,
     pub(super) posted: VecDeque<RegisteredBuf>,
 }
 
@@ -101,7 +102,7 @@ pub(super) struct Shared {
     pub(super) identity: Option<Arc<PeerIdentity>>,
     pub(super) config: Arc<TcpConfig>,
     pub(super) state: Mutex<State>,
-    pub(super) windows: Mutex<HashMap<u32, Window>>,
+    pub(super) windows: Mutex<IdMap<u32, Window>>,
     /// A receive was posted (one permit per post).
     pub(super) posted: Notify,
     /// Operations this side starts.

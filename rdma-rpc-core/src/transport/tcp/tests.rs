@@ -331,15 +331,7 @@ async fn bad_addresses_are_reported() {
 #[tokio::test]
 async fn unsignaled_sends_arrive_in_order_and_fail_the_connection_without_a_receive() {
     let (a, b) = pair().await;
-    b.post_recv(recv_buf(16)).unwrap();
-    b.post_recv(recv_buf(16)).unwrap();
-    a.send_unsignaled(SendData::Bytes(Bytes::from_static(b"one")), None)
-        .unwrap();
-    a.send_unsignaled(SendData::Bytes(Bytes::from_static(b"two")), Some(2))
-        .unwrap();
-    assert_eq!(b.recv().await.unwrap().buf.as_slice(), b"one");
-    let second = b.recv().await.unwrap();
-    assert_eq!((second.buf.as_slice(), second.imm), (&b"two"[..], Some(2)));
+    conformance::unsignaled_sends_in_order(&a, &b, 16).await;
     // No receive posted: receiver not ready ends the connection on both sides.
     a.send_unsignaled(SendData::Bytes(Bytes::from_static(b"three")), None)
         .unwrap();

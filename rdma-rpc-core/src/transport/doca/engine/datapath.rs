@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 
 use super::super::sys::{doca_error, error_name, Buf, Mmap};
 use super::lifecycle::Phase;
-use super::task::{ConnPtr, Kind, Submitted, Task};
+use super::task::{ConnPtr, Kind, Submitted, Task, TaskBufs};
 use super::{AtomicOp, ConnId, Op, Owner};
 use crate::error::{AccessViolation, Error, Result};
 use crate::memory::{Access, RegisteredBuf};
@@ -22,7 +22,8 @@ use crate::transport::Descriptor;
 
 /// What to do with the result of a completed operation.
 pub(super) enum Done {
-    Unit(oneshot::Sender<Result<()>>),
+    /// A send or a write; `None` when nobody waits for it (an unsignaled send).
+    Unit(Option<oneshot::Sender<Result<()>>>),
     Read {
         dst: RegisteredBuf,
         len: usize,
@@ -68,7 +69,9 @@ fn is_busy(e: &Error) -> bool {
 impl Op {
     pub(super) fn fail(self, err: Error) {
         let _ = match self {
-            Op::Send { done, .. } | Op::Write { done, .. } => done.send(Err(err)).map_err(drop),
+            Op::Send { done, .. } | Op::Write { done, .. } => {
+                done.map_or(Ok(()), |done| done.send(Err(err)).map_err(drop))
+            }
             Op::Read { done, .. } => done.send(Err(err)).map_err(drop),
             Op::Atomic { done, .. } => done.send(Err(err)).map_err(drop),
         };
@@ -277,7 +280,7 @@ impl Owner {
         op: &Op,
         remote: Option<&Arc<Mmap>>,
         len: u64,
-    ) -> Result<(Task, Vec<Buf>)> {
+    ) -> Result<(Task, TaskBufs)> {
         let c = self.conns.get_mut(&id).expect("live connection");
         let conn: ConnPtr = c.raw.expect("a live connection has its DOCA connection");
         let inv = &self.inv;
@@ -314,7 +317,7 @@ impl Owner {
                     _ => Some(unsafe { inv.buf(&src.mmap, src.buf.addr(), n, n) }?),
                 };
                 let task = Task::send(rdma, conn, c.idle(kind), b.as_ref(), *imm)?;
-                Ok((task, b.into_iter().collect()))
+                Ok((task, TaskBufs::of(b, None)))
             }
             Op::Write { src, dst, imm, .. } => {
                 let kind = if imm.is_some() {
@@ -333,7 +336,7 @@ impl Owner {
                     ),
                 };
                 let task = Task::write(rdma, conn, c.idle(kind), s.as_ref(), d.as_ref(), *imm)?;
-                Ok((task, s.into_iter().chain(d).collect()))
+                Ok((task, TaskBufs::of(s, d)))
             }
             Op::Read { src, dst, .. } => {
                 let (s, d) = match len {
@@ -347,7 +350,7 @@ impl Owner {
                     ),
                 };
                 let task = Task::read(rdma, conn, c.idle(Kind::Read), s.as_ref(), d.as_ref())?;
-                Ok((task, s.into_iter().chain(d).collect()))
+                Ok((task, TaskBufs::of(s, d)))
             }
             Op::Atomic {
                 dst,
@@ -373,7 +376,7 @@ impl Owner {
                         Task::fetch_and_add(rdma, conn, c.idle(Kind::FetchAdd), &d, &r, add)?
                     }
                 };
-                Ok((task, vec![d, r]))
+                Ok((task, TaskBufs::of(Some(d), Some(r))))
             }
         }
     }
@@ -385,7 +388,7 @@ impl Owner {
         id: ConnId,
         op: Op,
         task: Task,
-        bufs: Vec<Buf>,
+        bufs: TaskBufs,
         len: u64,
     ) -> std::result::Result<(), NotSubmitted> {
         let op_id = self.next_op;
@@ -529,7 +532,7 @@ impl Owner {
         for (_, op) in self.ops.drain() {
             // DOCA may still use the memory of these operations: leak it with the task.
             let _ = match op.done {
-                Done::Unit(tx) => tx.send(Err(err())).map_err(drop),
+                Done::Unit(tx) => tx.map_or(Ok(()), |tx| tx.send(Err(err())).map_err(drop)),
                 Done::Read { dst, done, .. } => {
                     std::mem::forget(dst);
                     done.send(Err(err())).map_err(drop)
@@ -547,7 +550,7 @@ impl Owner {
 
 fn complete(done: Done, result: Result<()>) {
     let _ = match (done, result) {
-        (Done::Unit(tx), r) => tx.send(r).map_err(drop),
+        (Done::Unit(tx), r) => tx.map_or(Ok(()), |tx| tx.send(r).map_err(drop)),
         (Done::Read { mut dst, len, done }, Ok(())) => {
             dst.set_len(len);
             done.send(Ok(dst)).map_err(drop)

@@ -36,7 +36,7 @@ mod setup;
 mod shared;
 mod task;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -46,6 +46,7 @@ use tokio::sync::mpsc;
 use super::sys::{Device, Inventory, PeDriver, Rdma};
 use super::{DocaConfig, ProgressMode};
 use crate::error::{Error, Result};
+use crate::ids::IdMap;
 use crate::memory::StagingPools;
 
 use callbacks::{Event, Sink};
@@ -70,9 +71,9 @@ pub(super) struct Owner {
     // Drop order matters: operations (tasks and buffers) go first, then connections (their
     // idle tasks), the staging receives, the inventory, the context, the progress engine and
     // last the sink the context's callbacks point to.
-    ops: HashMap<u64, Inflight>,
-    conns: HashMap<ConnId, OwnedConn>,
-    by_raw: HashMap<usize, ConnId>,
+    ops: IdMap<u64, Inflight>,
+    conns: IdMap<ConnId, OwnedConn>,
+    by_raw: IdMap<usize, ConnId>,
     accepted: Option<mpsc::UnboundedSender<Arc<ConnShared>>>,
     listening: Vec<u16>,
     next_op: u64,

@@ -3,7 +3,7 @@
 //! thread, as an async loop with timer sleeps in event mode, or on a thread of its own when
 //! the runtime drops the owner's task.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,7 @@ use super::callbacks::*;
 use super::receive::{Deadlines, Staging};
 use super::{EngineShared, Owner};
 use crate::error::{Error, Result};
+use crate::ids::IdMap;
 
 /// How long a context may take to start or to stop.
 pub(super) const STATE_CHANGE_LIMIT: Duration = Duration::from_secs(10);
@@ -205,9 +206,9 @@ impl Owner {
             shared,
             config: config.clone(),
             sizes,
-            ops: HashMap::new(),
-            conns: HashMap::new(),
-            by_raw: HashMap::new(),
+            ops: IdMap::default(),
+            conns: IdMap::default(),
+            by_raw: IdMap::default(),
             accepted: None,
             listening: Vec::new(),
             next_op: 1,

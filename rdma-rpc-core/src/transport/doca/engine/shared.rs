@@ -27,16 +27,18 @@ pub(in crate::transport::doca) enum AtomicOp {
 
 /// An operation posted on a connection.
 pub(in crate::transport::doca) enum Op {
+    /// `done` is `None` for an unsignaled send: nobody waits for it, and a failure fails the
+    /// connection as any failed operation does.
     Send {
         src: Local,
         imm: Option<u32>,
-        done: oneshot::Sender<Result<()>>,
+        done: Option<oneshot::Sender<Result<()>>>,
     },
     Write {
         src: Local,
         dst: Descriptor,
         imm: Option<u32>,
-        done: oneshot::Sender<Result<()>>,
+        done: Option<oneshot::Sender<Result<()>>>,
     },
     Read {
         src: Descriptor,

@@ -427,7 +427,7 @@ impl Task {
     pub(super) fn submit_with(
         self,
         user: u64,
-        bufs: Vec<Buf>,
+        bufs: TaskBufs,
         flush: bool,
     ) -> std::result::Result<Submitted, (Task, sys::doca_error_t)> {
         let task = self.raw.as_task();
@@ -467,11 +467,26 @@ fn mismatch(raw: Raw) -> crate::error::Error {
     doca_error("task reuse", sys::DOCA_ERROR_UNEXPECTED)
 }
 
+/// The buffers of one task: none, one or two (a source, a destination), kept inline: a task
+/// is built for every operation, and a `Vec` would be an allocation for each.
+#[derive(Default)]
+pub(super) struct TaskBufs([Option<Buf>; 2]);
+
+impl TaskBufs {
+    pub(super) fn of(first: Option<Buf>, second: Option<Buf>) -> TaskBufs {
+        TaskBufs([first, second])
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Buf> {
+        self.0.iter().flatten()
+    }
+}
+
 /// A task DOCA owns until its completion callback ran, with the buffers it uses.
 pub(super) struct Submitted {
     raw: Option<Raw>,
     // Released after the task is idle again: dropped with (or after) `raw` is taken.
-    bufs: Vec<Buf>,
+    bufs: TaskBufs,
 }
 
 // SAFETY: see `Task`; the buffers are used by the same single owner.
@@ -489,7 +504,7 @@ impl Submitted {
 
     /// Empties the data sections of its buffers (a completed receive about to be reposted).
     pub(super) fn reset_bufs(&self) {
-        for buf in &self.bufs {
+        for buf in self.bufs.iter() {
             buf.reset();
         }
     }
@@ -544,7 +559,7 @@ impl<'a> Doorbell<'a> {
         &mut self,
         task: Task,
         user: u64,
-        bufs: Vec<Buf>,
+        bufs: TaskBufs,
     ) -> std::result::Result<Submitted, (Task, sys::doca_error_t)> {
         let submitted = task.submit_with(user, bufs, false)?;
         self.pending = true;
