@@ -267,34 +267,34 @@ impl Grant {
     /// Revokes the window once the peer is done with it and returns the buffer. From now on
     /// the peer's accesses fail (or, over a transport that cannot fence, never reach the
     /// buffer: see [`Connection::grant_fenced`]).
-    pub async fn revoke(self) -> Option<RegisteredBuf> {
-        self.handle
-            .revoke(Revoke {
-                peer_done: true,
-                written: None,
-            })
-            .await
+    pub fn revoke(self) -> BoxFuture<'static, Option<RegisteredBuf>> {
+        // The transport's future as it is: an `async fn` here would wrap it (and this grant)
+        // in a future of its own, 176 bytes more in every call future that awaits it.
+        self.handle.revoke(Revoke {
+            peer_done: true,
+            written: None,
+        })
     }
 
     /// [`revoke`](Self::revoke) for a result window of which the peer wrote `written` bytes.
-    pub async fn revoke_written(self, written: usize) -> Option<RegisteredBuf> {
-        self.handle
-            .revoke(Revoke {
-                peer_done: true,
-                written: Some(written),
-            })
-            .await
+    pub fn revoke_written(self, written: usize) -> BoxFuture<'static, Option<RegisteredBuf>> {
+        // The transport's future as it is: an `async fn` here would wrap it (and this grant)
+        // in a future of its own, 176 bytes more in every call future that awaits it.
+        self.handle.revoke(Revoke {
+            peer_done: true,
+            written: Some(written),
+        })
     }
 
     /// Revokes the window although the peer did not say it is done (it did not confirm in
     /// time): memory it may still reach is not reused.
-    pub async fn revoke_unconfirmed(self) -> Option<RegisteredBuf> {
-        self.handle
-            .revoke(Revoke {
-                peer_done: false,
-                written: None,
-            })
-            .await
+    pub fn revoke_unconfirmed(self) -> BoxFuture<'static, Option<RegisteredBuf>> {
+        // The transport's future as it is: an `async fn` here would wrap it (and this grant)
+        // in a future of its own, 176 bytes more in every call future that awaits it.
+        self.handle.revoke(Revoke {
+            peer_done: false,
+            written: None,
+        })
     }
 
     /// Takes the window down and drops the buffer, the peer being done with it.
