@@ -132,14 +132,10 @@ impl DocaConnection {
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T>>) -> Op,
     ) -> BoxFuture<'static, Result<T>> {
-        if let Some(e) = self.shared.current_error() {
+        let (tx, rx) = oneshot::channel();
+        if let Err(e) = self.submit(make(tx)) {
             return failed_now(e);
         }
-        let (tx, rx) = oneshot::channel();
-        self.engine().send(Cmd::Op {
-            id: self.shared.id,
-            op: make(tx),
-        });
         let shared = self.shared.clone();
         Box::pin(async move {
             match rx.await {
@@ -147,6 +143,18 @@ impl DocaConnection {
                 Err(_) => Err(shared.error()),
             }
         })
+    }
+
+    /// Hands `op` to the context's owner, unless the connection already failed.
+    fn submit(&self, op: Op) -> Result<()> {
+        if let Some(e) = self.shared.current_error() {
+            return Err(e);
+        }
+        self.engine().send(Cmd::Op {
+            id: self.shared.id,
+            op,
+        });
+        Ok(())
     }
 }
 
@@ -186,25 +194,19 @@ impl Connection for DocaConnection {
     /// failed operation does; one found here (no staging buffer, no mmap) fails it too, so
     /// a lost frame never goes unnoticed.
     fn send_unsignaled(&self, data: SendData, imm: Option<u32>) -> Result<()> {
-        if let Some(e) = self.shared.current_error() {
-            return Err(e);
-        }
         match self.source(data) {
-            Ok(src) => {
-                self.engine().send(Cmd::Op {
-                    id: self.shared.id,
-                    op: Op::Send {
-                        src,
-                        imm,
-                        done: None,
-                    },
-                });
-                Ok(())
-            }
+            Ok(src) => self.submit(Op::Send {
+                src,
+                imm,
+                done: None,
+            }),
             Err(e) => {
                 self.engine().send(Cmd::Close {
                     id: self.shared.id,
-                    err: e.duplicate(),
+                    err: Error::ConnectionClosed {
+                        peer: self.shared.peer.clone(),
+                        reason: format!("a message could not be posted: {e}"),
+                    },
                 });
                 Err(e)
             }

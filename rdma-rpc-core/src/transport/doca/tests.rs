@@ -209,6 +209,32 @@ async fn message_larger_than_the_staging_receive_fails_both_sides() {
     assert!(b.closed().await.is_connection_fatal());
 }
 
+/// An unsignaled send that cannot even be posted (here: bytes too large for any staging
+/// buffer, refused before anything is allocated for them) is refused at once and ends the
+/// connection: a protocol frame is never lost while the connection looks healthy.
+#[tokio::test]
+async fn an_unsignaled_send_that_cannot_be_posted_ends_the_connection() {
+    let (a, _b) = pair().await;
+    // Zeroed and never written: the pages are not touched.
+    let huge = Bytes::from(vec![0u8; crate::memory::MAX_BUFFER + 1]);
+    let err = a.send_unsignaled(SendData::Bytes(huge), None).unwrap_err();
+    assert!(
+        matches!(&err, Error::LimitExceeded { limit, .. } if *limit == "buffer_size"),
+        "{err}"
+    );
+    let ended = tokio::time::timeout(Duration::from_secs(10), a.closed())
+        .await
+        .unwrap();
+    assert!(
+        ended.is_connection_fatal() && ended.to_string().contains("buffer_size"),
+        "{ended}"
+    );
+    let later = a
+        .send_unsignaled(SendData::Bytes(Bytes::from_static(b"x")), None)
+        .unwrap_err();
+    assert!(later.is_connection_fatal(), "{later}");
+}
+
 /// Unsignaled sends (every protocol frame) have no completion anyone waits for: they arrive
 /// in order, and one that fails still ends the connection, on the sender's side too.
 #[tokio::test]
