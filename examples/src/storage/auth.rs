@@ -78,10 +78,10 @@ impl Secret {
     pub fn present(
         &self,
     ) -> impl Fn(&mut OutgoingCall<'_>) -> Result<(), Status> + Send + Sync + 'static {
-        let secret = self.0.clone();
+        // Made once: each call's metadata shares these bytes.
+        let secret = bytes::Bytes::copy_from_slice(self.0.as_bytes());
         move |call| {
-            call.metadata_mut()
-                .insert(SECRET_KEY, secret.as_bytes().to_vec());
+            call.metadata_mut().insert(SECRET_KEY, secret.clone());
             Ok(())
         }
     }

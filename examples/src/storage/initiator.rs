@@ -181,15 +181,25 @@ impl Report {
     }
 }
 
-/// Distinct block contents; block `index` is template `index % TEMPLATES` with its index in
-/// the first 8 bytes, so that contents are made once and every block still differs.
+/// Distinct block contents; block `index` is template [`template_of`]`(index)` with its
+/// index in the first 8 bytes, so that contents are made once and every block still differs.
 const TEMPLATES: u64 = 64;
+
+/// Consecutive blocks share a template in runs of this many, so that a worker's next block
+/// often has the template its I/O memory already holds, and a write changes only the stamp
+/// (the bytes an application would have in its memory anyway are not made anew per write).
+const RUN: u64 = 64;
+
+/// The template of block `index`.
+fn template_of(index: u64) -> u64 {
+    (index / RUN) % TEMPLATES
+}
 
 /// The bytes of block `index`: text that compresses, with a stretch of noise that does not
 /// (the first KiB of every 4 KiB), so both the ratio and the checks mean something; the first
 /// 8 bytes are the index.
 pub fn block_contents(index: u64, len: usize) -> Vec<u8> {
-    let mut out = template(index % TEMPLATES, len);
+    let mut out = template(template_of(index), len);
     stamp(&mut out, index);
     out
 }
@@ -238,22 +248,46 @@ impl Contents {
         }
     }
 
-    /// Puts block `index` into `buf`.
-    fn fill(&self, index: u64, buf: &mut SharedBuf) -> Result<(), Status> {
-        let template = &self.templates[(index % TEMPLATES) as usize];
-        buf.write_at(0, template).map_err(Status::from)?;
-        let mut head = [0u8; 8];
+    /// Puts block `index` into `buf`, which holds template `held` (if any) from its last
+    /// block: then only the stamp changes. Returns the template `buf` now holds.
+    fn fill(&self, index: u64, buf: &mut SharedBuf, held: Option<u64>) -> Result<u64, Status> {
+        let t = template_of(index);
+        let template = &self.templates[t as usize];
+        if held != Some(t) {
+            buf.write_at(0, template).map_err(Status::from)?;
+        }
         let n = template.len().min(8);
-        head[..n].copy_from_slice(&template[..n]);
-        stamp(&mut head[..n], index);
-        buf.write_at(0, &head[..n]).map_err(Status::from)
+        buf.write_at(0, &stamp_of(index)[..n])
+            .map_err(Status::from)?;
+        Ok(t)
     }
 
-    /// Whether `got` holds block `index`.
-    fn is(&self, index: u64, got: &[u8]) -> bool {
-        let template = &self.templates[(index % TEMPLATES) as usize];
+    /// Whether `buf` holds block `index`, compared where it is, a few KiB at a time (no copy
+    /// of the whole block to compare it).
+    fn is(&self, index: u64, buf: &SharedBuf) -> Result<bool, Status> {
+        let template = &self.templates[template_of(index) as usize];
+        if buf.capacity() < template.len() {
+            return Ok(false);
+        }
         let n = template.len().min(8);
-        got.len() == template.len() && got[..n] == stamp_of(index)[..n] && got[n..] == template[n..]
+        let mut chunk = [0u8; 4096];
+        let mut at = 0;
+        while at < template.len() {
+            let len = (template.len() - at).min(chunk.len());
+            let got = &mut chunk[..len];
+            buf.read_at(at, got).map_err(Status::from)?;
+            let want = &template[at..at + len];
+            let same = if at == 0 {
+                got[..n] == stamp_of(index)[..n] && got[n..] == want[n..]
+            } else {
+                *got == *want
+            };
+            if !same {
+                return Ok(false);
+            }
+            at += len;
+        }
+        Ok(true)
     }
 }
 
@@ -349,14 +383,15 @@ pub async fn run_on(clients: Vec<Client>, config: &InitiatorConfig) -> Result<Re
             tasks.spawn(async move {
                 let mut seen = Vec::new();
                 let stale = [0u8; 8];
-                let mut got = vec![0u8; block_size];
+                // The template the I/O memory holds from this worker's last write.
+                let mut held = None;
                 loop {
                     let block = next.fetch_add(1, Ordering::Relaxed);
                     if block >= blocks {
                         return Ok::<_, Status>(seen);
                     }
                     if write {
-                        contents.fill(block, &mut buf)?;
+                        held = Some(contents.fill(block, &mut buf, held)?);
                     } else {
                         // The stamp cleared: a read that wrote nothing cannot pass the check.
                         let n = block_size.min(8);
@@ -374,13 +409,10 @@ pub async fn run_on(clients: Vec<Client>, config: &InitiatorConfig) -> Result<Re
                         stub.read_block(request).await?
                     };
                     seen.push((t.elapsed(), done));
-                    if !write {
-                        buf.read_at(0, &mut got).map_err(Status::from)?;
-                        if !contents.is(block, &got) {
-                            return Err(Status::data_loss(format!(
-                                "block {block} read back differs from what was written"
-                            )));
-                        }
+                    if !write && !contents.is(block, &buf)? {
+                        return Err(Status::data_loss(format!(
+                            "block {block} read back differs from what was written"
+                        )));
                     }
                     if done_count.fetch_add(1, Ordering::Relaxed) + 1 == warm_up {
                         if let Some(read) = &counters {
@@ -440,4 +472,54 @@ pub async fn run_on(clients: Vec<Client>, config: &InitiatorConfig) -> Result<Re
         offer.revoke().await;
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use rdma_rpc_core::SharedRegion;
+
+    use super::{block_contents, template_of, Contents, RUN};
+
+    /// A write restamps a buffer that holds its template and fills one that does not; a read's
+    /// check, made a few KiB at a time, finds a wrong stamp and a wrong byte anywhere.
+    #[test]
+    fn blocks_are_made_and_checked_in_place() {
+        let len = 3 * 4096 + 100;
+        let contents = Contents::new(len);
+        let region = SharedRegion::new(len).unwrap();
+        let mut buf = region.lease(0, len).unwrap();
+        let whole = |buf: &rdma_rpc_core::SharedBuf| {
+            let mut bytes = vec![0u8; len];
+            buf.read_at(0, &mut bytes).unwrap();
+            bytes
+        };
+        let held = contents.fill(5, &mut buf, None).unwrap();
+        assert_eq!(held, template_of(5));
+        assert!(contents.is(5, &buf).unwrap());
+        // Block 6 shares block 5's template: only the stamp changes.
+        assert_eq!(template_of(6), held);
+        contents.fill(6, &mut buf, Some(held)).unwrap();
+        assert_eq!(whole(&buf), block_contents(6, len));
+        assert!(contents.is(6, &buf).unwrap());
+        assert!(!contents.is(5, &buf).unwrap(), "another block's stamp");
+        // The next run has another template: the whole block is written.
+        let next = RUN * 3 + 1;
+        assert_ne!(template_of(next), held);
+        let held = contents.fill(next, &mut buf, Some(held)).unwrap();
+        assert_eq!(held, template_of(next));
+        assert_eq!(whole(&buf), block_contents(next, len));
+        // A byte wrong in the last, partial chunk, then in the first after the stamp.
+        for at in [len - 1, 9] {
+            let mut byte = [0u8];
+            buf.read_at(at, &mut byte).unwrap();
+            buf.write_at(at, &[byte[0] ^ 1]).unwrap();
+            assert!(!contents.is(next, &buf).unwrap(), "byte {at} flipped");
+            buf.write_at(at, &byte).unwrap();
+            assert!(contents.is(next, &buf).unwrap());
+        }
+        // A buffer shorter than a block never holds one.
+        drop(buf);
+        let short = region.lease(0, len - 1).unwrap();
+        assert!(!contents.is(next, &short).unwrap());
+    }
 }

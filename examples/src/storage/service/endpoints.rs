@@ -11,7 +11,7 @@ use rdma_rpc_core::{Access, Code, Request, Status};
 
 use super::super::codec::{CodecError, Half, Slot};
 use super::io::lost;
-use super::staging::{shards_used, SCRATCH};
+use super::staging::{shards_used, Halves, SCRATCH};
 use super::{describe, Service, State};
 use crate::generated::storage_service::{
     BlockDone, BlockIo, InitStorage, StorageCommand, StorageControl, StorageGeometry,
@@ -133,16 +133,14 @@ impl StorageService for Arc<Service> {
         // Encoded on this thread, then copied into the shared halves the targets read.
         let compressed_len = SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
-            let [h1, h2, hp] = &mut *scratch;
-            for h in [&mut *h1, &mut *h2, &mut *hp] {
-                h.resize(self.half_size, 0);
-            }
+            scratch.written(self.half_size);
+            let [h1, h2, hp] = &mut scratch.bytes;
             let len = self
                 .codec
                 .encode_into(io.block, block.as_slice(), [h1, h2, hp])
                 .map_err(|e| Status::invalid_argument(format!("block {}: {e}", io.block)))?;
             let used = shards_used(self.half_size, len);
-            for (h, bytes) in scratch.iter().enumerate() {
+            for (h, bytes) in scratch.bytes.iter().enumerate() {
                 self.copy_half_in(&staging, slot.index, h, used[h], bytes)?;
             }
             Ok::<_, Status>((len, used))
@@ -202,7 +200,7 @@ impl StorageService for Arc<Service> {
             // A planned recovery read: data 1 and the parity.
             let used = self.fetch(0, io.block, at).await?;
             let mut d1 = Vec::new();
-            self.copy_half_out(&staging, at, 0, used, &mut d1)?;
+            self.copy_half_out(&staging, at, 0, used, &mut d1, &mut 0)?;
             let out = area.as_mut_slice();
             let len = self
                 .recover(&staging, io.block, at, &d1, Half::Data1, out)
@@ -214,9 +212,12 @@ impl StorageService for Arc<Service> {
                 (Ok(u1), Ok(u2)) => {
                     let decoded = SCRATCH.with(|scratch| {
                         let mut scratch = scratch.borrow_mut();
-                        let [d1, d2, _] = &mut *scratch;
-                        self.copy_half_out(&staging, at, 0, u1, d1)?;
-                        self.copy_half_out(&staging, at, 1, u2, d2)?;
+                        let Halves {
+                            bytes: [d1, d2, _],
+                            dirty: [dirty1, dirty2, _],
+                        } = &mut *scratch;
+                        self.copy_half_out(&staging, at, 0, u1, d1, dirty1)?;
+                        self.copy_half_out(&staging, at, 1, u2, d2, dirty2)?;
                         Ok::<_, Status>(
                             match self
                                 .codec
@@ -253,7 +254,7 @@ impl StorageService for Arc<Service> {
                 (Ok(u1), Err(s)) => {
                     degraded = format!("data 2: {}", describe(&s));
                     let mut d1 = Vec::new();
-                    self.copy_half_out(&staging, at, 0, u1, &mut d1)?;
+                    self.copy_half_out(&staging, at, 0, u1, &mut d1, &mut 0)?;
                     let out = area.as_mut_slice();
                     let len = self
                         .recover(&staging, io.block, at, &d1, Half::Data1, out)
@@ -263,7 +264,7 @@ impl StorageService for Arc<Service> {
                 (Err(s), Ok(u2)) => {
                     degraded = format!("data 1: {}", describe(&s));
                     let mut d2 = Vec::new();
-                    self.copy_half_out(&staging, at, 1, u2, &mut d2)?;
+                    self.copy_half_out(&staging, at, 1, u2, &mut d2, &mut 0)?;
                     let out = area.as_mut_slice();
                     let len = self
                         .recover(&staging, io.block, at, &d2, Half::Data2, out)

@@ -121,7 +121,7 @@ impl Service {
             )
         })?;
         let mut parity = Vec::new();
-        self.copy_half_out(staging, slot, 2, used, &mut parity)?;
+        self.copy_half_out(staging, slot, 2, used, &mut parity, &mut 0)?;
         self.codec
             .recover_into(block, surviving, surviving_is, &parity, out)
             .map_err(|e| lost(block, &e))

@@ -61,11 +61,33 @@ impl Staging {
     }
 }
 
+/// A thread's three halves (see [`SCRATCH`]).
+pub(super) struct Halves {
+    pub(super) bytes: [Vec<u8>; 3],
+    /// Per half, the bytes from its start that may be other than zero, the trailer apart: a
+    /// half copied out of staging then zeroes only what its last use left beyond its data,
+    /// not the whole rest of the shard (blocks compress alike, so usually nothing).
+    pub(super) dirty: [usize; 3],
+}
+
+impl Halves {
+    /// Each half `len` bytes long, and any byte of it possibly other than zero (after an
+    /// encode, which writes them all).
+    pub(super) fn written(&mut self, len: usize) {
+        for (h, dirty) in self.bytes.iter_mut().zip(&mut self.dirty) {
+            h.resize(len, 0);
+            *dirty = len;
+        }
+    }
+}
+
 thread_local! {
     /// Per thread: the three halves a block encodes to, or the halves a read decodes from,
     /// before or after they are copied to or from the shared staging memory (whose bytes
     /// local code only copies, since the targets may write them).
-    pub(super) static SCRATCH: RefCell<[Vec<u8>; 3]> = const { RefCell::new([Vec::new(), Vec::new(), Vec::new()]) };
+    pub(super) static SCRATCH: RefCell<Halves> = const {
+        RefCell::new(Halves { bytes: [Vec::new(), Vec::new(), Vec::new()], dirty: [0; 3] })
+    };
 }
 
 impl Service {
@@ -116,7 +138,9 @@ impl Service {
 
     /// Copies half `h` of staging slot `slot` out of the shared staging memory into `dst`:
     /// its first `used` bytes and, staged right after them, its trailer, which goes to the
-    /// end of `dst`, with zeros between (what a target moves, in one operation).
+    /// end of `dst`, with zeros between (what a target moves, in one operation). `dirty` is
+    /// how far from its start `dst` may hold bytes other than zero (0 for a new `Vec`); it
+    /// becomes `used`.
     pub(super) fn copy_half_out(
         &self,
         staging: &Staging,
@@ -124,15 +148,21 @@ impl Service {
         h: usize,
         used: usize,
         dst: &mut Vec<u8>,
+        dirty: &mut usize,
     ) -> Result<(), Status> {
         let trailer = self.half_size - TRAILER_LEN;
-        dst.resize(self.half_size, 0);
+        if dst.len() != self.half_size {
+            // A half of another size is made anew: all zeros but what is copied below.
+            dst.clear();
+            dst.resize(self.half_size, 0);
+            *dirty = 0;
+        }
         let half = staging
             .halves
             .lease(self.half_offset(slot, h), self.half_size)
             .map_err(Status::from)?;
         half.read_at(0, &mut dst[..used]).map_err(Status::from)?;
-        dst[used..trailer].fill(0);
+        zero_after(&mut dst[..trailer], used, dirty);
         half.read_at(used, &mut dst[trailer..])
             .map_err(Status::from)
     }
@@ -157,6 +187,16 @@ impl Service {
     }
 }
 
+/// Makes `shard[used..]` zeros, given that only its first `*dirty` bytes may be other than
+/// zero; the first `used` bytes may now be: `*dirty` becomes `used`.
+fn zero_after(shard: &mut [u8], used: usize, dirty: &mut usize) {
+    let end = (*dirty).min(shard.len());
+    if end > used {
+        shard[used..end].fill(0);
+    }
+    *dirty = used;
+}
+
 /// How many bytes of each shard (data 1, data 2, parity) of a half of `half_size` bytes carry
 /// data, for a block whose payload took `payload_len` bytes: the stream (header, payload) fills
 /// data 1 first, then data 2; the rest of each shard is zeros, and the parity (data 1 XOR
@@ -170,7 +210,35 @@ pub fn shards_used(half_size: usize, payload_len: usize) -> [usize; 3] {
 
 #[cfg(test)]
 mod tests {
-    use super::shards_used;
+    use super::{shards_used, zero_after};
+
+    /// A shard reused for halves of different lengths is zeros past each one's data, and only
+    /// what the last one left is zeroed.
+    #[test]
+    fn a_reused_shard_is_zeros_past_its_data() {
+        let mut shard = vec![0u8; 64];
+        let mut dirty = 0;
+        for used in [40, 10, 10, 50, 0, 64, 5] {
+            let before = dirty;
+            // What a copy out of staging puts at the front.
+            shard[..used].fill(0xab);
+            zero_after(&mut shard, used, &mut dirty);
+            assert_eq!(dirty, used);
+            assert!(
+                shard[..used].iter().all(|&b| b == 0xab),
+                "data kept (used {used})"
+            );
+            assert!(
+                shard[used..].iter().all(|&b| b == 0),
+                "zeros past {used} bytes after a half of {before}"
+            );
+        }
+        // A shard whose bytes are unknown (after an encode) is zeroed whole past the data.
+        let mut shard = vec![0x11u8; 64];
+        let mut dirty = 64;
+        zero_after(&mut shard, 8, &mut dirty);
+        assert!(shard[8..].iter().all(|&b| b == 0));
+    }
     use crate::storage::codec::{encode, stored_half_size, TRAILER_LEN};
 
     /// Past the bytes `shards_used` names, every shard of a half is zeros, for blocks that
