@@ -394,7 +394,8 @@ thread_local! {
 impl Spare {
     /// This thread's spare box, if it holds a call's state of type `F`.
     fn take<F: Future<Output = ()> + 'static>() -> Option<std::pin::Pin<Box<F>>> {
-        let spare = SPARE.with(std::cell::Cell::take)?;
+        // Nothing while the thread's locals are being torn down.
+        let spare = SPARE.try_with(std::cell::Cell::take).ok().flatten()?;
         // A box of another type (another server's calls, if they ever differ) is dropped.
         spare.downcast::<F>().ok().map(Box::into_pin)
     }
@@ -405,7 +406,8 @@ impl Spare {
         // allocation again (`Box::into_pin` in `take`) and replaces the finished future in
         // place (`Pin::set`, which drops it where it is), or the box is dropped with it.
         let unpinned: Box<F> = unsafe { std::pin::Pin::into_inner_unchecked(done) };
-        SPARE.with(|spare| spare.set(Some(unpinned)));
+        // While the thread's locals are being torn down, the box is dropped instead.
+        let _ = SPARE.try_with(move |spare| spare.set(Some(unpinned)));
     }
 }
 
