@@ -22,6 +22,7 @@ mod call;
 mod config;
 mod connection;
 mod copies;
+mod post;
 mod read_stream;
 mod reconnect;
 mod stream;
