@@ -15,6 +15,7 @@ macro_rules! setters {
 }
 
 mod bounded;
+mod call_box;
 pub mod client;
 #[doc(hidden)] // The paths of code generated before `typed`; see `typed`.
 pub mod codegen;
