@@ -289,6 +289,10 @@ impl Session {
             cx.waker()
         };
         let mut recv_cx = Context::from_waker(waker);
+        // The clock is read once for the frames that land together, as quinn-proto does for a
+        // batch of datagrams, and again after a request was handed over (its handler may have
+        // run inline).
+        let mut clock = None;
         loop {
             if self.is_over() {
                 let locked = self.lock();
@@ -318,7 +322,7 @@ impl Session {
             } else {
                 let incoming = locked
                     .proto
-                    .handle_datagram(completion.buf.as_slice(), now());
+                    .handle_datagram(completion.buf.as_slice(), *clock.get_or_insert_with(now));
                 if self.transport.post_recv(completion.buf).is_ok() {
                     locked.proto.reposted();
                 }
@@ -333,6 +337,7 @@ impl Session {
             drop(locked);
             if let Some(incoming) = incoming {
                 on_request(incoming, cx);
+                clock = None;
             }
             if let Some(at) = timer {
                 return Poll::Ready(Read::Timer(at));

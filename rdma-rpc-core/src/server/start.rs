@@ -26,7 +26,11 @@ pub(super) fn start_call(
     shared: &Shared,
     ctx: &Arc<ConnCtx>,
     shares: &mut PoolShares,
-    Admitted { request: req, slot }: Admitted<crate::session::Runtime>,
+    Admitted {
+        request: req,
+        slot,
+        arrived,
+    }: Admitted<crate::session::Runtime>,
 ) -> Result<(call::Call, Mailbox<ClientEvent>), Status> {
     let route = shared.routes.find(&req.path, req.op)?;
     let ep = route.endpoint;
@@ -52,8 +56,9 @@ pub(super) fn start_call(
         shared.interceptors.run(&mut call)?;
     }
     let timeout = (req.timeout_us > 0).then(|| Duration::from_micros(req.timeout_us));
+    // From the request's arrival, with the clock its frame was handled at (no second read).
     let deadline = crate::protocol::deadline::call_deadline(
-        Instant::now(),
+        Instant::from_std(arrived),
         timeout,
         ep.timeout(),
         shared.config.max_call_duration,

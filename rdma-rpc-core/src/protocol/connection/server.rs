@@ -56,6 +56,8 @@ pub(crate) struct Admitted<H: Handles> {
     pub(crate) request: RequestFrame,
     /// The write slot the request named (its window, to revoke before the bytes are read).
     pub(crate) slot: Option<H::Window>,
+    /// When the request's frame was handled: the instant its deadline counts from.
+    pub(crate) arrived: Instant,
 }
 
 /// What a received frame asks of the server's application.
@@ -301,6 +303,7 @@ impl<H: Handles> ServerSide<H> {
         Some(Incoming::Request(Admitted {
             request: std::mem::take(request),
             slot: slot.ok().flatten(),
+            arrived: now,
         }))
     }
 
