@@ -13,11 +13,10 @@
 //! call ends or is dropped, as a `Box`'s would be; only the memory is kept. No allocation per
 //! call once the cache holds a block.
 //!
-//! Measured (callgrind, `mem://`, 64 B sends): with 1,000 connections each with a call in
-//! flight, last-level cache misses per call 166 -> 157 and instructions 19,724 -> 19,496; with
-//! 8 calls in flight on one connection, where nothing was cold, 160 instructions more
-//! (16,016 -> 16,172: taking and giving back the block). `call_raw`'s future is 128 bytes
-//! instead of 1,560.
+//! Measured (callgrind, `mem://`, 64 B sends): `call_raw`'s future is 128 bytes instead of
+//! 1,560; taking and giving back a block costs about 160 instructions per call (16,016 ->
+//! 16,172 with 8 calls in flight on one connection), which building the call in place
+//! (`call_timed`) more than recovered.
 //!
 //! The server's calls that answer inline keep their state in `server::conn::Spare` instead (one
 //! finished future per thread, replaced in place): there the compiler builds the next call's
