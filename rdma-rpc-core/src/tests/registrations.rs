@@ -27,12 +27,15 @@ use crate::codegen::encode_message;
 use crate::memory::{Access, MemoryRegion, RegisteredBuf, SharedRegion};
 use crate::remote::Share;
 use crate::transport::doca::{Counters, DocaConfig, DocaTransport, ProgressMode};
-use crate::{Client, ServerConfig};
+use crate::{Client, ClientConfig, ServerConfig};
 
 /// The counters of one device see one test at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const DEVICE: &str = "mlx5_1";
+
+/// Receives each side posts for control frames, from the start (the default ceiling).
+const RECEIVES: u32 = 64;
 
 struct Fixture {
     transport: DocaTransport,
@@ -67,9 +70,15 @@ async fn fixture(oob: bool, progress: ProgressMode) -> Fixture {
     let remote = Remote::gated_by(&service);
     // Eight calls of a path held in their handlers at once (the lockstep warm-up) need eight
     // of its buffers for one connection.
+    // Receives start at their ceiling on both sides, as the server's docs advise a service
+    // that must register nothing mid-run: growing receives (doubled whenever a peer waited for
+    // a credit, which depends on timing) register staging receives over DOCA, one chunk per
+    // 64. Under load one such chunk landed after warm-up and failed this test.
     let config = ServerConfig {
         min_buffers: 8,
         pool_share_percent: 100,
+        initial_receives: RECEIVES,
+        recv_credits: RECEIVES,
         ..ServerConfig::default()
     };
     let h = Harness::start_serving(&backend, config, service.clone(), |b| {
@@ -77,7 +86,13 @@ async fn fixture(oob: bool, progress: ProgressMode) -> Fixture {
             .add_service(streams::Streams::default())
     })
     .await;
-    let client = h.client().await;
+    let client = h
+        .client_with(ClientConfig {
+            initial_receives: RECEIVES,
+            recv_credits: RECEIVES,
+            ..ClientConfig::default()
+        })
+        .await;
     let shared = SharedRegion::new(4 << 20).unwrap();
     let share = client
         .remote_memory()
