@@ -55,10 +55,21 @@ fn object(len: usize) -> Bytes {
     data.freeze()
 }
 
+/// The 1 GiB object and its checksum, made once for every test of this binary (in debug
+/// builds both take seconds).
+fn gibibyte() -> (Bytes, u32) {
+    static ONCE: std::sync::OnceLock<(Bytes, u32)> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| {
+        let data = object(1 << 30);
+        let crc = crc32c(0, &data);
+        (data, crc)
+    })
+    .clone()
+}
+
 /// Puts a 1 GiB object and gets it back whole, and a smaller one as a stream of chunks.
 async fn a_gibibyte_goes_and_comes_back(client: &ObjectStoreClient) {
-    let data = object(1 << 30);
-    let crc = crc32c(0, &data);
+    let (data, crc) = gibibyte();
     let put = PutObjectRequest {
         key: "big".into(),
         crc32c: Some(crc),
