@@ -50,8 +50,7 @@ impl CopyPool {
     pub(super) fn copy_out(self: &Arc<Self>, buf: &crate::memory::RegisteredBuf) -> Bytes {
         let mut data = self.take(buf.len());
         data.clear();
-        data.resize(buf.len(), 0);
-        buf.copy_out(0, &mut data);
+        buf.append_to(&mut data);
         Bytes::from_owner(Copy {
             data,
             pool: Arc::downgrade(self),
