@@ -16,6 +16,9 @@ pub(crate) struct Route {
     pub(crate) index: usize,
     pub(crate) endpoint: EndpointDef,
     pub(crate) pool: BufferPool,
+    /// The path's place among the server's paths (0 up to their count): what a connection's
+    /// per-path state is indexed by, with no hashing per call.
+    pub(crate) path_index: usize,
     /// The calls of the path holding (or taking) one of `pool`'s buffers.
     pub(crate) holders: Holders,
     /// The endpoint's metrics series.
@@ -103,13 +106,13 @@ impl Routes {
         }
         let mut pools = HashMap::new();
         let mut holders: HashMap<&'static str, Holders> = HashMap::new();
-        for (path, size) in &sizes {
+        for (path_index, (path, size)) in sizes.iter().enumerate() {
             let count = (config.pool_budget / (*size).max(1) as usize)
                 .clamp(config.min_buffers.max(1), config.max_buffers.max(1));
             let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
             let pool = BufferPool::new(*size as usize, count, access)?;
             pool.observe(path);
-            pools.insert(*path, pool);
+            pools.insert(*path, (pool, path_index));
         }
         let mut paths: crate::protocol::PathMap<[Option<Route>; 4]> = Default::default();
         for service in services {
@@ -118,7 +121,8 @@ impl Routes {
                     service: service.clone(),
                     index,
                     endpoint: *ep,
-                    pool: pools[ep.path].clone(),
+                    pool: pools[ep.path].0.clone(),
+                    path_index: pools[ep.path].1,
                     holders: holders.entry(ep.path).or_default().clone(),
                     metrics: Arc::new(crate::observe::ServerEndpoint::new(service.name(), *ep)),
                 });

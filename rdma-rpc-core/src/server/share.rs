@@ -8,28 +8,33 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::memory::BufferPool;
+use super::routes::Route;
 
-/// The shares of one connection, one per path it has called; owned by the connection's task.
+/// The shares of one connection, one per path it has called (by the path's
+/// [`Route::path_index`]); owned by the connection's task.
 pub(super) struct PoolShares {
     percent: u32,
-    paths: crate::protocol::PathMap<Share>,
+    paths: Vec<Option<Share>>,
 }
 
 impl PoolShares {
     pub(super) fn new(percent: u32) -> PoolShares {
         PoolShares {
             percent,
-            paths: Default::default(),
+            paths: Vec::new(),
         }
     }
 
-    /// This connection's share of `path`'s pool.
-    pub(super) fn of(&mut self, path: &'static str, pool: &BufferPool) -> Share {
+    /// This connection's share of `route`'s pool (the pool of its path).
+    pub(super) fn of(&mut self, route: &Route) -> Share {
+        let at = route.path_index;
+        if self.paths.len() <= at {
+            self.paths.resize(at + 1, None);
+        }
         let percent = self.percent;
-        self.paths
-            .entry(path.as_bytes())
-            .or_insert_with(|| Share::new(share_of(pool.count(), percent), pool.count()))
+        let count = route.pool.count();
+        self.paths[at]
+            .get_or_insert_with(|| Share::new(share_of(count, percent), count))
             .clone()
     }
 }

@@ -82,7 +82,7 @@ pub(super) fn start_call(
         pool: route.pool.clone(),
         holders: route.holders.clone(),
         holding: None,
-        share: shares.of(ep.path, &route.pool),
+        share: shares.of(route),
         share_permit: None,
         request: Some(RawRequest {
             message: req.metadata,
