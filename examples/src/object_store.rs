@@ -302,7 +302,7 @@ mod tests {
         // In parts, as chunks arrive.
         let (a, b) = data.split_at(4099);
         assert_eq!(crc32c(crc32c(0, a), b), crc32c(0, &data));
-        // Every alignment and every length around the 32-byte blocks.
+        // Every alignment, and every length around the 8-byte words.
         for start in 0..8 {
             for len in 0..100 {
                 let part = &data[start..start + len];

@@ -117,12 +117,13 @@ impl Routes {
         let mut paths: crate::protocol::PathMap<[Option<Route>; 4]> = Default::default();
         for service in services {
             for (index, ep) in service.endpoints().iter().enumerate() {
+                let (pool, path_index) = &pools[ep.path];
                 paths.entry(ep.path.as_bytes()).or_default()[op_slot(ep.op)] = Some(Route {
                     service: service.clone(),
                     index,
                     endpoint: *ep,
-                    pool: pools[ep.path].0.clone(),
-                    path_index: pools[ep.path].1,
+                    pool: pool.clone(),
+                    path_index: *path_index,
                     holders: holders.entry(ep.path).or_default().clone(),
                     metrics: Arc::new(crate::observe::ServerEndpoint::new(service.name(), *ep)),
                 });
