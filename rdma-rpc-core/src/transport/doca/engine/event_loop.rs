@@ -33,6 +33,50 @@ use crate::error::{Error, Result};
 /// How stale the event loop's answer to `Owner::cm_poll` may be.
 const CM_POLL_REFRESH: Duration = Duration::from_millis(1);
 
+/// The event loop's cached answer to `Owner::cm_poll` (how often RDMA CM events must be
+/// polled for), asked again once it is `CM_POLL_REFRESH` old or when the owner's shape changed:
+/// its connection count or the ports it listens on. A cached "no CM events to poll for" kept
+/// after a `listen` would let the loop sleep `IDLE_WAKE` before it saw the first connection
+/// request (the software provider, like DOCA, does not signal the notification fd for CM
+/// events), so every change of shape asks again at once.
+#[derive(Debug)]
+struct CmPollCache {
+    every: Option<Duration>,
+    asked_at: Option<Instant>,
+    shape: (usize, usize),
+}
+
+impl CmPollCache {
+    fn new() -> CmPollCache {
+        CmPollCache {
+            every: None,
+            asked_at: None,
+            shape: (usize::MAX, usize::MAX),
+        }
+    }
+
+    /// How often to poll for CM events, asking `ask` only when the cached answer is stale.
+    /// `shape` is (connections, listening ports).
+    fn get(
+        &mut self,
+        now: Instant,
+        shape: (usize, usize),
+        ask: impl FnOnce() -> Option<Duration>,
+    ) -> Option<Duration> {
+        let fresh = self
+            .asked_at
+            .is_some_and(|at| now < at + CM_POLL_REFRESH && self.shape == shape);
+        if !fresh {
+            *self = CmPollCache {
+                every: ask(),
+                asked_at: Some(now),
+                shape,
+            };
+        }
+        self.every
+    }
+}
+
 /// How long an event-mode owner with nothing scheduled sleeps between checks.
 const IDLE_WAKE: Duration = Duration::from_secs(1);
 
@@ -127,8 +171,7 @@ impl Owner {
         tokio::pin!(timer);
         let mut timer_at = Instant::now() + IDLE_WAKE;
         let mut next_poll: Option<Instant> = None;
-        // `cm_poll`'s answer, when it was asked, and the connection count then.
-        let mut cm_every: (Option<Duration>, Instant, usize) = (None, Instant::now(), usize::MAX);
+        let mut cm_cache = CmPollCache::new();
         // Spin mode: when the context last did something.
         let mut active_at = Instant::now();
         'run: loop {
@@ -156,12 +199,10 @@ impl Owner {
             }
             let now = Instant::now();
             // Which RDMA CM events may come looks at every connection: with a thousand of
-            // them, once per millisecond (or when their number changed) is enough.
-            let count = owner.conns.len();
-            if cm_every.1 + CM_POLL_REFRESH <= now || cm_every.2 != count {
-                cm_every = (owner.cm_poll(), now, count);
-            }
-            next_poll = match (cm_every.0, next_poll) {
+            // them, once per millisecond (or when the owner's shape changed) is enough.
+            let shape = (owner.conns.len(), owner.listening.len());
+            let cm_every = cm_cache.get(now, shape, || owner.cm_poll());
+            next_poll = match (cm_every, next_poll) {
                 (None, _) => None,
                 (Some(every), Some(at)) if at > now && at <= now + every => Some(at),
                 (Some(every), _) => Some(now + every),
@@ -205,5 +246,38 @@ impl Owner {
         }
         drop(afd);
         owner.shutdown_async().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POLL: Option<Duration> = Some(Duration::from_millis(2));
+
+    #[test]
+    fn a_new_listener_is_polled_for_at_once_not_after_the_idle_wake() {
+        let mut cache = CmPollCache::new();
+        let t0 = Instant::now();
+        // Nothing to poll for: no connection, no listener.
+        assert_eq!(cache.get(t0, (0, 0), || None), None);
+        // Within the refresh interval, a `listen` changes the shape only: asked again.
+        assert_eq!(cache.get(t0, (0, 1), || POLL), POLL);
+        // A connection request accepted: the count changed, asked again.
+        let established = Some(Duration::from_millis(50));
+        assert_eq!(cache.get(t0, (1, 1), || established), established);
+    }
+
+    #[test]
+    fn an_unchanged_shape_is_asked_again_only_once_the_answer_is_stale() {
+        let mut cache = CmPollCache::new();
+        let t0 = Instant::now();
+        assert_eq!(cache.get(t0, (3, 1), || POLL), POLL);
+        let within = t0 + CM_POLL_REFRESH / 2;
+        assert_eq!(
+            cache.get(within, (3, 1), || panic!("asked while fresh")),
+            POLL
+        );
+        assert_eq!(cache.get(t0 + CM_POLL_REFRESH, (3, 1), || None), None);
     }
 }
