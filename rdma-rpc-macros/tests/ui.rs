@@ -1,6 +1,7 @@
-//! Compile tests of `spec!` (trybuild): generated code compiles warning-free, and bad specs
-//! and arguments give readable errors (`tests/ui/fail/*.stderr`; update them with
-//! `TRYBUILD=overwrite`).
+//! Compile tests of `spec!` (trybuild): bad specs and arguments give readable errors
+//! (`tests/ui/fail/*.stderr`; update them with `TRYBUILD=overwrite`). That generated code
+//! compiles warning-free is `rdma-rpc-core/tests/spec_macro`, built with the other tests:
+//! without cases that must pass, trybuild only checks (`cargo check`), never builds.
 //!
 //! trybuild compiles the test files in its own project under the target directory, and that
 //! project is the `CARGO_MANIFEST_DIR` the macro resolves paths against. So the specs are
@@ -20,7 +21,6 @@ fn ui() {
         &project.join("tests/ui/specs"),
     );
     let t = trybuild::TestCases::new();
-    t.pass("tests/ui/pass/*.rs");
     t.compile_fail("tests/ui/fail/*.rs");
 }
 

@@ -12,7 +12,7 @@ use rdma_rpc_core::{ChunkSink, Chunks, RegisteredBuf, Request, Service, Status, 
 
 /// The object store.
 pub mod store {
-    rdma_rpc_macros::spec!("../specs/object_store.yaml");
+    rdma_rpc_core::spec!("../specs/object_store.yaml");
 }
 
 use store::{
@@ -49,7 +49,11 @@ impl Stream for Events {
                     }),
                     ..Default::default()
                 };
-                event.set_kind(if watch.stop { EventKind::Deleted } else { EventKind::Stored });
+                event.set_kind(if watch.stop {
+                    EventKind::Deleted
+                } else {
+                    EventKind::Stored
+                });
                 Ok(event)
             })
         })
@@ -154,12 +158,14 @@ pub async fn calls(client: &ObjectStoreClient, dst: RegisteredBuf) -> Result<u64
             vec![0u8; 64 << 20],
         )
         .await?;
-    let (info, bytes) = client.get_object(GetObjectRequest { key: "a".into() }).await?;
+    let (info, bytes) = client
+        .get_object(GetObjectRequest { key: "a".into() })
+        .await?;
     let (_, dst) = client
         .get_object_into(GetObjectRequest { key: "a".into() }, dst)
         .await?;
-    let request = Request::new(GetObjectRequest { key: "a".into() })
-        .with_timeout(Duration::from_secs(5));
+    let request =
+        Request::new(GetObjectRequest { key: "a".into() }).with_timeout(Duration::from_secs(5));
     let mut download = client.get_object_stream(request).await?;
     let mut streamed = 0;
     while let Some(chunk) = download.chunk().await? {
@@ -178,7 +184,10 @@ pub async fn calls(client: &ObjectStoreClient, dst: RegisteredBuf) -> Result<u64
         listed += object.size;
     }
 
-    let lines = vec![LogLine { text: "one".into() }, LogLine { text: "two".into() }];
+    let lines = vec![
+        LogLine { text: "one".into() },
+        LogLine { text: "two".into() },
+    ];
     let summary = client.append_log(Iter(lines.into_iter())).await?;
     let lines = Request::new(Iter(vec![LogLine::default()].into_iter()))
         .with_timeout(Duration::from_secs(1));
@@ -196,7 +205,9 @@ pub async fn calls(client: &ObjectStoreClient, dst: RegisteredBuf) -> Result<u64
         }
     }
 
-    let deleted = client.delete_object(DeleteObjectRequest { key: "a".into() }).await?;
+    let deleted = client
+        .delete_object(DeleteObjectRequest { key: "a".into() })
+        .await?;
     Ok(stored.size
         + info.size
         + bytes.len() as u64
@@ -210,7 +221,8 @@ pub async fn calls(client: &ObjectStoreClient, dst: RegisteredBuf) -> Result<u64
         + u64::from(deleted.existed))
 }
 
-fn main() {
+#[test]
+fn every_kind_of_stream_compiles_and_checks() {
     let server = ObjectStoreServer::new(Store);
     assert_eq!(server.name(), "ObjectStore");
     let endpoints = server.endpoints();

@@ -9,7 +9,7 @@ use rdma_rpc_core::{Access, Client, MemoryRegion, RegisteredBuf, RemoteBuf, Requ
 
 /// The storage target's spec.
 pub mod target {
-    rdma_rpc_macros::spec!("../specs/storage_target.yaml");
+    rdma_rpc_core::spec!("../specs/storage_target.yaml");
 }
 
 #[derive(Default)]
@@ -47,10 +47,14 @@ impl target::StorageTarget for Target {
         &self,
         request: Request<target::HalfIo>,
     ) -> Result<target::HalfDone, Status> {
-        let memory = request.remote_memory().cloned().ok_or_else(|| Status::internal("no peer"))?;
+        let memory = request
+            .remote_memory()
+            .cloned()
+            .ok_or_else(|| Status::internal("no peer"))?;
         let io = request.into_inner();
         let source = self.handle()?;
-        let half = RegisteredBuf::new(io.used as usize, Access::LOCAL_WRITE).map_err(Status::from)?;
+        let half =
+            RegisteredBuf::new(io.used as usize, Access::LOCAL_WRITE).map_err(Status::from)?;
         let half = memory.read(&source, io.offset, half).await?;
         Ok(target::HalfDone {
             block: io.block,
@@ -63,23 +67,38 @@ impl target::StorageTarget for Target {
         &self,
         request: Request<target::HalfIo>,
     ) -> Result<target::HalfDone, Status> {
-        let memory = request.remote_memory().cloned().ok_or_else(|| Status::internal("no peer"))?;
+        let memory = request
+            .remote_memory()
+            .cloned()
+            .ok_or_else(|| Status::internal("no peer"))?;
         let io = request.into_inner();
         let destination = self.handle()?;
         memory
-            .write(&destination, io.offset, Bytes::from(vec![0u8; io.length as usize]))
+            .write(
+                &destination,
+                io.offset,
+                Bytes::from(vec![0u8; io.length as usize]),
+            )
             .await?;
-        Ok(target::HalfDone { block: io.block, stored: true, used: 0 })
+        Ok(target::HalfDone {
+            block: io.block,
+            stored: true,
+            used: 0,
+        })
     }
 }
 
 /// Offers a region once, then names parts of it by offset.
 pub async fn store(client: Client, region: &MemoryRegion) -> Result<(), Status> {
-    let offer = client
-        .remote_memory()
-        .offer(region.lease(0, 4096).map_err(Status::from)?, Access::REMOTE_READ)?;
+    let offer = client.remote_memory().offer(
+        region.lease(0, 4096).map_err(Status::from)?,
+        Access::REMOTE_READ,
+    )?;
     let stub = target::StorageTargetClient::new(client);
-    stub.init(target::TargetInit { memory: Some(offer.handle()) }).await?;
+    stub.init(target::TargetInit {
+        memory: Some(offer.handle()),
+    })
+    .await?;
     let io = target::HalfIo {
         block: 1,
         offset: 0,
@@ -91,7 +110,8 @@ pub async fn store(client: Client, region: &MemoryRegion) -> Result<(), Status> 
     Ok(())
 }
 
-fn main() {
+#[test]
+fn remote_buffer_endpoints_compile() {
     let _ = Target::default();
     let _ = target::StorageTargetServer::new(Target::default());
 }

@@ -11,18 +11,18 @@ use rdma_rpc_core::{RegisteredBuf, Request, Service, Status};
 pub mod outer {
     /// The block store.
     pub mod kv {
-        rdma_rpc_macros::spec!("../specs/kv_store.yaml");
+        rdma_rpc_core::spec!("../specs/kv_store.yaml");
     }
 }
 
 /// The doca-cpp spec, client only.
 pub mod doca_client {
-    rdma_rpc_macros::spec!("../specs/doca_cpp_endpoints.yaml", server = false,);
+    rdma_rpc_core::spec!("../specs/doca_cpp_endpoints.yaml", server = false,);
 }
 
 /// The doca-cpp spec, server only.
 pub mod doca_server {
-    rdma_rpc_macros::spec!("../specs/doca_cpp_endpoints.yaml", client = false);
+    rdma_rpc_core::spec!("../specs/doca_cpp_endpoints.yaml", client = false);
 }
 
 use outer::kv;
@@ -67,8 +67,13 @@ impl kv::KvStore for Store {
 struct Doca;
 
 impl doca_server::DocaCppEndpoints for Doca {
-    async fn rdma_ep0_receive(&self, _: Request<()>, buf: &mut RegisteredBuf) -> Result<(), Status> {
-        buf.fill_from(b"pong").map_err(|e| Status::internal(e.to_string()))
+    async fn rdma_ep0_receive(
+        &self,
+        _: Request<()>,
+        buf: &mut RegisteredBuf,
+    ) -> Result<(), Status> {
+        buf.fill_from(b"pong")
+            .map_err(|e| Status::internal(e.to_string()))
     }
     async fn rdma_ep1_write(&self, _: Request<()>, _: Bytes) -> Result<(), Status> {
         Ok(())
@@ -92,7 +97,8 @@ async fn client_calls(client: &kv::KvStoreClient) -> Result<u64, Status> {
             vec![0u8; 1],
         )
         .await?;
-    let request = Request::new(kv::GetBlockRequest::default()).with_timeout(Duration::from_millis(5));
+    let request =
+        Request::new(kv::GetBlockRequest::default()).with_timeout(Duration::from_millis(5));
     let (block, data) = client.get_block(request).await?;
     client.control(kv::ControlCommand::default()).await?;
     let stats = client.stats(()).await?;
@@ -100,19 +106,28 @@ async fn client_calls(client: &kv::KvStoreClient) -> Result<u64, Status> {
 }
 
 async fn doca_calls(client: &doca_client::DocaCppEndpointsClient) -> Result<usize, Status> {
-    client.rdma_ep1_write((), Bytes::from_static(b"block")).await?;
+    client
+        .rdma_ep1_write((), Bytes::from_static(b"block"))
+        .await?;
     let ((), bytes) = client.rdma_ep0_receive(()).await?;
     Ok(bytes.len())
 }
 
-fn main() {
+#[test]
+fn spec_output_compiles_in_nested_modules_and_with_options() {
     let server = kv::KvStoreServer::new(Store);
     assert_eq!(server.name(), "KvStore");
     assert_eq!(server.endpoints().len(), 4);
     assert_eq!(kv::KV_STORE_ENDPOINTS[3].method, "stats");
-    assert_eq!(kv::Status::from_str_name("NO_SPACE"), Some(kv::Status::NoSpace));
+    assert_eq!(
+        kv::Status::from_str_name("NO_SPACE"),
+        Some(kv::Status::NoSpace)
+    );
     let shared = doca_server::DocaCppEndpointsServer::from_arc(std::sync::Arc::new(Doca));
-    assert_eq!(shared.clone().endpoints(), doca_client::DOCA_CPP_ENDPOINTS_ENDPOINTS);
+    assert_eq!(
+        shared.clone().endpoints(),
+        doca_client::DOCA_CPP_ENDPOINTS_ENDPOINTS
+    );
     println!("{server:?} {shared:?}");
     // Built, not run: there is no server to talk to.
     let _ = (client_calls, doca_calls);
