@@ -14,7 +14,7 @@
 //!
 //! Files: `config.rs` (settings, the builder, dialling), `connection.rs` (one connection: its
 //! handshake, the task that reads it, pings, the goodbye), `call.rs` (what a call does),
-//! `stream.rs` (streaming calls), `reconnect.rs` (the backoff), `balance.rs` (several
+//! `stream.rs` (streaming calls), `reconnect.rs` (the backoff), `balance/` (several
 //! servers).
 
 pub mod balance;
