@@ -5,7 +5,9 @@
 use std::sync::Mutex;
 
 use rdma_rpc_core::Bytes;
-use rdma_rpc_core::{Access, Client, MemoryRegion, RegisteredBuf, RemoteBuf, Request, Status};
+use rdma_rpc_core::{
+    Access, Client, MemoryRegion, RegisteredBuf, RemoteBuf, RemoteMemory, Request, Status,
+};
 
 /// The storage target's spec.
 pub mod target {
@@ -47,11 +49,7 @@ impl target::StorageTarget for Target {
         &self,
         request: Request<target::HalfIo>,
     ) -> Result<target::HalfDone, Status> {
-        let memory = request
-            .remote_memory()
-            .cloned()
-            .ok_or_else(|| Status::internal("no peer"))?;
-        let io = request.into_inner();
+        let (memory, io) = peer_io(request)?;
         let source = self.handle()?;
         let half =
             RegisteredBuf::new(io.used as usize, Access::LOCAL_WRITE).map_err(Status::from)?;
@@ -67,11 +65,7 @@ impl target::StorageTarget for Target {
         &self,
         request: Request<target::HalfIo>,
     ) -> Result<target::HalfDone, Status> {
-        let memory = request
-            .remote_memory()
-            .cloned()
-            .ok_or_else(|| Status::internal("no peer"))?;
-        let io = request.into_inner();
+        let (memory, io) = peer_io(request)?;
         let destination = self.handle()?;
         memory
             .write(
@@ -86,6 +80,15 @@ impl target::StorageTarget for Target {
             used: 0,
         })
     }
+}
+
+/// The calling peer's memory and the half a request names.
+fn peer_io(request: Request<target::HalfIo>) -> Result<(RemoteMemory, target::HalfIo), Status> {
+    let memory = request
+        .remote_memory()
+        .cloned()
+        .ok_or_else(|| Status::internal("no peer"))?;
+    Ok((memory, request.into_inner()))
 }
 
 /// Offers a region once, then names parts of it by offset.
