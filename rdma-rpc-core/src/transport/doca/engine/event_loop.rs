@@ -37,9 +37,10 @@ const CM_POLL_REFRESH: Duration = Duration::from_millis(1);
 /// polled for), asked again once it is `CM_POLL_REFRESH` old or when the owner's shape changed:
 /// its connection count or the ports it listens on. A cached "no CM events to poll for" kept
 /// after a `listen` would let the loop sleep `IDLE_WAKE` before it saw the first connection
-/// request (the software provider, like DOCA, does not signal the notification fd for CM
-/// events), so every change of shape asks again at once.
-#[derive(Debug)]
+/// request (DOCA does not document that CM events signal the notification fd, and the
+/// software provider takes the stricter reading), so every change of shape asks again at once.
+/// Never asked yet (`asked_at` empty), it asks whatever the shape.
+#[derive(Debug, Default)]
 struct CmPollCache {
     every: Option<Duration>,
     asked_at: Option<Instant>,
@@ -47,14 +48,6 @@ struct CmPollCache {
 }
 
 impl CmPollCache {
-    fn new() -> CmPollCache {
-        CmPollCache {
-            every: None,
-            asked_at: None,
-            shape: (usize::MAX, usize::MAX),
-        }
-    }
-
     /// How often to poll for CM events, asking `ask` only when the cached answer is stale.
     /// `shape` is (connections, listening ports).
     fn get(
@@ -171,7 +164,7 @@ impl Owner {
         tokio::pin!(timer);
         let mut timer_at = Instant::now() + IDLE_WAKE;
         let mut next_poll: Option<Instant> = None;
-        let mut cm_cache = CmPollCache::new();
+        let mut cm_cache = CmPollCache::default();
         // Spin mode: when the context last did something.
         let mut active_at = Instant::now();
         'run: loop {
@@ -257,7 +250,7 @@ mod tests {
 
     #[test]
     fn a_new_listener_is_polled_for_at_once_not_after_the_idle_wake() {
-        let mut cache = CmPollCache::new();
+        let mut cache = CmPollCache::default();
         let t0 = Instant::now();
         // Nothing to poll for: no connection, no listener.
         assert_eq!(cache.get(t0, (0, 0), || None), None);
@@ -270,7 +263,7 @@ mod tests {
 
     #[test]
     fn an_unchanged_shape_is_asked_again_only_once_the_answer_is_stale() {
-        let mut cache = CmPollCache::new();
+        let mut cache = CmPollCache::default();
         let t0 = Instant::now();
         assert_eq!(cache.get(t0, (3, 1), || POLL), POLL);
         let within = t0 + CM_POLL_REFRESH / 2;
@@ -279,5 +272,11 @@ mod tests {
             POLL
         );
         assert_eq!(cache.get(t0 + CM_POLL_REFRESH, (3, 1), || None), None);
+    }
+
+    #[test]
+    fn a_cache_never_asked_asks_whatever_the_shape() {
+        let mut cache = CmPollCache::default();
+        assert_eq!(cache.get(Instant::now(), (0, 0), || POLL), POLL);
     }
 }
