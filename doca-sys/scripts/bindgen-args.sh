@@ -14,11 +14,13 @@ BINDGEN_ARGS=(
 )
 CLANG_ARGS=(-DDOCA_ALLOW_EXPERIMENTAL_API -Iinclude)
 
-# Installs bindgen-cli (pinned) and libclang when missing.
+# Installs bindgen-cli (pinned) and libclang when missing. A debug build: it makes the same
+# bindings (checked against the release build's, byte for byte) and builds in 28 s instead of
+# 84 s, for a run over one small header that takes a fifth of a second either way.
 ensure_bindgen() {
     if ! command -v bindgen >/dev/null 2>&1 \
         || [ "$(bindgen --version | awk '{print $2}')" != "$BINDGEN_CLI_VERSION" ]; then
-        cargo install bindgen-cli --version "$BINDGEN_CLI_VERSION" --locked
+        cargo install bindgen-cli --version "$BINDGEN_CLI_VERSION" --locked --debug
     fi
     if ! ldconfig -p 2>/dev/null | grep -q 'libclang\(-[0-9.]*\)\?\.so'; then
         if command -v apt-get >/dev/null 2>&1; then
