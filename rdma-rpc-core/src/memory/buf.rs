@@ -346,6 +346,23 @@ mod tests {
         assert!(buf.fill_from(&[1; 10_001]).is_err());
     }
 
+    /// Small regions come from the heap and large ones from the kernel (on Unix): both are
+    /// aligned, zeroed and writable to their last byte, also when made again in the memory a
+    /// dropped one, written all over, left behind.
+    #[test]
+    fn heap_and_mapped_buffers_are_aligned_zeroed_and_writable() {
+        for len in [1, 4096, (1 << 20) - 1, 1 << 20, (3 << 20) + 5] {
+            for round in 0..3 {
+                let mut buf = RegisteredBuf::new(len, Access::ALL).unwrap();
+                assert_eq!(buf.region().addr() % BUFFER_ALIGN as u64, 0, "{len}");
+                let bytes = buf.as_mut_capacity();
+                assert_eq!(bytes.len(), len);
+                assert!(bytes.iter().all(|b| *b == 0), "{len} bytes, round {round}");
+                bytes.fill(0xa5);
+            }
+        }
+    }
+
     #[test]
     fn oversized_buffers_are_refused_before_allocating() {
         let err = RegisteredBuf::new(MAX_BUFFER + 1, Access::ALL).unwrap_err();

@@ -52,6 +52,52 @@ unsafe impl Send for Region {}
 // described above.
 unsafe impl Sync for Region {}
 
+/// Regions of at least this many bytes are mapped from the kernel (anonymous private pages,
+/// made zeroed when the region is) rather than allocated and cleared: with page alignment,
+/// `alloc_zeroed` writes every byte after the allocator hands them out, so making a pool
+/// faulted in each of its pages one at a time and cleared them twice. Smaller regions
+/// (receives, a call's buffer) stay on the heap, cheaper than a map and an unmap for them.
+const MAP_AT: usize = 1 << 20;
+
+/// A mapped region's pages are made when the region is (Linux: `MAP_POPULATE`), as its
+/// registration makes them on hardware: memory is paid for where a pool is made, never on a
+/// call's path as page faults. Left to fault in on first touch instead, they cost a
+/// `storage-demo` run over `mem://` 15 to 20% of its write throughput, measured side by side.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const POPULATE: libc::c_int = libc::MAP_POPULATE;
+#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
+const POPULATE: libc::c_int = 0;
+
+/// Whether a region of `capacity` bytes is mapped (see [`MAP_AT`]; on Unix) or on the heap.
+fn mapped(capacity: usize) -> bool {
+    cfg!(unix) && capacity >= MAP_AT
+}
+
+/// `capacity` zeroed bytes, page-aligned: mapped or on the heap, as [`mapped`] says; `None`
+/// when there is no memory for them.
+fn allocate(capacity: usize) -> Option<NonNull<u8>> {
+    #[cfg(unix)]
+    if mapped(capacity) {
+        // SAFETY: a new anonymous private mapping (no address hint, no file): it aliases no
+        // memory of the process, and its pages read as zero.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                capacity,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | POPULATE,
+                -1,
+                0,
+            )
+        };
+        return (raw != libc::MAP_FAILED)
+            .then(|| NonNull::new(raw.cast::<u8>()))
+            .flatten();
+    }
+    // SAFETY: the layout has a non-zero size.
+    NonNull::new(unsafe { alloc::alloc_zeroed(Region::layout(capacity)) })
+}
+
 impl Region {
     fn layout(capacity: usize) -> Layout {
         // `capacity.max(1)`: a zero-sized allocation is not allowed; the extra byte is never
@@ -67,10 +113,7 @@ impl Region {
                 actual: capacity as u64,
             });
         }
-        let layout = Self::layout(capacity);
-        // SAFETY: `layout` has a non-zero size.
-        let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let Some(ptr) = NonNull::new(raw) else {
+        let Some(ptr) = allocate(capacity) else {
             return Err(Error::LimitExceeded {
                 limit: "memory",
                 max: 0,
@@ -147,7 +190,23 @@ impl Drop for Region {
     fn drop(&mut self) {
         // The registration (a DOCA mmap over these bytes) must go before the bytes do.
         drop(self.registration.take());
-        // SAFETY: allocated in `Region::new` with this same layout; dropped exactly once.
+        #[cfg(unix)]
+        if mapped(self.capacity) {
+            // SAFETY: mapped by `allocate` with this length; unmapped exactly once, after the
+            // registration over it ended, and no `RegisteredBuf` (which holds the `Arc`) is
+            // left to reach it.
+            if unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.capacity) } != 0 {
+                // Never panic in drop: the pages stay mapped (leaked).
+                tracing::error!(
+                    capacity = self.capacity,
+                    error = %std::io::Error::last_os_error(),
+                    "munmap of a memory region failed; its pages are leaked"
+                );
+            }
+            return;
+        }
+        // SAFETY: allocated by `allocate` on the heap with this same layout; dropped exactly
+        // once.
         unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.capacity)) }
     }
 }
