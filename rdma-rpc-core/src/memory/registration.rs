@@ -57,6 +57,7 @@ unsafe impl Sync for Region {}
 /// `alloc_zeroed` writes every byte after the allocator hands them out, so making a pool
 /// faulted in each of its pages one at a time and cleared them twice. Smaller regions
 /// (receives, a call's buffer) stay on the heap, cheaper than a map and an unmap for them.
+#[cfg(unix)]
 const MAP_AT: usize = 1 << 20;
 
 /// A mapped region's pages are made when the region is (Linux: `MAP_POPULATE`), as its
@@ -68,12 +69,14 @@ const POPULATE: libc::c_int = libc::MAP_POPULATE;
 #[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
 const POPULATE: libc::c_int = 0;
 
-/// Whether a region of `capacity` bytes is mapped (see [`MAP_AT`]; on Unix) or on the heap.
+/// Whether a region of `capacity` bytes is mapped (see [`MAP_AT`]) or on the heap (always,
+/// off Unix).
+#[cfg(unix)]
 fn mapped(capacity: usize) -> bool {
-    cfg!(unix) && capacity >= MAP_AT
+    capacity >= MAP_AT
 }
 
-/// `capacity` zeroed bytes, page-aligned: mapped or on the heap, as [`mapped`] says; `None`
+/// `capacity` zeroed bytes, page-aligned: mapped or on the heap, as `mapped` says; `None`
 /// when there is no memory for them.
 fn allocate(capacity: usize) -> Option<NonNull<u8>> {
     #[cfg(unix)]
