@@ -1,6 +1,7 @@
 //! The CPU cost of one small call: `N` 64 B send calls over `mem://`, `DEPTH` in flight on one
 //! connection, client and server on one thread (no wake-ups, no I/O), so every instruction
-//! counted is the framework's. The figure the CHANGELOG and the issues quote as "instructions
+//! counted is the framework's. The calls go through the benchmark's own loop
+//! (`bench::measure::throughput`), as its "calls/s 1c" column over `mem://`. The figure the CHANGELOG and the issues quote as "instructions
 //! per 64 B `mem://` call" comes from two runs under callgrind, so that setup and teardown
 //! cancel out:
 //!
@@ -16,10 +17,10 @@
 //! (`bench --transport mem:// --runtime single`), which is the one of record.
 
 use std::process::ExitCode;
-use std::time::Instant;
 
 use bytes::Bytes;
 use clap::Parser;
+use examples::bench::measure::{throughput, BenchError};
 use examples::bench::service::{BenchClient, BenchServer, Len, Sink};
 use rdma_rpc_core::{Client, Server};
 
@@ -27,7 +28,7 @@ use rdma_rpc_core::{Client, Server};
 #[derive(Debug, Parser)]
 #[command(name = "callcost")]
 struct Options {
-    /// Calls in all (rounded down to a multiple of the depth).
+    /// Timed calls in all (after one untimed call per caller).
     #[arg(long, value_name = "N", default_value_t = 400_000)]
     calls: usize,
     /// Calls in flight on the one connection.
@@ -56,7 +57,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(options: &Options) -> Result<(), Box<dyn std::error::Error>> {
+async fn run(options: &Options) -> Result<(), BenchError> {
     let server = Server::builder()
         .add_service(BenchServer::new(Sink))
         .bind("mem://")
@@ -65,29 +66,22 @@ async fn run(options: &Options) -> Result<(), Box<dyn std::error::Error>> {
     tokio::spawn(server.serve());
     let client = BenchClient::new(Client::builder().connect(&addr).await?);
     let depth = usize::from(options.depth);
-    let each = options.calls / depth;
     let data = Bytes::from(vec![0x5a; 64]);
-    let start = Instant::now();
-    let callers: Vec<_> = (0..depth)
-        .map(|_| {
+    // The benchmark's own loop for its calls/s with calls in flight on one connection.
+    let figures = throughput(options.calls, data.len(), depth, |_| {
+        let (client, data) = (client.clone(), data.clone());
+        move || {
             let (client, data) = (client.clone(), data.clone());
-            tokio::spawn(async move {
-                for _ in 0..each {
-                    client.send_bytes(Len { len: 64 }, data.clone()).await?;
-                }
-                Ok::<(), rdma_rpc_core::Status>(())
-            })
-        })
-        .collect();
-    for caller in callers {
-        caller.await??;
-    }
-    let elapsed = start.elapsed();
-    let calls = each * depth;
+            async move {
+                client.send_bytes(Len { len: 64 }, data).await?;
+                Ok(())
+            }
+        }
+    })
+    .await?;
     println!(
-        "{calls} calls of 64 B over mem://, {depth} in flight, one thread: {:.3} s, {:.0} calls/s",
-        elapsed.as_secs_f64(),
-        calls as f64 / elapsed.as_secs_f64()
+        "{} calls of 64 B over mem://, {depth} in flight, one thread: {:.0} calls/s",
+        options.calls, figures.calls_per_s
     );
     Ok(())
 }
