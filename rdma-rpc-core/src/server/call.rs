@@ -146,7 +146,10 @@ pub(super) fn run(mut call: Call, events: Mailbox<ClientEvent>) -> impl Future<O
             {
                 response = fitted(&call, &events, response, max);
             }
-            finished(&call, &response, started, &watched);
+            // One clock read for both the call's duration and the state's time.
+            let answered_at = now();
+            let elapsed = started.map(|t| answered_at.saturating_duration_since(t));
+            finished(&call, &response, elapsed, &watched);
             // Slots freed by this call (or earlier ones) go back to the client with the
             // response; the call is over for the connection from here.
             let conn = &call.conn;
@@ -154,7 +157,7 @@ pub(super) fn run(mut call: Call, events: Mailbox<ClientEvent>) -> impl Future<O
                 .session
                 .lock()
                 .proto
-                .respond(response, now(), || conn.slot_window());
+                .respond(response, answered_at, || conn.slot_window());
             if let Err(e) = sent {
                 tracing::debug!(call = call.id, error = %e, "response not sent: connection gone");
             }
@@ -167,11 +170,12 @@ pub(super) fn run(mut call: Call, events: Mailbox<ClientEvent>) -> impl Future<O
 }
 
 /// Records how the call ended: in its span, in a `DEBUG` event, and in metrics (nothing when
-/// nobody listens).
+/// nobody listens). `elapsed` is `None` when nothing read the clock as the call started
+/// ([`crate::observe::clock`]).
 fn finished(
     call: &Call,
     response: &ResponseFrame,
-    started: Option<std::time::Instant>,
+    elapsed: Option<std::time::Duration>,
     span: &tracing::Span,
 ) {
     let spanned = !span.is_disabled();
@@ -197,11 +201,11 @@ fn finished(
         span.record("bytes", bytes);
         span.record("round_trips", 1 + u32::from(call.grants));
     }
-    let elapsed = started.map(|t| t.elapsed()).unwrap_or_default();
-    if started.is_some() {
+    if let Some(elapsed) = elapsed {
         tracing::debug!(elapsed_us = elapsed.as_micros() as u64, "call answered");
     }
-    call.metrics.answered(code, bytes, elapsed);
+    call.metrics
+        .answered(code, bytes, elapsed.unwrap_or_default());
 }
 
 /// Room kept in a frame for what wraps the response (the frame's own fields, credits, slots).
