@@ -18,9 +18,9 @@
 //! 16,172 with 8 calls in flight on one connection), which building the call in place
 //! (`call_timed`) more than recovered.
 //!
-//! The server's calls that answer inline keep their state in `server::conn::Spare` instead (one
-//! finished future per thread, replaced in place): there the compiler builds the next call's
-//! state in the box directly, where a block of this cache cost one more copy of it.
+//! The server's calls that answer inline run in `server::spare::Spare` instead (the memory of
+//! the last finished call per thread): there the compiler builds the next call's state in
+//! place, where a block of this cache cost one more copy of it.
 
 use std::alloc::Layout;
 use std::cell::RefCell;

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use super::call::{self, error_response, ClientEvent};
 use super::share::PoolShares;
 use super::slots::Slots;
+use super::spare::Spare;
 use super::start::start_call;
 use super::Shared;
 use crate::error::Error;
@@ -296,7 +297,7 @@ struct Serving<R, F> {
     ctx: Option<Arc<ConnCtx>>,
     shares: PoolShares,
     tasks: CallTasks,
-    /// Runs calls in boxes kept per thread (see [`Spare`]).
+    /// Runs calls in memory kept per thread (see [`Spare`]).
     spare: std::marker::PhantomData<fn() -> F>,
 }
 
@@ -354,10 +355,7 @@ where
         };
         let ep = call.endpoint;
         let mut running = match Spare::take::<F>() {
-            Some(mut reused) => {
-                reused.set((self.run)(call, mailbox));
-                reused
-            }
+            Some(room) => room.put((self.run)(call, mailbox)),
             None => Box::pin((self.run)(call, mailbox)),
         };
         let first = if shared.config.inline_handlers {
@@ -376,38 +374,6 @@ where
                 answer_panic(&ctx, id, &ep);
             }
         }
-    }
-}
-
-/// The box of the last call that ran to completion inline on this thread, reused by the next
-/// call that starts here, on any connection: a call that answers at once costs no allocation
-/// for its state, and the box it writes its state into was written by the call before it, so it
-/// is still in the cache. (A box per connection, as before, meant that with 1,000 connections
-/// calling, each call wrote its state into memory last touched 1,000 calls earlier: about 19 of
-/// the 190 cache misses per call in `mem://` measurements.)
-struct Spare;
-
-thread_local! {
-    static SPARE: std::cell::Cell<Option<Box<dyn std::any::Any>>> = const { std::cell::Cell::new(None) };
-}
-
-impl Spare {
-    /// This thread's spare box, if it holds a call's state of type `F`.
-    fn take<F: Future<Output = ()> + 'static>() -> Option<std::pin::Pin<Box<F>>> {
-        // Nothing while the thread's locals are being torn down.
-        let spare = SPARE.try_with(std::cell::Cell::take).ok().flatten()?;
-        // A box of another type (another server's calls, if they ever differ) is dropped.
-        spare.downcast::<F>().ok().map(Box::into_pin)
-    }
-
-    /// Keeps `done`, a call's state that ran to completion, as this thread's spare box.
-    fn keep<F: Future<Output = ()> + 'static>(done: std::pin::Pin<Box<F>>) {
-        // SAFETY: only the box moves, never the future inside it: the next call pins the same
-        // allocation again (`Box::into_pin` in `take`) and replaces the finished future in
-        // place (`Pin::set`, which drops it where it is), or the box is dropped with it.
-        let unpinned: Box<F> = unsafe { std::pin::Pin::into_inner_unchecked(done) };
-        // While the thread's locals are being torn down, the box is dropped instead.
-        let _ = SPARE.try_with(move |spare| spare.set(Some(unpinned)));
     }
 }
 
@@ -513,58 +479,4 @@ fn answer_panic(ctx: &ConnCtx, id: u64, ep: &crate::service::EndpointDef) {
     );
     let frame = error_response(id, &Status::internal("the handler panicked"));
     let _ = locked.proto.respond(frame, now(), || ctx.slot_window());
-}
-
-#[cfg(test)]
-mod tests {
-    use std::future::Future;
-    use std::pin::Pin;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-
-    use super::Spare;
-
-    /// A call's future that counts its drops.
-    struct Counted(Arc<AtomicUsize>, u64);
-
-    impl Future for Counted {
-        type Output = ();
-        fn poll(self: Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-            std::task::Poll::Ready(())
-        }
-    }
-
-    impl Drop for Counted {
-        fn drop(&mut self) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    /// The box a finished call leaves is the one the next call on the thread runs in; the
-    /// finished future is dropped in place when the next one replaces it, and a box of another
-    /// type is dropped, not reused.
-    #[test]
-    fn the_next_call_runs_in_the_last_ones_box() {
-        let drops = Arc::new(AtomicUsize::new(0));
-        assert!(Spare::take::<Counted>().is_none(), "nothing kept yet");
-        let first = Box::pin(Counted(drops.clone(), 1));
-        let at = &*first as *const Counted;
-        Spare::keep(first);
-        assert_eq!(drops.load(Ordering::SeqCst), 0, "kept, not dropped");
-        let mut reused = Spare::take::<Counted>().expect("the kept box");
-        assert_eq!(&*reused as *const Counted, at, "the same allocation");
-        assert_eq!(reused.1, 1);
-        reused.set(Counted(drops.clone(), 2));
-        assert_eq!(
-            drops.load(Ordering::SeqCst),
-            1,
-            "the finished future dropped in place"
-        );
-        assert!(Spare::take::<Counted>().is_none(), "taken once");
-        Spare::keep(reused);
-        // Another type of future finds no spare, and the kept one is dropped.
-        assert!(Spare::take::<std::future::Ready<()>>().is_none());
-        assert_eq!(drops.load(Ordering::SeqCst), 2);
-        assert!(Spare::take::<Counted>().is_none());
-    }
 }

@@ -20,6 +20,7 @@ mod listing;
 mod routes;
 mod share;
 mod slots;
+mod spare;
 mod start;
 mod stream;
 mod transfer;
