@@ -78,10 +78,14 @@ impl Inner {
             Arc::from(peer.as_str()),
         );
         let session = Session::new(conn, proto, config.max_frame, initial, true)?;
-        // This task reads the connection until the server answered.
+        // This task reads the connection until the server answered. It is made the reader
+        // before it reads: the transport wakes the reader, and an answer landing between the
+        // read and a later `set_driver` woke nobody (the first time, no reader was set yet):
+        // the handshake then waited for the connect timeout to poll it again.
         let answered = std::future::poll_fn(|cx| {
+            session.set_driver(&mut session.lock(), cx.waker());
             let over = session.poll_frames(cx, &mut |_, _| {}).is_ready();
-            let mut locked = session.lock();
+            let locked = session.lock();
             if locked.proto.is_open() {
                 return Poll::Ready(Ok(()));
             }
@@ -101,7 +105,6 @@ impl Inner {
                     reason: "closed during the handshake".into(),
                 }));
             }
-            session.set_driver(&mut locked, cx.waker());
             Poll::Pending
         });
         // The connection closes with the handshake's future when it is dropped unfinished

@@ -62,11 +62,15 @@ fn backend(oob: bool, progress: ProgressMode) -> Backend {
     }
 }
 
-/// Runs one test of the suite, then checks that the software provider saw no call DOCA
+/// Runs one test of the suite (logging with `RDMA_RPC_TEST_LOG`: see
+/// [`super::log_if_asked`]), then checks that the software provider saw no call DOCA
 /// documents as undefined or forbidden (every test of this process reports what any test
 /// caused, so a violation cannot go unnoticed).
 async fn checked(what: &str, test: impl std::future::Future<Output = ()>) {
+    super::log_if_asked();
+    tracing::info!(test = what, "test started");
     bounded(what, test).await;
+    tracing::info!(test = what, "test ended");
     let violations = doca_sys::take_contract_violations();
     assert!(
         violations.is_empty(),

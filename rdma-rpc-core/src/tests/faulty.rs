@@ -2,7 +2,8 @@
 //! - a randomized one: operations are delayed (which reorders what different connections do)
 //!   and connections are dropped at random points, on both sides; every call still completes
 //!   exactly once, with its exact bytes or a status, and no server buffer leaks;
-//! - a connection whose frames never stop arriving still lets the runtime serve the others.
+//! - a connection whose frames never stop arriving still lets the runtime serve the others;
+//! - a frame that lands just as a client's handshake looked for one still wakes it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -38,12 +39,15 @@ impl Dice {
 /// How often things go wrong: one operation in `disconnect_one_in` drops the connection
 /// before it is posted; every operation's completion is delayed up to `max_delay_us`. Both
 /// 0: no faults. With `flood`, a connection that has received a request finds another frame
-/// every time it looks, without end (see [`FaultyConnection::flooded`]).
+/// every time it looks, without end (see [`FaultyConnection::flooded`]). With
+/// `late_first_read`, a connection's first read finds nothing and its waker is woken at once,
+/// as when a frame lands right after the reader looked.
 #[derive(Debug, Default)]
 struct Faults {
     disconnect_one_in: AtomicU64,
     max_delay_us: AtomicU64,
     flood: AtomicBool,
+    late_first_read: AtomicBool,
 }
 
 impl Faults {
@@ -72,6 +76,7 @@ impl FaultyTransport {
             faults: self.faults.clone(),
             dice: Dice(AtomicU64::new(seed)),
             requested: AtomicBool::new(false),
+            read: AtomicBool::new(false),
         })
     }
 }
@@ -125,6 +130,8 @@ struct FaultyConnection {
     dice: Dice,
     /// A request frame has come through (the flood starts after it).
     requested: AtomicBool,
+    /// The connection was read once.
+    read: AtomicBool,
 }
 
 /// The capacity of the receives the flood makes up: no receive the framework posts is this
@@ -188,6 +195,15 @@ impl Connection for FaultyConnection {
     fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Result<RecvCompletion>> {
         if let Some(made_up) = self.flooded() {
             return Poll::Ready(made_up);
+        }
+        if self.faults.late_first_read.load(Ordering::Relaxed)
+            && !self.read.swap(true, Ordering::Relaxed)
+        {
+            // Nothing yet; then a frame lands at once and the transport wakes the waker this
+            // read left, before the reader looks again. (The frame is the inner transport's,
+            // found by the next read: this one leaves no waker there.)
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
         }
         let received = ready!(self.inner.poll_recv(cx));
         if let Ok(c) = &received {
@@ -404,4 +420,35 @@ fn a_connection_whose_frames_never_stop_leaves_the_runtime_to_the_others() {
             clients.push(client);
         }
     });
+}
+
+/// A frame that lands just after a client's handshake looked for one wakes the handshake. The
+/// transport wakes whichever task reads the connection; the handshake made itself that reader
+/// only after its first read, so a frame landing in between woke nobody, and the handshake
+/// waited for its connect timeout (10 s, taken as success: the answer was there by then). Here
+/// the connect timeout is an hour: with the race back, the test hangs until its bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_landing_as_the_handshake_looked_wakes_it() {
+    let faults = Arc::new(Faults::default());
+    faults.late_first_read.store(true, Ordering::Relaxed);
+    let transport = Arc::new(Faulty(Arc::new(FaultyTransport {
+        inner: tcp(),
+        faults,
+        seeds: AtomicU64::new(1),
+    })));
+    let h = Harness::start(transport.clone(), ServerConfig::default()).await;
+    let client = bounded(
+        "the handshake",
+        crate::Client::builder()
+            .transport(transport)
+            .config(crate::ClientConfig {
+                connect_timeout: Duration::from_secs(3600),
+                ..crate::ClientConfig::default()
+            })
+            .connect(&h.addr),
+    )
+    .await
+    .expect("connected");
+    let answer = bounded("a call", inbound(&client, MSG_SEND, 100, 1)).await;
+    assert!(answer.expect("an answer").exact);
 }

@@ -273,9 +273,38 @@ where
         .unwrap_or_else(|_| panic!("{what} did not finish (a task kept its thread, or panicked)"));
 }
 
+/// With `RDMA_RPC_TEST_LOG` set to a level (`debug`, `trace`, ...), logs every test of this
+/// process that calls this (the DOCA suites do) to stderr, with times and thread names,
+/// through one global subscriber; nothing without it. Run one suite at a time and match a slow
+/// test's lines by its start and end: how a lost wake-up in the client's handshake (a 10 s
+/// stall once in about 40 runs) and an abort as threads ended were found.
+pub(crate) fn log_if_asked() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Ok(level) = std::env::var("RDMA_RPC_TEST_LOG") else {
+            return;
+        };
+        let level = level.parse().unwrap_or(tracing::Level::DEBUG);
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_thread_names(true)
+            .with_ansi(false)
+            .with_writer(std::io::stderr)
+            .finish();
+        let _ = tracing::subscriber::set_global_default(subscriber);
+    });
+}
+
 /// Fails the test instead of hanging it (a generous bound, not a performance assertion).
+/// At the bound the future is not polled again: one that lost a wake-up and would be found
+/// ready by that poll fails here instead of passing late (`tokio::time::timeout` polls its
+/// future before its deadline, which hid such a bug for as long as the deadline).
 pub(crate) async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(60), fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what} hung"))
+    let deadline = tokio::time::sleep(Duration::from_secs(60));
+    tokio::pin!(fut, deadline);
+    tokio::select! {
+        biased;
+        () = &mut deadline => panic!("{what} hung"),
+        out = &mut fut => out,
+    }
 }
