@@ -278,6 +278,7 @@ where
 /// through one global subscriber; nothing without it. Run one suite at a time and match a slow
 /// test's lines by its start and end: how a lost wake-up in the client's handshake (a 10 s
 /// stall once in about 40 runs) and an abort as threads ended were found.
+#[cfg(feature = "doca")]
 pub(crate) fn log_if_asked() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
