@@ -81,6 +81,15 @@ impl FaultyTransport {
     }
 }
 
+/// A faulty transport over TCP with `faults`, its connections' dice seeded from `seed`.
+fn faulty_tcp(faults: Arc<Faults>, seed: u64) -> Arc<Faulty> {
+    Arc::new(Faulty(Arc::new(FaultyTransport {
+        inner: tcp(),
+        faults,
+        seeds: AtomicU64::new(seed),
+    })))
+}
+
 #[derive(Debug)]
 struct FaultyListener {
     inner: Box<dyn Listener>,
@@ -290,11 +299,7 @@ impl Connection for FaultyConnection {
 async fn every_call_completes_once_and_no_buffer_leaks_under_faults() {
     for seed in 1..=4u64 {
         let faults = Arc::new(Faults::default());
-        let transport = Arc::new(Faulty(Arc::new(FaultyTransport {
-            inner: tcp(),
-            faults: faults.clone(),
-            seeds: AtomicU64::new(seed.wrapping_mul(0x2545_f491_4f6c_dd1d)),
-        })));
+        let transport = faulty_tcp(faults.clone(), seed.wrapping_mul(0x2545_f491_4f6c_dd1d));
         let config = ServerConfig {
             min_buffers: 2,
             max_buffers: 2,
@@ -400,11 +405,7 @@ fn a_connection_whose_frames_never_stop_leaves_the_runtime_to_the_others() {
     super::on_a_thread_of_its_own("calls beside flooding connections", || async {
         let faults = Arc::new(Faults::default());
         faults.flood.store(true, Ordering::Relaxed);
-        let transport = Arc::new(Faulty(Arc::new(FaultyTransport {
-            inner: tcp(),
-            faults,
-            seeds: AtomicU64::new(1),
-        })));
+        let transport = faulty_tcp(faults, 1);
         let h = Harness::start(transport, ServerConfig::default()).await;
         // The clients' own transport is not faulty: only the server's connections flood.
         let mut clients = Vec::new();
@@ -431,11 +432,7 @@ fn a_connection_whose_frames_never_stop_leaves_the_runtime_to_the_others() {
 async fn a_frame_landing_as_the_handshake_looked_wakes_it() {
     let faults = Arc::new(Faults::default());
     faults.late_first_read.store(true, Ordering::Relaxed);
-    let transport = Arc::new(Faulty(Arc::new(FaultyTransport {
-        inner: tcp(),
-        faults,
-        seeds: AtomicU64::new(1),
-    })));
+    let transport = faulty_tcp(faults, 1);
     let h = Harness::start(transport.clone(), ServerConfig::default()).await;
     let client = bounded(
         "the handshake",
