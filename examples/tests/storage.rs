@@ -51,7 +51,27 @@ fn initiator(block_size: usize, blocks: u64) -> InitiatorConfig {
     }
 }
 
+/// With `RDMA_RPC_TEST_LOG=<level>` (`debug`, `trace`, ...), logs every part of every test
+/// in this process to stderr, with times and thread names, through one global subscriber;
+/// nothing without it. Run one test at a time to read a failure's lines in order.
+fn log_if_asked() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Ok(level) = std::env::var("RDMA_RPC_TEST_LOG") else {
+            return;
+        };
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(level.parse().unwrap_or(tracing::Level::DEBUG))
+            .with_thread_names(true)
+            .with_ansi(false)
+            .with_writer(std::io::stderr)
+            .finish();
+        let _ = tracing::subscriber::set_global_default(subscriber);
+    });
+}
+
 async fn start(scheme: &str, config: &ClusterConfig) -> Cluster {
+    log_if_asked();
     let bind = match scheme {
         "mem://" => "mem://",
         "doca://" => "doca://127.0.0.1:0",
@@ -335,9 +355,19 @@ async fn control_commands_out_of_order_are_refused() {
         matches!(after.code(), Code::FailedPrecondition | Code::Unavailable),
         "a write after shutdown: {after}"
     );
-    tokio::time::timeout(Duration::from_secs(30), cluster.join())
-        .await
-        .expect("everything stops");
+    bounded("everything stops", cluster.join()).await;
+}
+
+/// A failure bound of 60 s, never what a test asserts. At the bound the future is not polled
+/// again, so one that lost a wake-up fails here instead of passing late.
+async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    let deadline = tokio::time::sleep(Duration::from_secs(60));
+    tokio::pin!(fut, deadline);
+    tokio::select! {
+        biased;
+        () = &mut deadline => panic!("{what} hung"),
+        out = &mut fut => out,
+    }
 }
 
 /// A TCP proxy to `to` for hostile tests: it forwards both ways until `cut` is set, then drops
@@ -467,13 +497,12 @@ async fn a_peer_that_never_answers_cannot_keep_a_targets_blocks() {
             tokio::spawn(write_half(client, block, at))
         })
         .collect();
-    tokio::time::timeout(Duration::from_secs(60), async {
+    bounded("the attack holds 128 blocks", async {
         while target.busy() < 128 {
             tokio::task::yield_now().await;
         }
     })
-    .await
-    .expect("the attack holds 128 blocks");
+    .await;
     let refused = write_half(legit.clone(), 5, 900 << 10).await.unwrap_err();
     assert_eq!(refused.code(), Code::Aborted, "{refused}");
     assert!(refused.message().contains("busy"), "{refused}");
@@ -481,17 +510,18 @@ async fn a_peer_that_never_answers_cannot_keep_a_targets_blocks() {
     // The target gives up on the reads: it closes the attacker's connections, which frees
     // every block; then it serves the legitimate client, every block.
     let mut closed = closed;
-    tokio::time::timeout(Duration::from_secs(60), closed.wait_for(|n| *n >= 32))
-        .await
-        .expect("the attacker's connections closed")
-        .unwrap();
-    tokio::time::timeout(Duration::from_secs(60), async {
+    bounded(
+        "the attacker's connections closed",
+        closed.wait_for(|n| *n >= 32),
+    )
+    .await
+    .unwrap();
+    bounded("every block free again", async {
         while target.busy() > 0 {
             tokio::task::yield_now().await;
         }
     })
-    .await
-    .expect("every block free again");
+    .await;
     for block in 0..128 {
         write_half(legit.clone(), block, 900 << 10)
             .await

@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use rdma_rpc_core::health::{
     HealthCheckRequest, HealthCheckResponse, HealthClient, HealthReporter, ServingStatus,
     SERVICE_NAME,
@@ -17,9 +15,7 @@ const TOKEN: &str = "Bearer 0123";
 
 /// A failure bound for each test, never what it asserts.
 async fn bounded<F: std::future::Future>(test: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(60), test)
-        .await
-        .expect("the test's failure bound")
+    common::bounded("the test", 60, test).await
 }
 
 /// The Echo service and health, behind an interceptor that wants a token on every call.

@@ -156,14 +156,14 @@ async fn echo(client: &Client, len: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_metrics_tell_the_truth() {
-    tokio::time::timeout(Duration::from_secs(120), async {
+    // The test's failure bound: it takes about a second.
+    common::bounded("the test", 120, async {
         let recorder = a_recorder_installed_late_gets_every_series().await;
         pool_gauges_follow_the_pools(&recorder).await;
         clients_that_leave_are_not_dropped_connections(&recorder).await;
         reconnections_are_counted_and_their_errors_group(&recorder).await;
     })
-    .await
-    .expect("the test's failure bound (it takes about a second)");
+    .await;
 }
 
 /// Series registered before any recorder (with the no-op one) are registered again with the

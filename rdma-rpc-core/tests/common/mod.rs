@@ -256,3 +256,22 @@ impl Service for Panics {
         Box::pin(async move { panic!("the handler panics on purpose") })
     }
 }
+
+/// A test's failure bound, never what it asserts: panics with `what` if `fut` has not ended
+/// after `secs` seconds. At the bound the future is not polled again, so one that lost a
+/// wake-up fails here instead of passing late (`tokio::time::timeout` polls its future once
+/// more at its deadline).
+#[allow(dead_code)] // not every test binary calls it
+pub(crate) async fn bounded<T>(
+    what: &str,
+    secs: u64,
+    fut: impl std::future::Future<Output = T>,
+) -> T {
+    let deadline = tokio::time::sleep(std::time::Duration::from_secs(secs));
+    tokio::pin!(fut, deadline);
+    tokio::select! {
+        biased;
+        () = &mut deadline => panic!("{what} hung (bound: {secs} s)"),
+        out = &mut fut => out,
+    }
+}

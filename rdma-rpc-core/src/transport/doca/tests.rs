@@ -8,6 +8,7 @@ use bytes::Bytes;
 use super::{list_devices, DocaConfig, DocaTransport, ProgressMode};
 use crate::error::{AccessViolation, Error};
 use crate::memory::{Access, RegisteredBuf};
+use crate::tests::bounded;
 use crate::transport::conformance::{self, pattern, recv_buf};
 use crate::transport::{Connection, SendData, Transport};
 
@@ -98,13 +99,9 @@ async fn receiver_not_ready_fails_the_connection_on_both_sides() {
     a.send(SendData::Bytes(Bytes::from_static(b"x")), None)
         .await
         .unwrap();
-    let err = tokio::time::timeout(Duration::from_secs(5), b.closed())
-        .await
-        .unwrap();
+    let err = bounded("the connection closes", b.closed()).await;
     assert!(matches!(err, Error::ReceiverNotReady { .. }), "{err}");
-    let err = tokio::time::timeout(Duration::from_secs(5), a.closed())
-        .await
-        .unwrap();
+    let err = bounded("the connection closes", a.closed()).await;
     assert!(err.is_connection_fatal(), "{err}");
     let later = a
         .send(SendData::Bytes(Bytes::new()), None)
@@ -130,7 +127,7 @@ async fn a_late_receive_within_the_rnr_budget_gets_the_message() {
     a.send(SendData::Bytes(Bytes::from_static(b"late")), None)
         .await
         .unwrap();
-    crate::tests::bounded("the message arrives before any receive", async {
+    bounded("the message arrives before any receive", async {
         while b.early_messages() == 0 {
             tokio::task::yield_now().await;
         }
@@ -222,9 +219,7 @@ async fn an_unsignaled_send_that_cannot_be_posted_ends_the_connection() {
         matches!(&err, Error::LimitExceeded { limit, .. } if *limit == "buffer_size"),
         "{err}"
     );
-    let ended = tokio::time::timeout(Duration::from_secs(10), a.closed())
-        .await
-        .unwrap();
+    let ended = bounded("the connection closes", a.closed()).await;
     assert!(
         ended.is_connection_fatal() && ended.to_string().contains("buffer_size"),
         "{ended}"
@@ -246,9 +241,7 @@ async fn unsignaled_sends_arrive_in_order_and_a_failed_one_ends_the_connection()
     b.post_recv(recv_buf(16 * 1024)).unwrap();
     a.send_unsignaled(SendData::Bytes(Bytes::from(vec![1; 64 * 1024])), None)
         .unwrap();
-    let err = tokio::time::timeout(Duration::from_secs(10), a.closed())
-        .await
-        .unwrap();
+    let err = bounded("the connection closes", a.closed()).await;
     assert!(matches!(err, Error::ReceiveTooSmall { .. }), "{err}");
     let later = a
         .send_unsignaled(SendData::Bytes(Bytes::new()), None)
@@ -423,9 +416,7 @@ async fn writes_outside_the_region_fail_and_touch_nothing() {
         expect_violation(a.write(SendData::Bytes(Bytes::from(vec![0xff; 32])), &d, None)).await;
     assert!(err.is_connection_fatal(), "{err}");
     assert!(a.send(SendData::Bytes(Bytes::new()), None).await.is_err());
-    let _ = tokio::time::timeout(Duration::from_secs(5), b.closed())
-        .await
-        .unwrap();
+    let _ = bounded("the connection closes", b.closed()).await;
     let mut buf = grant.revoke().await.expect("buffer comes back");
     buf.set_len(32);
     assert!(buf.to_vec().iter().all(|&x| x == 0), "no byte was written");
@@ -528,24 +519,16 @@ async fn disconnect_completes_every_outstanding_operation() {
     drop(b);
     // Each completes exactly once, with success or a connection-fatal error.
     for op in ops {
-        if let Err(e) = tokio::time::timeout(Duration::from_secs(5), op)
-            .await
-            .unwrap()
-        {
+        if let Err(e) = bounded("the write ends", op).await {
             assert!(e.is_connection_fatal(), "{e}");
         }
     }
     for r in reads {
-        if let Err(e) = tokio::time::timeout(Duration::from_secs(5), r)
-            .await
-            .unwrap()
-        {
+        if let Err(e) = bounded("the read ends", r).await {
             assert!(e.is_connection_fatal(), "{e}");
         }
     }
-    let err = tokio::time::timeout(Duration::from_secs(5), a.closed())
-        .await
-        .unwrap();
+    let err = bounded("the connection closes", a.closed()).await;
     assert!(err.is_connection_fatal(), "{err}");
     let late = a
         .read(&d.slice(0, 8).unwrap(), recv_buf(8))
@@ -583,9 +566,7 @@ async fn one_connections_error_leaves_the_others_on_the_same_context_working() {
             .write(SendData::Bytes(Bytes::from_static(b"x")), &d, None),
     )
     .await;
-    let err = tokio::time::timeout(Duration::from_secs(5), pairs[0].1.closed())
-        .await
-        .unwrap();
+    let err = bounded("the connection closes", pairs[0].1.closed()).await;
     assert!(err.is_connection_fatal(), "{err}");
     // The others, on the same server context, keep working both ways.
     for (c, s) in &pairs[1..] {
@@ -677,9 +658,7 @@ async fn out_of_band_mode_exchanges_blobs_over_a_side_channel() {
     assert_eq!(back.to_vec(), &data[..]);
     // Closing one side ends the other through the side channel.
     b.close();
-    let err = tokio::time::timeout(Duration::from_secs(5), a.closed())
-        .await
-        .unwrap();
+    let err = bounded("the connection closes", a.closed()).await;
     assert!(err.is_connection_fatal(), "{err}");
 }
 

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use super::{TcpConfig, TcpTransport};
 use crate::error::{AccessViolation, Error};
 use crate::memory::{Access, RegisteredBuf};
+use crate::tests::bounded;
 use crate::transport::conformance::{self, recv_buf};
 use crate::transport::{Connection, SendData, Transport};
 
@@ -63,7 +64,7 @@ async fn send_waits_for_a_late_receive_within_the_rnr_budget() {
     let (b, a) = tokio::join!(t.connect_tcp(&addr), listener.accept());
     let (a, b) = (a.unwrap(), b.unwrap());
     let send = a.send(SendData::Bytes(Bytes::from_static(b"late")), None);
-    crate::tests::bounded("the send waits for a receive", async {
+    bounded("the send waits for a receive", async {
         while b.rnr_waits() == 0 {
             tokio::task::yield_now().await;
         }
@@ -389,9 +390,8 @@ async fn writes_to_a_peer_that_reads_nothing_time_out() {
     });
     let (_raw, ours) = peer_that_reads_nothing(&t).await;
     let big = SendData::Bytes(Bytes::from(vec![1u8; 64 << 20]));
-    let err = tokio::time::timeout(Duration::from_secs(60), ours.send(big, None))
+    let err = bounded("the send ends", ours.send(big, None))
         .await
-        .expect("the send ends")
         .unwrap_err();
     assert!(err.to_string().contains("stall_timeout"), "{err}");
 }
@@ -421,13 +421,9 @@ async fn a_write_that_stalls_mid_payload_frees_the_window() {
     (header.rkey, header.addr, header.len) = (d.rkey, d.addr, 4096);
     raw.write_all(&header.encode()).await.unwrap();
     raw.write_all(&[1u8; 2048]).await.unwrap(); // half the payload, then silence
-    let err = tokio::time::timeout(Duration::from_secs(60), ours.closed())
-        .await
-        .expect("the stalled connection ends");
+    let err = bounded("the stalled connection ends", ours.closed()).await;
     assert!(err.to_string().contains("stall_timeout"), "{err}");
-    let buf = tokio::time::timeout(Duration::from_secs(60), grant.revoke())
-        .await
-        .expect("revocation ends");
+    let buf = bounded("revocation ends", grant.revoke()).await;
     assert!(buf.is_some(), "the owner gets its buffer back");
 }
 
