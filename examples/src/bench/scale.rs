@@ -96,7 +96,7 @@ pub async fn doca_connections_of(
     }));
     let mut rates = Vec::with_capacity(counts.len());
     for &n in counts {
-        match calls_per_second(&client_t, &addr, n, quick).await {
+        match calls_per_second(&client_t, &addr, n, total_calls(quick)).await {
             Ok(rate) => rates.push(rate),
             Err(e) => {
                 let _ = stop.send(());
@@ -109,14 +109,15 @@ pub async fn doca_connections_of(
     Ok(rates)
 }
 
-/// `n` clients of the server at `addr` connect (not timed) and make one untimed call each,
-/// then each makes its share of 64 B send calls one after the other, all clients at once, on
-/// tasks of the current runtime: the calls per second of all of them together.
-async fn calls_per_second(
+/// `n` clients of the benchmark's server at `addr` connect (not timed) and make one untimed
+/// call each, then each makes its share of `total` 64 B send calls one after the other, all
+/// clients at once, on tasks of the current runtime: the calls per second of all of them
+/// together.
+pub async fn calls_per_second(
     transport: &Arc<dyn Transport>,
     addr: &str,
     n: usize,
-    quick: bool,
+    total: usize,
 ) -> Result<f64, BenchError> {
     let mut clients = Vec::with_capacity(n);
     for _ in 0..n {
@@ -126,7 +127,7 @@ async fn calls_per_second(
             .await?;
         clients.push(BenchClient::new(client));
     }
-    let each = (total_calls(quick) / n).max(1);
+    let each = (total / n).max(1);
     let data = Bytes::from(vec![0x5a; 64]);
     // One untimed call each: what a connection's first call sets up is not the rate.
     let mut warm = tokio::task::JoinSet::new();

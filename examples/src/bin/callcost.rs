@@ -15,13 +15,34 @@
 //!
 //! Without valgrind it prints calls per second, a noisier figure than the benchmark's
 //! (`bench --transport mem:// --runtime single`), which is the one of record.
+//!
+//! `--connections N` measures instead what a call costs when `N` clients each make calls one
+//! at a time, all at once (the benchmark's many-connection figure, on one thread), over
+//! `--transport mem` or `doca` (the software provider). With callgrind's cache simulation
+//! sized as the machine's L2 it also counts the cache misses per call; docs/doca.md has the
+//! figures for 64 and 1,000 connections:
+//!
+//! ```sh
+//! for n in 50000 100000; do
+//!   valgrind --tool=callgrind --cache-sim=yes --D1=49152,12,64 --LL=4194304,16,64 \
+//!     --callgrind-out-file=cs.$n target/release/callcost --calls $n --connections 1000 \
+//!     --transport doca
+//! done
+//! # per call: (totals of cs.100000 - totals of cs.50000) / 50000
+//! ```
 
 use std::process::ExitCode;
 
 use bytes::Bytes;
 use clap::Parser;
+use std::sync::Arc;
+
 use examples::bench::measure::{throughput, BenchError};
+use examples::bench::scale::calls_per_second;
 use examples::bench::service::{BenchClient, BenchServer, Len, Sink};
+use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport};
+use rdma_rpc_core::transport::mem::MemTransport;
+use rdma_rpc_core::transport::Transport;
 use rdma_rpc_core::{Client, Server};
 
 /// `N` 64 B send calls over `mem://` on one thread, `DEPTH` in flight.
@@ -34,6 +55,22 @@ struct Options {
     /// Calls in flight on the one connection.
     #[arg(long, value_name = "DEPTH", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
     depth: u16,
+    /// Clients, each making calls one at a time, all at once (instead of one connection with
+    /// `DEPTH` in flight).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    connections: Option<u16>,
+    /// The transport of `--connections`.
+    #[arg(long, value_enum, default_value_t = Scheme::Mem, requires = "connections")]
+    transport: Scheme,
+}
+
+/// The transports `--connections` runs over.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Scheme {
+    /// `mem://`, in process.
+    Mem,
+    /// `doca://` over the software provider (or a device with the SDK).
+    Doca,
 }
 
 fn main() -> ExitCode {
@@ -58,6 +95,9 @@ fn main() -> ExitCode {
 }
 
 async fn run(options: &Options) -> Result<(), BenchError> {
+    if let Some(n) = options.connections {
+        return many(options, usize::from(n)).await;
+    }
     let server = Server::builder()
         .add_service(BenchServer::new(Sink))
         .bind("mem://")
@@ -82,6 +122,33 @@ async fn run(options: &Options) -> Result<(), BenchError> {
     println!(
         "{} calls of 64 B over mem://, {depth} in flight, one thread: {:.0} calls/s",
         options.calls, figures.calls_per_s
+    );
+    Ok(())
+}
+
+/// `--connections N`: the benchmark's many-connection loop against a server on this thread.
+async fn many(options: &Options, n: usize) -> Result<(), BenchError> {
+    let (transport, bind): (Arc<dyn Transport>, &str) = match options.transport {
+        Scheme::Mem => (Arc::new(MemTransport::new()), "mem://"),
+        Scheme::Doca => {
+            let mut config = DocaConfig::from_env();
+            config.max_connections = config.max_connections.max(n as u16);
+            (Arc::new(DocaTransport::new(config)?), "doca://127.0.0.1:0")
+        }
+    };
+    let server = Server::builder()
+        .transport(transport.clone())
+        .max_connections(n)
+        .add_service(BenchServer::new(Sink))
+        .bind(bind)
+        .await?;
+    let addr = server.local_addr();
+    tokio::spawn(server.serve());
+    let rate = calls_per_second(&transport, &addr, n, options.calls).await?;
+    println!(
+        "{} calls of 64 B over {bind}, {n} connections with one call each, one thread: \
+         {rate:.0} calls/s",
+        options.calls
     );
     Ok(())
 }
