@@ -361,12 +361,10 @@ async fn control_commands_out_of_order_are_refused() {
 /// A failure bound of 60 s, never what a test asserts. At the bound the future is not polled
 /// again, so one that lost a wake-up fails here instead of passing late.
 async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    let deadline = tokio::time::sleep(Duration::from_secs(60));
-    tokio::pin!(fut, deadline);
     tokio::select! {
-        biased;
-        () = &mut deadline => panic!("{what} hung"),
-        out = &mut fut => out,
+        biased; // the deadline first: once it passed, `fut` is not polled again
+        () = tokio::time::sleep(Duration::from_secs(60)) => panic!("{what} hung"),
+        out = fut => out,
     }
 }
 
