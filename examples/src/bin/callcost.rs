@@ -32,11 +32,10 @@
 //! ```
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use clap::Parser;
-use std::sync::Arc;
-
 use examples::bench::measure::{throughput, BenchError};
 use examples::bench::scale::calls_per_second;
 use examples::bench::service::{BenchClient, BenchServer, Len, Sink};
@@ -45,7 +44,8 @@ use rdma_rpc_core::transport::mem::MemTransport;
 use rdma_rpc_core::transport::Transport;
 use rdma_rpc_core::{Client, Server};
 
-/// `N` 64 B send calls over `mem://` on one thread, `DEPTH` in flight.
+/// `N` 64 B send calls on one thread: over `mem://` with `DEPTH` in flight on one connection,
+/// or over `--connections` clients each making one call at a time.
 #[derive(Debug, Parser)]
 #[command(name = "callcost")]
 struct Options {
