@@ -301,11 +301,9 @@ pub(crate) fn log_if_asked() {
 /// ready by that poll fails here instead of passing late (`tokio::time::timeout` polls its
 /// future before its deadline, which hid such a bug for as long as the deadline).
 pub(crate) async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    let deadline = tokio::time::sleep(Duration::from_secs(60));
-    tokio::pin!(fut, deadline);
     tokio::select! {
-        biased;
-        () = &mut deadline => panic!("{what} hung"),
-        out = &mut fut => out,
+        biased; // the deadline first
+        () = tokio::time::sleep(Duration::from_secs(60)) => panic!("{what} hung"),
+        out = fut => out,
     }
 }

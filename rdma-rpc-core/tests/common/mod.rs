@@ -267,11 +267,10 @@ pub(crate) async fn bounded<T>(
     secs: u64,
     fut: impl std::future::Future<Output = T>,
 ) -> T {
-    let deadline = tokio::time::sleep(std::time::Duration::from_secs(secs));
-    tokio::pin!(fut, deadline);
+    let deadline = std::time::Duration::from_secs(secs);
     tokio::select! {
-        biased;
-        () = &mut deadline => panic!("{what} hung (bound: {secs} s)"),
-        out = &mut fut => out,
+        biased; // the deadline first
+        () = tokio::time::sleep(deadline) => panic!("{what} hung (bound: {secs} s)"),
+        out = fut => out,
     }
 }
