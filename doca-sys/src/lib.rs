@@ -119,6 +119,11 @@ pub struct Counters {
     /// retry budget (`doca_rdma_set_rnr_retry_count`: `rnr_retry_count + 1` timer periods),
     /// taking their connection to error.
     pub rnr_failures: u64,
+    /// Buffers handed out by `doca_buf_inventory_buf_get_by_args`, counted for each device
+    /// of the mmap they point into. No NIC work (an inventory is host memory), but work per
+    /// operation that an application keeps off its data path by keeping buffers with their
+    /// tasks and moving their data sections (`doca_buf_set_data`).
+    pub buffers_taken: u64,
 }
 
 impl Counters {
@@ -138,6 +143,7 @@ impl Counters {
             rnr_waits: self.rnr_waits - earlier.rnr_waits,
             rnr_retries: self.rnr_retries - earlier.rnr_retries,
             rnr_failures: self.rnr_failures - earlier.rnr_failures,
+            buffers_taken: self.buffers_taken - earlier.buffers_taken,
         }
     }
 }

@@ -13,7 +13,7 @@ fn read() -> Counters {
 }
 
 #[test]
-fn counters_count_registrations_exports_imports_and_submissions() {
+fn counters_count_registrations_exports_imports_submissions_and_buffers() {
     assert_eq!(counters("mlx9_9"), None, "unknown device");
     let other = counters("mlx5_1").unwrap();
     let start = read();
@@ -47,6 +47,16 @@ fn counters_count_registrations_exports_imports_and_submissions() {
     let wrote = read().since(&before);
     assert_eq!(wrote.task_submissions, 1);
     assert_eq!((wrote.registrations, wrote.imports), (0, 0));
+    assert_eq!(
+        wrote.buffers_taken, 2,
+        "the local source and the remote destination"
+    );
+
+    // Moving a buffer's data section takes no buffer.
+    let before = read();
+    // SAFETY: a live buffer of a completed task; the range is inside it.
+    unsafe { ok(doca_buf_set_data(src, a.addr(4), 4)) };
+    assert_eq!(read().since(&before).buffers_taken, 0);
 
     // Destroying the import, then stopping and destroying a started mmap.
     let before = read();

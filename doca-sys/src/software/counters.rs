@@ -1,4 +1,5 @@
-//! What the provider counts per device: the calls that are cheap here and expensive on a NIC.
+//! What the provider counts per device: the calls that are cheap here and expensive on a NIC,
+//! and buffers taken from inventories (work per operation where an application keeps them).
 //!
 //! On hardware, `doca_mmap_start` pins pages and creates a memory key, destroying a started
 //! mmap unpins and invalidates it, each export and each import creates an object, each
@@ -28,6 +29,7 @@ struct DeviceCounters {
     rnr_waits: AtomicU64,
     rnr_retries: AtomicU64,
     rnr_failures: AtomicU64,
+    buffers_taken: AtomicU64,
 }
 
 impl DeviceCounters {
@@ -45,6 +47,7 @@ impl DeviceCounters {
             rnr_waits: AtomicU64::new(0),
             rnr_retries: AtomicU64::new(0),
             rnr_failures: AtomicU64::new(0),
+            buffers_taken: AtomicU64::new(0),
         }
     }
 
@@ -62,6 +65,7 @@ impl DeviceCounters {
             rnr_waits: self.rnr_waits.load(Relaxed),
             rnr_retries: self.rnr_retries.load(Relaxed),
             rnr_failures: self.rnr_failures.load(Relaxed),
+            buffers_taken: self.buffers_taken.load(Relaxed),
         }
     }
 }
@@ -153,4 +157,11 @@ pub(super) fn rnr_failure(dev: H) {
 /// The counters of the device named `ibdev_name` (`mlx5_0`), `None` for an unknown name.
 pub fn counters(ibdev_name: &str) -> Option<Counters> {
     super::device::index_by_name(ibdev_name).map(|i| DEVICES[i].read())
+}
+
+/// An inventory handed out a buffer over an mmap of `dev`.
+pub(super) fn buffer_taken(dev: H) {
+    if let Some(c) = of(dev) {
+        c.buffers_taken.fetch_add(1, Relaxed);
+    }
 }

@@ -433,7 +433,11 @@ pub(crate) unsafe extern "C" fn doca_buf_inventory_buf_get_by_args(
     let i = w.invs.get_mut(&inv).expect("checked");
     i.used += 1;
     let h = i.free.pop().unwrap_or_else(new_handle);
-    w.mmaps.get_mut(&mm).expect("checked").bufs += 1;
+    let m = w.mmaps.get_mut(&mm).expect("checked");
+    m.bufs += 1;
+    for &dev in &m.devs {
+        super::counters::buffer_taken(dev);
+    }
     w.bufs.insert(
         h,
         Buf {

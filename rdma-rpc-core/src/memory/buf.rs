@@ -240,6 +240,12 @@ impl RegisteredBuf {
         bytes::Bytes::from_owner(FrozenBuf(self))
     }
 
+    /// Whether the buffer goes back to a pool when dropped.
+    #[cfg_attr(not(feature = "doca"), allow(dead_code))]
+    pub(crate) fn is_pooled(&self) -> bool {
+        self.pool.is_some()
+    }
+
     /// The registered allocation this buffer is part of (transports register it whole).
     #[cfg_attr(not(feature = "doca"), allow(dead_code))]
     pub(crate) fn region(&self) -> &Arc<Region> {

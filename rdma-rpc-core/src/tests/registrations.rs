@@ -490,11 +490,12 @@ where
     let cost = read(f).since(&before);
     println!(
         "{what}: {calls} calls: {:.3} registrations, {:.3} imports, {:.3} exports, {:.3} task \
-         submissions per call",
+         submissions, {:.3} buffers taken per call",
         cost.registrations as f64 / calls as f64,
         cost.imports as f64 / calls as f64,
         cost.exports as f64 / calls as f64,
         cost.task_submissions as f64 / calls as f64,
+        cost.buffers_taken as f64 / calls as f64,
     );
     assert_eq!(
         (
@@ -572,6 +573,42 @@ async fn eight_in_flight_no_call_registers_once_warm() {
         }
     };
     bounded(what, steady_state(&f, what, 0, 4, all)).await;
+}
+
+/// Small calls take no `doca_buf` from an inventory once warm: each frame is copied into a
+/// staging slab and sent from a buffer the context keeps over that whole slab, whose data
+/// section it moves to the frame (`doca_buf_set_data`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_calls_take_no_buffer_once_warm() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let f = fixture(false, ProgressMode::Event).await;
+    let small = [
+        Route::Inbound(MSG_SEND, 64),
+        Route::Outbound(MSG_RECEIVE, 64),
+    ];
+    let work = |seed| in_order(&f, &small, 0, seed);
+    let what = "small calls, one at a time";
+    bounded(what, async {
+        for seed in 0..3 {
+            work(seed).await;
+        }
+        let before = read(&f);
+        let mut calls = 0;
+        for seed in 3..53 {
+            calls += work(seed).await;
+        }
+        let cost = read(&f).since(&before);
+        println!(
+            "{what}: {calls} calls, {} buffers taken, {} task submissions",
+            cost.buffers_taken, cost.task_submissions
+        );
+        assert!(
+            cost.task_submissions >= 2 * calls,
+            "a request and a response each"
+        );
+        assert_eq!(cost.buffers_taken, 0, "{what}: buffers taken per frame");
+    })
+    .await;
 }
 
 /// Runs the futures concurrently on this task.

@@ -74,22 +74,24 @@ impl DocaConnection {
     /// Source memory: registered buffers as they are, other bytes copied into a registered
     /// staging buffer of the transport's pool.
     fn source(&self, data: SendData) -> Result<Local> {
-        let buf = match data {
-            SendData::Registered(buf) => buf,
+        let (buf, slab) = match data {
+            SendData::Registered(buf) => (buf, None),
             SendData::Bytes(bytes) => match crate::memory::frozen_view(&bytes) {
                 // Frozen bytes of a memory region: sent from where they are.
-                Some(view) => view,
+                Some(view) => (view, None),
                 None => {
                     let mut buf = self.engine().staging.acquire(bytes.len())?;
                     buf.fill_from(&bytes)?;
-                    buf
+                    // A one-off buffer (past the staging budget) has no pool and no slab.
+                    let slab = buf.is_pooled().then(|| buf.region().clone());
+                    (buf, slab)
                 }
             },
             #[allow(unreachable_patterns)]
             _ => return Err(Error::InvalidArgument("unsupported send data".into())),
         };
         let mmap = mmap_for(&self.engine().dev, &buf, local_bits(&buf))?;
-        Ok(Local { buf, mmap })
+        Ok(Local { buf, mmap, slab })
     }
 
     /// What the peer gets for a window of `len` bytes at `addr`, exported by `mmap`.
@@ -125,7 +127,11 @@ impl DocaConnection {
             ));
         }
         let mmap = mmap_for(&self.engine().dev, &buf, Access::LOCAL_WRITE)?;
-        Ok(Local { buf, mmap })
+        Ok(Local {
+            buf,
+            mmap,
+            slab: None,
+        })
     }
 
     fn post<T: Send + 'static>(

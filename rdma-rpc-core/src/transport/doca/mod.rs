@@ -66,6 +66,9 @@
 //!   `max_recv_size` fails on both sides (DOCA's own length error).
 //! - **Sends and writes** of [`SendData::Bytes`](crate::transport::SendData) are copied into
 //!   a registered staging buffer of the transport's pool; registered buffers go as they are.
+//!   A send from staging (every protocol frame) takes no `doca_buf` from the inventory once
+//!   warm: the context keeps buffers over whole staging slabs and moves their data sections
+//!   (`doca_buf_set_data`) to each message.
 //! - **One-sided operations** import the peer's mmap from the descriptor's blob once per
 //!   connection and blob (`doca_mmap_create_from_export`), never per request. Empty
 //!   operations pass no buffers, as DOCA spells "no data".

@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 
 use super::super::sys::{doca_error, error_name, Buf, Mmap};
 use super::lifecycle::Phase;
-use super::task::{ConnPtr, Kind, Submitted, Task, TaskBufs};
+use super::task::{ConnPtr, Kind, SlabBuf, Submitted, Task, TaskBufs};
 use super::{AtomicOp, ConnId, Op, Owner};
 use crate::error::{AccessViolation, Error, Result};
 use crate::memory::{Access, RegisteredBuf};
@@ -310,14 +310,40 @@ impl Owner {
                     Kind::Send
                 };
                 let n = src.buf.len();
-                // An empty message carries no buffer.
-                let b = match n {
-                    0 => None,
+                let b = match (n, &src.slab) {
+                    // An empty message carries no buffer.
+                    (0, _) => TaskBufs::default(),
+                    // Bytes copied into a staging slab: an idle buffer over that slab, pointed
+                    // at this message, or a new one.
+                    (_, Some(slab)) => {
+                        let idle = self
+                            .slab_bufs
+                            .get_mut(&slab_key(&src.mmap))
+                            .and_then(Vec::pop);
+                        let b = match idle {
+                            Some(b) => b,
+                            None => {
+                                let head = (slab.addr(), slab.capacity());
+                                // SAFETY: the `SlabBuf` keeps the slab's memory; the message's
+                                // bytes are this operation's until it completes.
+                                let b =
+                                    unsafe { inv.buf_over(&src.mmap, head, src.buf.addr(), n) }?;
+                                SlabBuf::new(b, slab.clone())
+                            }
+                        };
+                        // SAFETY: an idle buffer; the message's bytes are this operation's
+                        // until it completes.
+                        unsafe { b.buf.set_data(src.buf.addr(), n) }?;
+                        TaskBufs::slab(b)
+                    }
                     // SAFETY: the source memory is owned by this operation until it completes.
-                    _ => Some(unsafe { inv.buf(&src.mmap, src.buf.addr(), n, n) }?),
+                    _ => TaskBufs::of(
+                        Some(unsafe { inv.buf(&src.mmap, src.buf.addr(), n, n) }?),
+                        None,
+                    ),
                 };
-                let task = Task::send(rdma, conn, c.idle(kind), b.as_ref(), *imm)?;
-                Ok((task, TaskBufs::of(b, None)))
+                let task = Task::send(rdma, conn, c.idle(kind), b.first(), *imm)?;
+                Ok((task, b))
             }
             Op::Write { src, dst, imm, .. } => {
                 let kind = if imm.is_some() {
@@ -464,7 +490,13 @@ impl Owner {
         // then leases the same bytes again finds them free.
         drop(_keep);
         // SAFETY: this is the task's completion.
-        let task = unsafe { task.completed() };
+        let (task, slab_buf) = unsafe { task.completed() };
+        if let Some(b) = slab_buf {
+            self.slab_bufs
+                .entry(slab_key(b.buf.mmap()))
+                .or_default()
+                .push(b);
+        }
         let c = self.conns.get_mut(&id);
         let live = c.as_ref().is_some_and(|c| c.phase == Phase::Live);
         if let Some(c) = c {
@@ -565,4 +597,10 @@ fn complete(done: Done, result: Result<()>) {
         }
         (Done::Atomic { done, .. }, Err(e)) => done.send(Err(e)).map_err(drop),
     };
+}
+
+/// The key of an mmap in the owner's idle slab buffers: its address (each buffer holds its
+/// mmap, so the address is not reused while one is kept).
+fn slab_key(mmap: &Arc<Mmap>) -> usize {
+    Arc::as_ptr(mmap) as usize
 }

@@ -57,6 +57,7 @@ pub(super) use receive::ConnShared;
 use receive::{Deadlines, Staging};
 use setup::Sizes;
 pub(super) use shared::{AtomicOp, Cmd, EngineShared, Local, Op, Receives};
+use task::SlabBuf;
 
 pub(super) type ConnId = u64;
 
@@ -69,7 +70,7 @@ pub(super) struct Owner {
     config: Arc<DocaConfig>,
     sizes: Sizes,
     // Drop order matters: operations (tasks and buffers) go first, then connections (their
-    // idle tasks), the staging receives, the inventory, the context, the progress engine and
+    // idle tasks), the idle slab buffers, the staging receives, the inventory, the context, the progress engine and
     // last the sink the context's callbacks point to.
     ops: IdMap<u64, Inflight>,
     conns: IdMap<ConnId, OwnedConn>,
@@ -80,6 +81,10 @@ pub(super) struct Owner {
     deadlines: Deadlines,
     /// Connections whose backlog waits for tasks or buffers of the context.
     waiting: VecDeque<ConnId>,
+    /// Idle buffers over whole staging slabs, by the address of the slab's mmap (which each
+    /// buffer holds, so the key is never reused while they live); the last one back is used
+    /// first, while its memory is still in the cache.
+    slab_bufs: IdMap<usize, Vec<SlabBuf>>,
     staging: Staging,
     inv: Inventory,
     rdma: Rdma,

@@ -431,7 +431,8 @@ impl Staging {
         Some(unsafe { std::slice::from_raw_parts(chunk.memory.ptr_at(slot.offset), len) })
     }
 
-    /// After a receive's completion: reposts it (`running`) or frees it (the context stops).
+    /// After a receive's completion: reposts it (`running`: the owner has not begun to stop
+    /// the context) or frees it.
     pub(super) fn recycle(&mut self, user: u64, running: bool) {
         let Some(slot) = self.slots.get_mut((user & !RECV_TAG) as usize) else {
             return;
@@ -442,17 +443,20 @@ impl Staging {
         if running {
             task.reset_bufs();
             // SAFETY: its completion was just delivered.
-            let code = unsafe { task.resubmit(user) };
+            let code = unsafe { task.resubmit() };
             if code == sys::DOCA_SUCCESS {
                 slot.task = Some(task);
                 return;
             }
-            tracing::warn!(
-                error = %super::super::sys::error_name(code),
-                "could not repost a DOCA receive"
-            );
+            // BAD_STATE: the context left RUNNING on its own (it is stopping).
+            if code != sys::DOCA_ERROR_BAD_STATE {
+                tracing::warn!(
+                    error = %super::super::sys::error_name(code),
+                    "could not repost a DOCA receive"
+                );
+            }
         }
         // SAFETY: its completion was just delivered, and it was not resubmitted.
-        drop(unsafe { task.completed() });
+        drop(unsafe { task.completed() }.0);
     }
 }

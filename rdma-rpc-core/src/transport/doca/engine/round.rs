@@ -190,7 +190,8 @@ impl Owner {
                 "a DOCA receive failed (a message larger than max_recv_size?)"
             );
         }
-        let running = self.rdma.state() == doca_sys::DOCA_CTX_STATE_RUNNING && !self.stop_begun;
-        self.staging.recycle(user, running);
+        // Not `doca_ctx_get_state` per message: the context runs from the end of its setup until
+        // the owner stops it, and a context that stops on its own refuses the repost.
+        self.staging.recycle(user, !self.stop_begun);
     }
 }

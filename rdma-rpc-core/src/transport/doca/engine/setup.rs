@@ -45,8 +45,8 @@ pub(super) struct Sizes {
 /// operations; more are added as they are needed.
 const INITIAL_INVENTORY: usize = 1024;
 
-/// Most `doca_buf`s of one context's inventory: every staging receive holds one and every
-/// operation at most two.
+/// Most `doca_buf`s of one context's inventory: every staging receive holds one, every
+/// operation at most two, and every idle send task one (its buffer over a staging slab).
 pub(super) const MAX_INVENTORY: usize = 1 << 22;
 
 /// Smallest staging receive: room for any control frame of the protocol.
@@ -214,6 +214,7 @@ impl Owner {
             next_op: 1,
             deadlines: Deadlines::default(),
             waiting: VecDeque::new(),
+            slab_bufs: IdMap::default(),
             staging,
             inv,
             rdma,

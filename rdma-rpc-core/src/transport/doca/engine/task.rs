@@ -10,11 +10,13 @@
 //! type, atomics included, so tasks are allocated once per connection and kind.
 
 use std::ptr::{self, NonNull};
+use std::sync::Arc;
 
 use doca_sys as sys;
 
 use super::super::sys::{check, doca_error, Buf, Rdma};
 use crate::error::Result;
+use crate::memory::Region;
 
 /// The task types this transport uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -468,17 +470,44 @@ fn mismatch(raw: Raw) -> crate::error::Error {
 }
 
 /// The buffers of one task: none, one or two (a source, a destination), kept inline: a task
-/// is built for every operation, and a `Vec` would be an allocation for each.
+/// is built for every operation, and a `Vec` would be an allocation for each. Or one
+/// [`SlabBuf`], which goes back to the owner when the task completes.
 #[derive(Default)]
-pub(super) struct TaskBufs([Option<Buf>; 2]);
+pub(super) struct TaskBufs([Option<Buf>; 2], Option<SlabBuf>);
 
 impl TaskBufs {
     pub(super) fn of(first: Option<Buf>, second: Option<Buf>) -> TaskBufs {
-        TaskBufs([first, second])
+        TaskBufs([first, second], None)
+    }
+
+    pub(super) fn slab(buf: SlabBuf) -> TaskBufs {
+        TaskBufs([None, None], Some(buf))
     }
 
     fn iter(&self) -> impl Iterator<Item = &Buf> {
-        self.0.iter().flatten()
+        self.0
+            .iter()
+            .flatten()
+            .chain(self.1.as_ref().map(|s| &s.buf))
+    }
+
+    /// The first buffer (a send's source), if any.
+    pub(super) fn first(&self) -> Option<&Buf> {
+        self.iter().next()
+    }
+}
+
+/// A `doca_buf` over a whole staging slab, kept by the owner between uses: a send from the
+/// slab moves its data section (`doca_buf_set_data`) instead of taking a buffer from the
+/// inventory and giving it back. Holds the slab, so its memory lives while the buffer does.
+pub(super) struct SlabBuf {
+    pub(super) buf: Buf,
+    _slab: Arc<Region>,
+}
+
+impl SlabBuf {
+    pub(super) fn new(buf: Buf, slab: Arc<Region>) -> SlabBuf {
+        SlabBuf { buf, _slab: slab }
     }
 }
 
@@ -493,13 +522,14 @@ pub(super) struct Submitted {
 unsafe impl Send for Submitted {}
 
 impl Submitted {
-    /// The task is idle again: its completion callback ran. Releases its buffers.
+    /// The task is idle again: its completion callback ran. Releases its buffers, but for a
+    /// slab buffer, which it returns.
     ///
     /// # Safety
     /// DOCA delivered this task's completion (success or error).
-    pub(super) unsafe fn completed(mut self) -> Task {
+    pub(super) unsafe fn completed(mut self) -> (Task, Option<SlabBuf>) {
         let raw = self.raw.take().expect("a submitted task is completed once");
-        Task { raw }
+        (Task { raw }, self.bufs.1.take())
     }
 
     /// Empties the data sections of its buffers (a completed receive about to be reposted).
@@ -510,19 +540,17 @@ impl Submitted {
     }
 
     /// The task is idle again and its buffers stay with it (a receive reposted as it is).
+    /// Its user data stays what it was submitted with: a task keeps it until it is set again
+    /// (doca_pe.h: doca_task_set_user_data, doca_task_get_user_data).
     ///
     /// # Safety
     /// As [`completed`](Self::completed).
-    pub(super) unsafe fn resubmit(&mut self, user: u64) -> sys::doca_error_t {
+    pub(super) unsafe fn resubmit(&mut self) -> sys::doca_error_t {
         let Some(raw) = self.raw else {
             return sys::DOCA_ERROR_BAD_STATE;
         };
-        let task = raw.as_task();
         // SAFETY: per the caller, the task completed, so it is idle; its buffers are held here.
-        unsafe {
-            sys::doca_task_set_user_data(task, sys::doca_data { u64_: user });
-            sys::doca_task_submit(task)
-        }
+        unsafe { sys::doca_task_submit(raw.as_task()) }
     }
 }
 

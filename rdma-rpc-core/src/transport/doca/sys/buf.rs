@@ -64,7 +64,7 @@ impl Inventory {
     }
 
     /// A buffer over `[addr, addr + len)` of `mmap` whose data section is
-    /// `[data, data + data_len)`. An inventory with every buffer out grows (doubling, up to
+    /// `[addr, addr + data_len)`. An inventory with every buffer out grows (doubling, up to
     /// its maximum) before it answers `NO_MEMORY`.
     ///
     /// # Safety
@@ -77,17 +77,34 @@ impl Inventory {
         len: usize,
         data_len: usize,
     ) -> Result<Buf> {
-        let p = addr as usize as *mut c_void;
+        // SAFETY: as this function's.
+        unsafe { self.buf_over(mmap, (addr, len), addr, data_len) }
+    }
+
+    /// A buffer over `head = (addr, len)` of `mmap` whose data section is
+    /// `[data, data + data_len)`, which must lie inside it.
+    ///
+    /// # Safety
+    /// As [`buf`](Self::buf), for the whole of `head`.
+    pub(in crate::transport::doca) unsafe fn buf_over(
+        &self,
+        mmap: &Arc<Mmap>,
+        head: (u64, usize),
+        data: u64,
+        data_len: usize,
+    ) -> Result<Buf> {
+        let p = head.0 as usize as *mut c_void;
+        let d = data as usize as *mut c_void;
         loop {
             let mut raw = ptr::null_mut();
-            // SAFETY: live inventory and mmap; the range is checked by DOCA against the mmap.
+            // SAFETY: live inventory and mmap; the ranges are checked by DOCA against the mmap.
             let code = unsafe {
                 sys::doca_buf_inventory_buf_get_by_args(
                     self.raw.as_ptr(),
                     mmap.raw(),
                     p,
-                    len,
-                    p,
+                    head.1,
+                    d,
                     data_len,
                     &mut raw,
                 )
@@ -100,7 +117,7 @@ impl Inventory {
                 .ok_or_else(|| doca_error("doca_buf_inventory_buf_get_by_args", 1))?;
             return Ok(Buf {
                 raw,
-                _mmap: mmap.clone(),
+                mmap: mmap.clone(),
             });
         }
     }
@@ -127,7 +144,7 @@ impl Drop for Inventory {
 /// One `doca_buf`, released (refcount decremented) on drop. Holds its mmap alive.
 pub(in crate::transport::doca) struct Buf {
     raw: NonNull<sys::doca_buf>,
-    _mmap: Arc<Mmap>,
+    mmap: Arc<Mmap>,
 }
 
 // SAFETY: a buffer is only used by the progress owner of one context (one thread at a time).
@@ -136,6 +153,23 @@ unsafe impl Send for Buf {}
 impl Buf {
     pub(in crate::transport::doca) fn raw(&self) -> *mut sys::doca_buf {
         self.raw.as_ptr()
+    }
+
+    /// The mmap the buffer was taken over.
+    pub(in crate::transport::doca) fn mmap(&self) -> &Arc<Mmap> {
+        &self.mmap
+    }
+
+    /// Moves the data section to `[data, data + len)`, which must lie inside the buffer
+    /// (`doca_buf_set_data`): a buffer over a whole slab serves each of its slots in turn.
+    ///
+    /// # Safety
+    /// The buffer is not in use by a submitted task, and the caller owns the new data range
+    /// as [`Inventory::buf`] requires.
+    pub(in crate::transport::doca) unsafe fn set_data(&self, data: u64, len: usize) -> Result<()> {
+        // SAFETY: per the caller; DOCA checks the range against the buffer.
+        let code = unsafe { sys::doca_buf_set_data(self.raw(), data as usize as *mut c_void, len) };
+        check("doca_buf_set_data", code)
     }
 
     /// Empties the data section (for reposting a receive).
