@@ -12,11 +12,12 @@ use std::sync::Arc;
 use doca_sys as sys;
 use tokio::sync::oneshot;
 
-use super::super::sys::{doca_error, error_name, Buf, Mmap};
+use super::super::sys::{doca_error, error_name, Buf, Inventory, Mmap};
 use super::lifecycle::Phase;
-use super::task::{ConnPtr, Kind, SlabBuf, Submitted, Task, TaskBufs};
-use super::{AtomicOp, ConnId, Op, Owner};
+use super::task::{ConnPtr, Kind, SlabBuf, Source, Submitted, Task, TaskBufs};
+use super::{AtomicOp, ConnId, Local, Op, Owner};
 use crate::error::{AccessViolation, Error, Result};
+use crate::ids::IdMap;
 use crate::memory::{Access, RegisteredBuf};
 use crate::transport::Descriptor;
 
@@ -310,40 +311,13 @@ impl Owner {
                     Kind::Send
                 };
                 let n = src.buf.len();
-                let b = match (n, &src.slab) {
-                    // An empty message carries no buffer.
-                    (0, _) => TaskBufs::default(),
-                    // Bytes copied into a staging slab: an idle buffer over that slab, pointed
-                    // at this message, or a new one.
-                    (_, Some(slab)) => {
-                        let idle = self
-                            .slab_bufs
-                            .get_mut(&slab_key(&src.mmap))
-                            .and_then(Vec::pop);
-                        let b = match idle {
-                            Some(b) => b,
-                            None => {
-                                let head = (slab.addr(), slab.capacity());
-                                // SAFETY: the `SlabBuf` keeps the slab's memory; the message's
-                                // bytes are this operation's until it completes.
-                                let b =
-                                    unsafe { inv.buf_over(&src.mmap, head, src.buf.addr(), n) }?;
-                                SlabBuf::new(b, slab.clone())
-                            }
-                        };
-                        // SAFETY: an idle buffer; the message's bytes are this operation's
-                        // until it completes.
-                        unsafe { b.buf.set_data(src.buf.addr(), n) }?;
-                        TaskBufs::slab(b)
-                    }
-                    // SAFETY: the source memory is owned by this operation until it completes.
-                    _ => TaskBufs::of(
-                        Some(unsafe { inv.buf(&src.mmap, src.buf.addr(), n, n) }?),
-                        None,
-                    ),
+                // An empty message carries no buffer.
+                let b = match n {
+                    0 => None,
+                    _ => Some(source_buf(inv, &mut self.slab_bufs, src)?),
                 };
-                let task = Task::send(rdma, conn, c.idle(kind), b.first(), *imm)?;
-                Ok((task, b))
+                let task = Task::send(rdma, conn, c.idle(kind), b.as_ref().map(Source::buf), *imm)?;
+                Ok((task, TaskBufs::of(b, None)))
             }
             Op::Write { src, dst, imm, .. } => {
                 let kind = if imm.is_some() {
@@ -355,13 +329,13 @@ impl Owner {
                 // No data: no buffers, as DOCA spells it.
                 let (s, d) = match n {
                     0 => (None, None),
-                    // SAFETY: the source memory is owned by this operation until it completes.
                     _ => (
-                        Some(unsafe { inv.buf(&src.mmap, src.buf.addr(), n, n) }?),
+                        Some(source_buf(inv, &mut self.slab_bufs, src)?),
                         Some(remote_buf(dst, 0)?),
                     ),
                 };
-                let task = Task::write(rdma, conn, c.idle(kind), s.as_ref(), d.as_ref(), *imm)?;
+                let s_buf = s.as_ref().map(Source::buf);
+                let task = Task::write(rdma, conn, c.idle(kind), s_buf, d.as_ref(), *imm)?;
                 Ok((task, TaskBufs::of(s, d)))
             }
             Op::Read { src, dst, .. } => {
@@ -376,7 +350,7 @@ impl Owner {
                     ),
                 };
                 let task = Task::read(rdma, conn, c.idle(Kind::Read), s.as_ref(), d.as_ref())?;
-                Ok((task, TaskBufs::of(s, d)))
+                Ok((task, TaskBufs::of(s.map(Source::Own), d)))
             }
             Op::Atomic {
                 dst,
@@ -402,7 +376,7 @@ impl Owner {
                         Task::fetch_and_add(rdma, conn, c.idle(Kind::FetchAdd), &d, &r, add)?
                     }
                 };
-                Ok((task, TaskBufs::of(Some(d), Some(r))))
+                Ok((task, TaskBufs::of(Some(Source::Own(d)), Some(r))))
             }
         }
     }
@@ -603,4 +577,32 @@ fn complete(done: Done, result: Result<()>) {
 /// mmap, so the address is not reused while one is kept).
 fn slab_key(mmap: &Arc<Mmap>) -> usize {
     Arc::as_ptr(mmap) as usize
+}
+
+/// The source buffer of an operation from `src`: for bytes copied into a staging slab, an idle
+/// buffer over that slab (or a new one) with its data section moved to them; for any other
+/// memory, a buffer of its own.
+fn source_buf(
+    inv: &Inventory,
+    idle: &mut IdMap<usize, Vec<SlabBuf>>,
+    src: &Local,
+) -> Result<Source> {
+    let (addr, n) = (src.buf.addr(), src.buf.len());
+    let Some(slab) = &src.slab else {
+        // SAFETY: the source memory is owned by this operation until it completes.
+        return Ok(Source::Own(unsafe { inv.buf(&src.mmap, addr, n, n) }?));
+    };
+    let b = match idle.get_mut(&slab_key(&src.mmap)).and_then(Vec::pop) {
+        Some(b) => b,
+        // SAFETY: the `SlabBuf` keeps the slab's memory; the bytes are this operation's until
+        // it completes.
+        None => SlabBuf::new(
+            unsafe { inv.buf_over(&src.mmap, (slab.addr(), slab.capacity()), addr, n) }?,
+            slab.clone(),
+        ),
+    };
+    // SAFETY: an idle buffer (no task uses it); the bytes are this operation's until it
+    // completes.
+    unsafe { b.buf.set_data(addr, n) }?;
+    Ok(Source::Slab(b))
 }

@@ -19,7 +19,7 @@ use doca_sys as sys;
 use tokio::sync::watch;
 
 use super::super::sys::{Buf, Inventory, Mmap, Rdma};
-use super::task::{Doorbell, Submitted, Task, TaskBufs};
+use super::task::{Doorbell, Source, Submitted, Task, TaskBufs};
 use super::{Cmd, ConnId, EngineShared};
 use crate::error::{Error, Result};
 use crate::memory::{Access, RegisteredBuf};
@@ -404,7 +404,11 @@ impl Staging {
                 )
             }?;
             let task = Task::receive(rdma, &buf)?;
-            match batch.submit(task, RECV_TAG | i as u64, TaskBufs::of(Some(buf), None)) {
+            match batch.submit(
+                task,
+                RECV_TAG | i as u64,
+                TaskBufs::of(Some(Source::Own(buf)), None),
+            ) {
                 Ok(submitted) => slot.task = Some(submitted),
                 Err((_task, code)) => {
                     batch.ring();

@@ -470,30 +470,37 @@ fn mismatch(raw: Raw) -> crate::error::Error {
 }
 
 /// The buffers of one task: none, one or two (a source, a destination), kept inline: a task
-/// is built for every operation, and a `Vec` would be an allocation for each. Or one
-/// [`SlabBuf`], which goes back to the owner when the task completes.
+/// is built for every operation, and a `Vec` would be an allocation for each. A source over a
+/// staging slab is a [`SlabBuf`], which goes back to the owner when the task completes.
 #[derive(Default)]
-pub(super) struct TaskBufs([Option<Buf>; 2], Option<SlabBuf>);
+pub(super) struct TaskBufs {
+    source: Option<Source>,
+    other: Option<Buf>,
+}
 
 impl TaskBufs {
-    pub(super) fn of(first: Option<Buf>, second: Option<Buf>) -> TaskBufs {
-        TaskBufs([first, second], None)
-    }
-
-    pub(super) fn slab(buf: SlabBuf) -> TaskBufs {
-        TaskBufs([None, None], Some(buf))
+    pub(super) fn of(source: Option<Source>, other: Option<Buf>) -> TaskBufs {
+        TaskBufs { source, other }
     }
 
     fn iter(&self) -> impl Iterator<Item = &Buf> {
-        self.0
-            .iter()
-            .flatten()
-            .chain(self.1.as_ref().map(|s| &s.buf))
+        self.source.iter().map(Source::buf).chain(self.other.iter())
     }
+}
 
-    /// The first buffer (a send's source), if any.
-    pub(super) fn first(&self) -> Option<&Buf> {
-        self.iter().next()
+/// An operation's first buffer (the source of a send or write, the remote side of a read or
+/// atomic): one of its own, or one over a staging slab.
+pub(super) enum Source {
+    Own(Buf),
+    Slab(SlabBuf),
+}
+
+impl Source {
+    pub(super) fn buf(&self) -> &Buf {
+        match self {
+            Source::Own(b) => b,
+            Source::Slab(s) => &s.buf,
+        }
     }
 }
 
@@ -529,7 +536,11 @@ impl Submitted {
     /// DOCA delivered this task's completion (success or error).
     pub(super) unsafe fn completed(mut self) -> (Task, Option<SlabBuf>) {
         let raw = self.raw.take().expect("a submitted task is completed once");
-        (Task { raw }, self.bufs.1.take())
+        let slab = match self.bufs.source.take() {
+            Some(Source::Slab(s)) => Some(s),
+            _ => None,
+        };
+        (Task { raw }, slab)
     }
 
     /// Empties the data sections of its buffers (a completed receive about to be reposted).
