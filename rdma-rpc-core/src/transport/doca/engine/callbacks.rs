@@ -25,6 +25,7 @@ pub(super) struct RecvResult {
 pub(super) enum Event {
     Task {
         kind: Kind,
+        /// A receive's user data; for other kinds, the task's address (`Task::key`).
         user: u64,
         status: sys::doca_error_t,
         recv: Option<RecvResult>,
@@ -124,8 +125,14 @@ unsafe fn on_task(
 ) {
     // SAFETY: per the function's contract.
     let sink = unsafe { sink(ctx) };
-    // SAFETY: every task of this transport carries an integer in its user data.
-    let user = unsafe { user.u64_ };
+    // A receive is known by the integer in its user data, any other task by its address
+    // (the key of its operation, see `Task::key`).
+    let user = if receive.is_null() {
+        task as usize as u64
+    } else {
+        // SAFETY: every receive of this transport carries an integer in its user data.
+        unsafe { user.u64_ }
+    };
     let status = if ok {
         sys::DOCA_SUCCESS
     } else {

@@ -391,11 +391,10 @@ impl Owner {
         bufs: TaskBufs,
         len: u64,
     ) -> std::result::Result<(), NotSubmitted> {
-        let op_id = self.next_op;
-        self.next_op += 1;
+        let op_id = task.key();
         let c = self.conns.get_mut(&id).expect("live connection");
         let flush = !self.batching;
-        let task = match task.submit_with(op_id, bufs, flush) {
+        let task = match task.submit_with(None, bufs, flush) {
             Ok(task) => {
                 self.unflushed |= !flush;
                 task

@@ -70,14 +70,14 @@ pub(super) struct Owner {
     config: Arc<DocaConfig>,
     sizes: Sizes,
     // Drop order matters: operations (tasks and buffers) go first, then connections (their
-    // idle tasks), the idle slab buffers, the staging receives, the inventory, the context, the progress engine and
-    // last the sink the context's callbacks point to.
+    // idle tasks), the idle slab buffers, the staging receives, the inventory, the context,
+    // the progress engine and last the sink the context's callbacks point to.
+    /// Operations in flight, by their task's address (`Task::key`).
     ops: IdMap<u64, Inflight>,
     conns: IdMap<ConnId, OwnedConn>,
     by_raw: IdMap<usize, ConnId>,
     accepted: Option<mpsc::UnboundedSender<Arc<ConnShared>>>,
     listening: Vec<u16>,
-    next_op: u64,
     deadlines: Deadlines,
     /// Connections whose backlog waits for tasks or buffers of the context.
     waiting: VecDeque<ConnId>,

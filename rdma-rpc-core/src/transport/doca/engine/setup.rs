@@ -211,7 +211,6 @@ impl Owner {
             by_raw: IdMap::default(),
             accepted: None,
             listening: Vec::new(),
-            next_op: 1,
             deadlines: Deadlines::default(),
             waiting: VecDeque::new(),
             slab_bufs: IdMap::default(),

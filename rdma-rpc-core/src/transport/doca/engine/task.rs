@@ -422,13 +422,21 @@ impl Task {
         }
     }
 
-    /// Submits the task with `user` as its user data. The submitted task keeps `bufs` (the
-    /// buffers it uses) until it completes. On failure the task is idle again. Without
-    /// `flush` DOCA may hold the task until the context's next flush (see [`Doorbell`]).
+    /// The task's address: while it is submitted, no other task has it, so it keys the
+    /// operation the task carries (its completion callback gets the same pointer), and the
+    /// task needs no user data (`doca_task_set_user_data`) per submission.
+    pub(super) fn key(&self) -> u64 {
+        self.raw.as_task() as usize as u64
+    }
+
+    /// Submits the task, with `user` as its user data if given (otherwise the task keeps
+    /// what it has). The submitted task keeps `bufs` (the buffers it uses) until it
+    /// completes. On failure the task is idle again. Without `flush` DOCA may hold the task
+    /// until the context's next flush (see [`Doorbell`]).
     #[allow(clippy::result_large_err)]
     pub(super) fn submit_with(
         self,
-        user: u64,
+        user: Option<u64>,
         bufs: TaskBufs,
         flush: bool,
     ) -> std::result::Result<Submitted, (Task, sys::doca_error_t)> {
@@ -440,7 +448,9 @@ impl Task {
         };
         // SAFETY: an idle task of this engine; its buffers are kept by the `Submitted`.
         let code = unsafe {
-            sys::doca_task_set_user_data(task, sys::doca_data { u64_: user });
+            if let Some(user) = user {
+                sys::doca_task_set_user_data(task, sys::doca_data { u64_: user });
+            }
             sys::doca_task_submit_ex(task, flags)
         };
         if code != sys::DOCA_SUCCESS {
@@ -600,7 +610,7 @@ impl<'a> Doorbell<'a> {
         user: u64,
         bufs: TaskBufs,
     ) -> std::result::Result<Submitted, (Task, sys::doca_error_t)> {
-        let submitted = task.submit_with(user, bufs, false)?;
+        let submitted = task.submit_with(Some(user), bufs, false)?;
         self.pending = true;
         Ok(submitted)
     }
