@@ -35,6 +35,8 @@ pub struct IoCost {
     pub imports: u64,
     /// Exports meanwhile.
     pub exports: u64,
+    /// `doca_buf`s taken from inventories meanwhile (no NIC work, but work per operation).
+    pub buffers_taken: u64,
 }
 
 impl IoCost {
@@ -46,6 +48,11 @@ impl IoCost {
     /// Imports per I/O.
     pub fn imports_per_io(&self) -> f64 {
         self.imports as f64 / self.ios.max(1) as f64
+    }
+
+    /// Buffers taken per I/O.
+    pub fn buffers_taken_per_io(&self) -> f64 {
+        self.buffers_taken as f64 / self.ios.max(1) as f64
     }
 }
 
@@ -168,10 +175,11 @@ impl Report {
         for (name, cost) in [("write", &self.write_cost), ("read", &self.read_cost)] {
             if let Some(c) = cost {
                 out.push_str(&format!(
-                    "{name}: {:.3} registrations, {:.3} imports per I/O (over {} I/Os after the \
-                     first {}; all parts together)\n",
+                    "{name}: {:.3} registrations, {:.3} imports, {:.1} buffers taken per I/O \
+                     (over {} I/Os after the first {}; all parts together)\n",
                     c.registrations_per_io(),
                     c.imports_per_io(),
+                    c.buffers_taken_per_io(),
                     c.ios,
                     c.warm_up
                 ));
@@ -454,6 +462,7 @@ pub async fn run_on(clients: Vec<Client>, config: &InitiatorConfig) -> Result<Re
                     registrations: d.registrations,
                     imports: d.imports,
                     exports: d.exports,
+                    buffers_taken: d.buffers_taken,
                 })
             }
             _ => None,
