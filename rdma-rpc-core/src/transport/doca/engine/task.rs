@@ -514,9 +514,10 @@ impl Source {
     }
 }
 
-/// A `doca_buf` over a whole staging slab, kept by the owner between uses: a send from the
-/// slab moves its data section (`doca_buf_set_data`) instead of taking a buffer from the
-/// inventory and giving it back. Holds the slab, so its memory lives while the buffer does.
+/// A `doca_buf` over a whole staging slab, kept by the owner between uses: a send or write
+/// from the slab moves its data section (`doca_buf_set_data`) instead of taking a buffer
+/// from the inventory and giving it back. Holds the slab, so its memory lives while the
+/// buffer does.
 pub(super) struct SlabBuf {
     pub(super) buf: Buf,
     _slab: Arc<Region>,
