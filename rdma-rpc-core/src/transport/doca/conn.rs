@@ -74,24 +74,24 @@ impl DocaConnection {
     /// Source memory: registered buffers as they are, other bytes copied into a registered
     /// staging buffer of the transport's pool.
     fn source(&self, data: SendData) -> Result<Local> {
-        let (buf, slab) = match data {
-            SendData::Registered(buf) => (buf, None),
+        let (buf, staged) = match data {
+            SendData::Registered(buf) => (buf, false),
             SendData::Bytes(bytes) => match crate::memory::frozen_view(&bytes) {
                 // Frozen bytes of a memory region: sent from where they are.
-                Some(view) => (view, None),
+                Some(view) => (view, false),
                 None => {
                     let mut buf = self.engine().staging.acquire(bytes.len())?;
                     buf.fill_from(&bytes)?;
                     // A one-off buffer (past the staging budget) has no pool and no slab.
-                    let slab = buf.is_pooled().then(|| buf.region().clone());
-                    (buf, slab)
+                    let staged = buf.is_pooled();
+                    (buf, staged)
                 }
             },
             #[allow(unreachable_patterns)]
             _ => return Err(Error::InvalidArgument("unsupported send data".into())),
         };
         let mmap = mmap_for(&self.engine().dev, &buf, local_bits(&buf))?;
-        Ok(Local { buf, mmap, slab })
+        Ok(Local { buf, mmap, staged })
     }
 
     /// What the peer gets for a window of `len` bytes at `addr`, exported by `mmap`.
@@ -130,7 +130,7 @@ impl DocaConnection {
         Ok(Local {
             buf,
             mmap,
-            slab: None,
+            staged: false,
         })
     }
 

@@ -587,21 +587,24 @@ fn source_buf(
     src: &Local,
 ) -> Result<Source> {
     let (addr, n) = (src.buf.addr(), src.buf.len());
-    let Some(slab) = &src.slab else {
+    if !src.staged {
         // SAFETY: the source memory is owned by this operation until it completes.
         return Ok(Source::Own(unsafe { inv.buf(&src.mmap, addr, n, n) }?));
-    };
+    }
     let b = match idle.get_mut(&slab_key(&src.mmap)).and_then(Vec::pop) {
-        Some(b) => b,
-        // SAFETY: the `SlabBuf` keeps the slab's memory; the bytes are this operation's until
-        // it completes.
-        None => SlabBuf::new(
-            unsafe { inv.buf_over(&src.mmap, (slab.addr(), slab.capacity()), addr, n) }?,
-            slab.clone(),
-        ),
+        Some(b) => {
+            // SAFETY: an idle buffer (no task uses it); the bytes are this operation's until
+            // it completes.
+            unsafe { b.buf.set_data(addr, n) }?;
+            b
+        }
+        None => {
+            let slab = src.buf.region();
+            // SAFETY: the `SlabBuf` keeps the slab's memory; the bytes are this operation's
+            // until it completes.
+            let b = unsafe { inv.buf_over(&src.mmap, (slab.addr(), slab.capacity()), addr, n) }?;
+            SlabBuf::new(b, slab.clone())
+        }
     };
-    // SAFETY: an idle buffer (no task uses it); the bytes are this operation's until it
-    // completes.
-    unsafe { b.buf.set_data(addr, n) }?;
     Ok(Source::Slab(b))
 }

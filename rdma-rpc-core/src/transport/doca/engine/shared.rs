@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::super::sys::{Device, Mmap};
 use super::{ConnId, ConnShared};
 use crate::error::{Error, Result};
-use crate::memory::{Region, RegisteredBuf, StagingPools};
+use crate::memory::{RegisteredBuf, StagingPools};
 use crate::transport::Descriptor;
 use std::net::IpAddr;
 
@@ -18,9 +18,10 @@ use std::net::IpAddr;
 pub(in crate::transport::doca) struct Local {
     pub(in crate::transport::doca) buf: RegisteredBuf,
     pub(in crate::transport::doca) mmap: Arc<Mmap>,
-    /// The staging slab `buf` was taken from, when the bytes were copied into the transport's
-    /// pooled staging: a send from it uses a `doca_buf` the context keeps over the whole slab.
-    pub(in crate::transport::doca) slab: Option<Arc<Region>>,
+    /// Whether the bytes were copied into the transport's pooled staging: then `buf`'s region
+    /// is a staging slab, and a send or write from it uses a `doca_buf` the context keeps
+    /// over the whole slab.
+    pub(in crate::transport::doca) staged: bool,
 }
 
 pub(in crate::transport::doca) enum AtomicOp {
