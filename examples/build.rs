@@ -7,7 +7,8 @@ use std::path::PathBuf;
 fn main() -> Result<(), rdma_rpc_codegen::Error> {
     // Read when the script runs, not baked in when it is compiled: a build script binary that
     // cargo reuses from another checkout would otherwise look for that checkout's specs.
-    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(PathBuf::new, PathBuf::from);
+    let manifest_dir =
+        std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(PathBuf::new, PathBuf::from);
     let specs = manifest_dir.join("../specs");
     rdma_rpc_codegen::configure().compile(&[
         specs.join("doca_cpp_endpoints.yaml"),

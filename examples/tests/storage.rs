@@ -27,6 +27,7 @@ fn config(block_size: usize, block_count: u64, recovery_every: u64) -> ClusterCo
             cores: 2,
             codec: None,
             target_secret: Secret::random(),
+            threads: None,
         },
         service_secret: Secret::random(),
     }
@@ -48,6 +49,7 @@ fn initiator(block_size: usize, blocks: u64) -> InitiatorConfig {
         transactions_per_core: 4,
         progress: false,
         counters: None,
+        threads: None,
     }
 }
 
@@ -108,6 +110,56 @@ async fn blocks_round_trip_over_mem() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocks_round_trip_over_doca() {
     round_trip("doca://", &[4096, 64 << 10], 30).await;
+    let violations = doca_sys::take_contract_violations();
+    assert!(
+        violations.is_empty(),
+        "DOCA contract violations: {violations:#?}"
+    );
+}
+
+/// A data path per core: with a thread per core, each core's initiator connection, service
+/// listener and service-to-target lanes live on that core's thread, and every I/O the service
+/// starts runs on one of them, spread over both.
+async fn a_data_path_per_core(scheme: &str) {
+    use examples::storage::cores::CoreThreads;
+    let threads = CoreThreads::start(2).unwrap();
+    let mut config = config(64 << 10, 80, 5);
+    config.service.threads = Some(threads.clone());
+    let cluster = start(scheme, &config).await;
+    assert_eq!(
+        cluster.service_addrs.len(),
+        2,
+        "a service listener per core"
+    );
+    let clients = vec![
+        cluster.client_on(0).await.unwrap(),
+        cluster.client_on(1).await.unwrap(),
+    ];
+    let mut setup = initiator(64 << 10, 80);
+    setup.threads = Some(threads);
+    let report = initiator::run_on(clients, &setup).await.unwrap();
+    assert_eq!((report.write.count, report.read.count), (80, 80));
+    assert_eq!(report.recovery_reads, 16, "every 5th read recovers");
+    let (by_core, elsewhere) = cluster.service.ios_by_core();
+    assert_eq!(elsewhere, 0, "every I/O ran on a core thread: {by_core:?}");
+    assert_eq!(by_core.iter().sum::<u64>(), 160, "{by_core:?}");
+    // Each core's 4 transactions take blocks as they finish: both cores serve I/O.
+    assert!(by_core.iter().all(|&n| n > 0), "{by_core:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_path_per_core_over_tcp() {
+    a_data_path_per_core("tcp://").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_path_per_core_over_mem() {
+    a_data_path_per_core("mem://").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_path_per_core_over_doca() {
+    a_data_path_per_core("doca://").await;
     let violations = doca_sys::take_contract_violations();
     assert!(
         violations.is_empty(),

@@ -6,8 +6,10 @@
 //! [--trigger-recovery-read-every-n 10] [--kill-target-after N] [--control-timeout 5s]`.
 //! `--kill-target-after N` takes the data 2 target off the network once it has stored N
 //! halves: later writes are degraded, reads are rebuilt from data 1 and the parity. `--cores`
-//! (default: this machine's) is the data paths: initiator connections, and the service's
-//! connections to each target.
+//! (default: this machine's) is the data paths: a thread per core, each with its own
+//! single-threaded runtime, on which that core's initiator connection, service and target
+//! listeners, and the service's connections to each target run (`--one-runtime` runs them all
+//! on the demo's multi-threaded runtime instead, for comparison).
 //!
 //! After the run it measures, in the same process and printed next to the storage figures:
 //! the codec alone on one core over the same blocks, raw TCP bulk and a memory copy, with the
@@ -21,6 +23,7 @@ use examples::generated::storage_service::{StorageCommand, StorageServiceClient}
 use examples::storage::auth::Secret;
 use examples::storage::cluster::{Cluster, ClusterConfig};
 use examples::storage::codec::{baseline, CpuCodec};
+use examples::storage::cores::CoreThreads;
 use examples::storage::flags;
 use examples::storage::initiator::{self, CostCounters, InitiatorConfig};
 use examples::storage::service::ServiceConfig;
@@ -49,6 +52,10 @@ struct Args {
     /// I/O in flight per core.
     #[arg(long, value_name = "N", default_value_t = 8)]
     transactions_per_core: u32,
+    /// Every part on the demo's one multi-threaded runtime instead of a thread per core (the
+    /// data paths then share its workers; for comparison).
+    #[arg(long)]
+    one_runtime: bool,
     /// Every Nth read goes through the parity target (0: only when needed).
     #[arg(long, value_name = "N", default_value_t = 10)]
     trigger_recovery_read_every_n: u64,
@@ -77,6 +84,11 @@ async fn run(args: Args) -> Result<(), String> {
     let block_size = args.block_size;
     let blocks = args.blocks;
     let cores = args.cores.unwrap_or_else(flags::cores).max(1);
+    let threads = if args.one_runtime {
+        None
+    } else {
+        Some(CoreThreads::start(cores).map_err(|e| format!("starting {cores} core threads: {e}"))?)
+    };
     let config = ClusterConfig {
         block_size,
         block_count: blocks,
@@ -87,6 +99,7 @@ async fn run(args: Args) -> Result<(), String> {
             codec: None,
             // Every part runs here: fresh secrets for this run.
             target_secret: Secret::random(),
+            threads: threads.clone(),
         },
         service_secret: Secret::random(),
     };
@@ -105,13 +118,17 @@ async fn run(args: Args) -> Result<(), String> {
         .await
         .map_err(|s| s.to_string())?;
     println!(
-        "targets {} | service {} | {blocks} blocks of {block_size} bytes",
+        "targets {} | service {} | {blocks} blocks of {block_size} bytes | {}",
         cluster.target_addrs.join(", "),
-        cluster.service_addr
+        cluster.service_addrs.join(", "),
+        match &threads {
+            Some(_) => format!("{cores} data paths, a thread and a runtime each"),
+            None => format!("{cores} data paths on one multi-threaded runtime"),
+        }
     );
     let mut clients = Vec::new();
-    for _ in 0..cores {
-        clients.push(cluster.client().await.map_err(|s| s.to_string())?);
+    for core in 0..cores {
+        clients.push(cluster.client_on(core).await.map_err(|s| s.to_string())?);
     }
     let client = clients[0].clone();
     let initiator_config = InitiatorConfig {
@@ -121,6 +138,7 @@ async fn run(args: Args) -> Result<(), String> {
         transactions_per_core: args.transactions_per_core,
         progress: true,
         counters: doca.map(|t| Arc::new(move || t.counters()) as CostCounters),
+        threads,
     };
     let run = tokio::spawn(async move { initiator::run_on(clients, &initiator_config).await });
     if let Some(n) = args.kill_target_after {
@@ -133,6 +151,12 @@ async fn run(args: Args) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .map_err(|s| s.to_string())?;
     print!("{}", report.table());
+    let (by_core, off_core) = cluster.service.ios_by_core();
+    let by_core: Vec<String> = by_core.iter().map(u64::to_string).collect();
+    println!(
+        "I/Os the service started on each core's thread: {} (elsewhere: {off_core})",
+        by_core.join(", ")
+    );
     println!(
         "round trips one after the other per I/O: write 4 (the call; the RDMA read of the \
          block; the three target calls in parallel, each with one RDMA read of its half's data \

@@ -4,7 +4,8 @@
 //! `cargo run --release -p examples --bin storage-initiator -- --storage-server
 //! tcp://host:7480 [--block-size 64KiB] [--blocks 2000] [--cores 2] [--transactions-per-core
 //! 8] [--shutdown yes]` (`--shutdown yes` shuts the service and its targets down afterwards).
-//! One connection per core (`--cores`, default: this machine's). The service takes calls with
+//! One connection per core (`--cores`, default: this machine's), each made and used on a
+//! thread of its own with its own runtime and transactions. The service takes calls with
 //! its secret only: `--secret` or `STORAGE_SERVICE_SECRET`.
 
 use std::process::ExitCode;
@@ -12,6 +13,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use examples::generated::storage_service::{StorageCommand, StorageServiceClient};
 use examples::storage::auth::{Secret, SERVICE_SECRET_ENV};
+use examples::storage::cores::CoreThreads;
 use examples::storage::flags;
 use examples::storage::initiator::{self, CostCounters, InitiatorConfig};
 use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport};
@@ -64,9 +66,14 @@ async fn run(args: Args) -> Result<(), String> {
         counters: doca
             .clone()
             .map(|t| Arc::new(move || t.counters()) as CostCounters),
+        threads: None,
     };
+    // A thread per core, each with its own runtime, connection and transactions.
+    let cores = config.cores.max(1) as usize;
+    let threads =
+        CoreThreads::start(cores).map_err(|e| format!("starting {cores} threads: {e}"))?;
     let mut clients = Vec::new();
-    for _ in 0..config.cores.max(1) {
+    for core in 0..cores {
         let mut builder = Client::builder()
             .initial_receives(examples::storage::RECEIVES)
             .recv_credits(examples::storage::RECEIVES)
@@ -74,13 +81,19 @@ async fn run(args: Args) -> Result<(), String> {
         if let Some(t) = &doca {
             builder = builder.transport(Arc::new(t.clone()));
         }
-        clients.push(
+        let addr = addr.clone();
+        let dial = async move {
             builder
                 .connect(&addr)
                 .await
-                .map_err(|e| format!("cannot reach the service at {addr}: {e}"))?,
-        );
+                .map_err(|e| format!("cannot reach the service at {addr}: {e}"))
+        };
+        clients.push(threads.run(core, dial).await?);
     }
+    let config = InitiatorConfig {
+        threads: Some(threads),
+        ..config
+    };
     let client = clients[0].clone();
     let report = initiator::run_on(clients, &config)
         .await

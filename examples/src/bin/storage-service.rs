@@ -68,9 +68,11 @@ async fn run(args: Args) -> Result<(), String> {
             "--target-secret",
             TARGET_SECRET_ENV,
         )?,
+        threads: None,
     };
     let transport = transport_for(&targets[0]).map_err(|e| e.to_string())?;
-    let service = Service::connect(transport, [&targets[0], &targets[1], &targets[2]], config)
+    let [d1, d2, p] = targets.map(|addr| vec![addr]);
+    let service = Service::connect(transport, [&d1, &d2, &p], config)
         .await
         .map_err(|s| s.to_string())?;
     let service = Arc::new(service);

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use rdma_rpc_core::server::ServerBuilder;
 use rdma_rpc_core::transport::Transport;
 use rdma_rpc_core::{Client, Server, Status};
 use tokio::sync::watch;
@@ -10,6 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::auth::Secret;
 use super::codec::Slot;
+use super::cores::CoreThreads;
 use super::service::{Service, ServiceConfig};
 use super::target::{Target, TargetConfig};
 use crate::generated::storage_service::StorageServiceServer;
@@ -34,14 +36,22 @@ pub struct Cluster {
     pub transport: Arc<dyn Transport>,
     /// Data 1, data 2, parity.
     pub targets: [Arc<Target>; 3],
-    /// Their addresses.
+    /// Their addresses (with threads per core: core 0's listener).
     pub target_addrs: [String; 3],
+    /// Each target's listeners, one per core.
+    target_lanes: [Vec<String>; 3],
     kills: [watch::Sender<bool>; 3],
     target_tasks: Vec<JoinHandle<rdma_rpc_core::Result<()>>>,
-    /// The service's address (the initiator connects here).
+    /// The service's address (the initiator connects here; with threads per core: core 0's
+    /// listener).
     pub service_addr: String,
+    /// The service's listeners, one per core.
+    pub service_addrs: Vec<String>,
+    /// The service.
+    pub service: Arc<Service>,
     service_secret: Secret,
-    service_task: JoinHandle<rdma_rpc_core::Result<()>>,
+    service_tasks: Vec<JoinHandle<rdma_rpc_core::Result<()>>>,
+    threads: Option<Arc<CoreThreads>>,
 }
 
 /// The three of a kind made in a loop over the three slots.
@@ -60,19 +70,25 @@ impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cluster")
             .field("targets", &self.target_addrs)
-            .field("service", &self.service_addr)
+            .field("target_lanes", &self.target_lanes)
+            .field("service", &self.service_addrs)
             .finish()
     }
 }
 
 impl Cluster {
     /// Starts three targets and the service, each listening on `bind` (an address with port
-    /// 0, such as `tcp://127.0.0.1:0`, `mem://` or `doca://127.0.0.1:0`).
+    /// 0, such as `tcp://127.0.0.1:0`, `mem://` or `doca://127.0.0.1:0`). With
+    /// [`ServiceConfig::threads`](super::service::ServiceConfig::threads) each of them listens
+    /// once per core, on that core's thread, so that the connections each listener accepts are
+    /// served there.
     pub async fn start(
         transport: Arc<dyn Transport>,
         bind: &str,
         config: &ClusterConfig,
     ) -> Result<Cluster, Status> {
+        let threads = config.service.threads.clone();
+        let listeners = threads.as_ref().map_or(1, |t| t.len());
         let mut targets = Vec::new();
         let mut addrs = Vec::new();
         let mut kills = Vec::new();
@@ -83,69 +99,92 @@ impl Cluster {
                 config.block_size,
                 config.block_count,
             )?)?);
-            let server = Server::builder()
-                .transport(transport.clone())
-                .initial_receives(super::RECEIVES)
-                .recv_credits(super::RECEIVES)
-                .transfer_timeout(super::target::IO_TIMEOUT)
-                .interceptor(
-                    config
-                        .service
-                        .target_secret
-                        .require("their storage service"),
-                )
-                .add_service(StorageTargetServer::new(target.clone()))
-                .bind(bind)
+            let (kill, killed) = watch::channel(false);
+            let mut slot_addrs = Vec::new();
+            for core in 0..listeners {
+                let builder = Server::builder()
+                    .transport(transport.clone())
+                    .initial_receives(super::RECEIVES)
+                    .recv_credits(super::RECEIVES)
+                    .transfer_timeout(super::target::IO_TIMEOUT)
+                    .interceptor(
+                        config
+                            .service
+                            .target_secret
+                            .require("their storage service"),
+                    )
+                    .add_service(StorageTargetServer::new(target.clone()));
+                let (down, mut killed) = (target.shut_down(), killed.clone());
+                let (addr, task) = listen(threads.as_deref(), core, builder, bind, async move {
+                    tokio::select! {
+                        _ = down => {}
+                        _ = killed.wait_for(|k| *k) => {}
+                    }
+                })
                 .await
                 .map_err(|e| bound(&format!("{slot} target"), e))?;
-            addrs.push(server.local_addr());
-            let (kill, mut killed) = watch::channel(false);
-            let down = target.shut_down();
-            tasks.push(tokio::spawn(server.serve_with_shutdown(async move {
-                tokio::select! {
-                    _ = down => {}
-                    _ = killed.wait_for(|k| *k) => {}
-                }
-            })));
+                slot_addrs.push(addr);
+                tasks.push(task);
+            }
+            addrs.push(slot_addrs);
             kills.push(kill);
             targets.push(target);
         }
-        let addr_refs = [addrs[0].as_str(), addrs[1].as_str(), addrs[2].as_str()];
-        let service =
-            Arc::new(Service::connect(transport.clone(), addr_refs, config.service.clone()).await?);
-        let server = Server::builder()
-            .transport(transport.clone())
-            .initial_receives(super::RECEIVES)
-            .recv_credits(super::RECEIVES)
-            .interceptor(config.service_secret.require("its initiator"))
-            .add_service(StorageServiceServer::new(service.clone()))
-            .bind(bind)
-            .await
-            .map_err(|e| bound("service", e))?;
-        let service_addr = server.local_addr();
-        let service_task = tokio::spawn(server.serve_with_shutdown(service.shut_down()));
+        let target_lanes: [Vec<String>; 3] = three(addrs);
+        let [d1, d2, p] = &target_lanes;
+        let service = Arc::new(
+            Service::connect(transport.clone(), [d1, d2, p], config.service.clone()).await?,
+        );
+        let mut service_addrs = Vec::new();
+        let mut service_tasks = Vec::new();
+        for core in 0..listeners {
+            let builder = Server::builder()
+                .transport(transport.clone())
+                .initial_receives(super::RECEIVES)
+                .recv_credits(super::RECEIVES)
+                .interceptor(config.service_secret.require("its initiator"))
+                .add_service(StorageServiceServer::new(service.clone()));
+            let (addr, task) = listen(threads.as_deref(), core, builder, bind, service.shut_down())
+                .await
+                .map_err(|e| bound("service", e))?;
+            service_addrs.push(addr);
+            service_tasks.push(task);
+        }
         Ok(Cluster {
             transport,
             targets: three(targets),
-            target_addrs: three(addrs),
+            target_addrs: target_lanes.clone().map(|a| a[0].clone()),
+            target_lanes,
             kills: three(kills),
             target_tasks: tasks,
-            service_addr,
+            service_addr: service_addrs[0].clone(),
+            service_addrs,
+            service,
             service_secret: config.service_secret.clone(),
-            service_task,
+            service_tasks,
+            threads,
         })
     }
 
-    /// A client of the service, presenting its secret.
+    /// A client of the service, presenting its secret, made on the caller's runtime.
     pub async fn client(&self) -> Result<Client, Status> {
-        Client::builder()
-            .transport(self.transport.clone())
-            .initial_receives(super::RECEIVES)
-            .recv_credits(super::RECEIVES)
-            .interceptor(self.service_secret.present())
-            .connect(&self.service_addr)
-            .await
-            .map_err(|e| Status::unavailable(format!("the service: {e}")))
+        dial_service(
+            self.transport.clone(),
+            self.service_secret.clone(),
+            self.service_addr.clone(),
+        )
+        .await
+    }
+
+    /// The client of the initiator's core `core`: with threads per core, made on that core's
+    /// thread and connected to the service's listener there; otherwise as [`Cluster::client`].
+    pub async fn client_on(&self, core: usize) -> Result<Client, Status> {
+        let addr = self.service_addrs[core % self.service_addrs.len()].clone();
+        let dial = dial_service(self.transport.clone(), self.service_secret.clone(), addr);
+        match &self.threads {
+            Some(threads) => threads.run(core, dial).await,
+            None => dial.await,
+        }
     }
 
     /// Takes target `i` (0 data 1, 1 data 2, 2 parity) off the network: it stops serving, and
@@ -156,9 +195,45 @@ impl Cluster {
 
     /// Waits for the service and the targets to stop (after a shutdown command).
     pub async fn join(self) {
-        let _ = self.service_task.await;
-        for task in self.target_tasks {
+        for task in self.service_tasks.into_iter().chain(self.target_tasks) {
             let _ = task.await;
         }
+    }
+}
+
+async fn dial_service(
+    transport: Arc<dyn Transport>,
+    secret: Secret,
+    addr: String,
+) -> Result<Client, Status> {
+    Client::builder()
+        .transport(transport)
+        .initial_receives(super::RECEIVES)
+        .recv_credits(super::RECEIVES)
+        .interceptor(secret.present())
+        .connect(&addr)
+        .await
+        .map_err(|e| Status::unavailable(format!("the service: {e}")))
+}
+
+/// Binds `builder` on `bind` and serves until `shutdown`: on core `core`'s thread when there
+/// are threads per core (the listener and the connections it accepts then live there), else
+/// on the caller's runtime. Returns the bound address and the serving task.
+async fn listen(
+    threads: Option<&CoreThreads>,
+    core: usize,
+    builder: ServerBuilder,
+    bind: &str,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> rdma_rpc_core::Result<(String, JoinHandle<rdma_rpc_core::Result<()>>)> {
+    let bind = bind.to_owned();
+    let start = async move {
+        let server = builder.bind(&bind).await?;
+        let addr = server.local_addr();
+        Ok((addr, tokio::spawn(server.serve_with_shutdown(shutdown))))
+    };
+    match threads {
+        Some(threads) => threads.run(core, start).await,
+        None => start.await,
     }
 }

@@ -12,6 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rdma_rpc_core::transport::doca::Counters;
 use rdma_rpc_core::{Access, Client, SharedBuf, SharedRegion, Status};
 
+use super::cores::CoreThreads;
 use crate::bench::measure::Latencies;
 use crate::generated::storage_service::{
     BlockIo, InitStorage, StorageCommand, StorageControl, StorageServiceClient,
@@ -72,6 +73,10 @@ pub struct InitiatorConfig {
     /// The transport's cost counters, if it has them (DOCA over the software provider):
     /// the report then says what each I/O cost in registrations and imports.
     pub counters: Option<CostCounters>,
+    /// A thread per core: the transactions of connection `k` run on core `k` (where that
+    /// connection should have been made: [`super::cluster::Cluster::client_on`]). `None`: on
+    /// the caller's runtime.
+    pub threads: Option<Arc<CoreThreads>>,
 }
 
 impl std::fmt::Debug for InitiatorConfig {
@@ -83,6 +88,7 @@ impl std::fmt::Debug for InitiatorConfig {
             .field("transactions_per_core", &self.transactions_per_core)
             .field("progress", &self.progress)
             .field("counters", &self.counters.is_some())
+            .field("threads", &self.threads)
             .finish()
     }
 }
@@ -379,7 +385,8 @@ pub async fn run_on(clients: Vec<Client>, config: &InitiatorConfig) -> Result<Re
         let started = Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
         for w in 0..workers {
-            let stub = lanes[w % lanes.len()].0.clone();
+            let lane = w % lanes.len();
+            let stub = lanes[lane].0.clone();
             let (next, bar, contents) = (next.clone(), bar.clone(), contents.clone());
             let (done_count, warm, counters) =
                 (done_count.clone(), warm.clone(), config.counters.clone());
@@ -388,7 +395,7 @@ pub async fn run_on(clients: Vec<Client>, config: &InitiatorConfig) -> Result<Re
                 .lease(offset, config.block_size)
                 .map_err(Status::from)?;
             let (blocks, block_size) = (config.blocks, config.block_size);
-            tasks.spawn(async move {
+            let transaction = async move {
                 let mut seen = Vec::new();
                 let stale = [0u8; 8];
                 // The template the I/O memory holds from this worker's last write.
@@ -429,7 +436,11 @@ pub async fn run_on(clients: Vec<Client>, config: &InitiatorConfig) -> Result<Re
                     }
                     bar.inc(1);
                 }
-            });
+            };
+            match &config.threads {
+                Some(threads) => tasks.spawn_on(transaction, threads.handle(lane)),
+                None => tasks.spawn(transaction),
+            };
         }
         let mut op = OpReport::default();
         while let Some(joined) = tasks.join_next().await {

@@ -19,6 +19,7 @@
 pub mod auth;
 pub mod cluster;
 pub mod codec;
+pub mod cores;
 pub mod flags;
 pub mod handles;
 pub mod initiator;

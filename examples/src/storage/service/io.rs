@@ -2,6 +2,7 @@
 //! store or fetch its half of a staging slot (over the lane the slot picks), and recovering
 //! a block from the surviving data half and the parity.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use rdma_rpc_core::{RemoteBuf, RemoteMemory, Request, Status};
@@ -13,10 +14,11 @@ use crate::generated::storage_service::BlockIo;
 use crate::generated::storage_target::{HalfDone, HalfIo};
 
 impl Service {
-    /// The lane of target `t` that staging slot `slot` uses.
+    /// The lane of target `t` that staging slot `slot` uses: on a core thread, that core's
+    /// lane (it was dialed there); elsewhere the slot's.
     fn lane(&self, t: usize, slot: usize) -> &Lane {
         let lanes = &self.links[t].lanes;
-        &lanes[slot % lanes.len()]
+        &lanes[super::super::cores::current().unwrap_or(slot) % lanes.len()]
     }
 
     /// Has target `t` fetch its half of `block` from the staging slot (its first `used` bytes
@@ -81,6 +83,11 @@ impl Service {
         let memory = self
             .initiators
             .of(&initiator, "call init_storage on it first")?;
+        let counter = match super::super::cores::current() {
+            Some(core) => self.by_core.get(core).unwrap_or(&self.off_core),
+            None => &self.off_core,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
         Ok((staging, initiator, io, memory))
     }
 

@@ -16,9 +16,11 @@
 //! missing, unreachable or corrupt, the read goes through the parity target instead (a
 //! recovery read).
 //!
-//! A data path per core: the service keeps `cores` connections to each target (lanes), and a
-//! transaction's staging slot picks its lane, so that the calls of different cores run on
-//! different connections (each served by a task of its own on both sides).
+//! A data path per core: the service keeps `cores` connections to each target (lanes). With
+//! [`ServiceConfig::threads`], lane `k` is dialed on core `k`'s thread, and a handler running
+//! on core `k` (the service listens once per core there) calls over lane `k`: an I/O stays on
+//! one thread ([`super::cores`]). Without, a transaction's staging slot picks its lane, so
+//! that the calls of different transactions run on different connections.
 
 // This file holds the service, its configuration and its connections to the targets;
 // `staging` the staging memory, `io` the pieces of the I/O path, `endpoints` what the
@@ -38,6 +40,7 @@ use tokio::sync::watch;
 
 use super::auth::Secret;
 use super::codec::{Codec, CpuCodec, Slot};
+use super::cores::CoreThreads;
 use super::handles::ConnectionHandles;
 use crate::generated::storage_target::{
     Command, StorageTargetClient, TargetControl, TargetGeometry,
@@ -59,6 +62,9 @@ pub struct ServiceConfig {
     pub codec: Option<Arc<dyn Codec>>,
     /// What the service presents to the targets (they take calls from their service only).
     pub target_secret: Secret,
+    /// A thread per core: lane `k` to each target is dialed on core `k`, and handlers on core
+    /// `k` use it. `None`: lanes are dialed on the caller's runtime and picked by staging slot.
+    pub threads: Option<Arc<CoreThreads>>,
 }
 
 impl Default for ServiceConfig {
@@ -69,6 +75,7 @@ impl Default for ServiceConfig {
             cores: 1,
             codec: None,
             target_secret: Secret::random(),
+            threads: None,
         }
     }
 }
@@ -132,6 +139,9 @@ pub struct Service {
     /// The I/O memory each initiator connection offered at `init_storage`.
     initiators: ConnectionHandles,
     reads: AtomicU64,
+    /// I/Os started on each core thread ([`ServiceConfig::threads`]), and elsewhere.
+    by_core: Vec<AtomicU64>,
+    off_core: AtomicU64,
     shutdown: watch::Sender<bool>,
 }
 
@@ -150,27 +160,41 @@ fn describe(status: &Status) -> String {
 
 impl Service {
     /// Connects to the data 1, data 2 and parity targets (`config.cores` connections to
-    /// each) and checks that they agree.
+    /// each) and checks that they agree. Each target is given by one or more addresses: lane
+    /// `k` dials address `k` (modulo their number), on core `k` with [`ServiceConfig::threads`].
     pub async fn connect(
         transport: Arc<dyn Transport>,
-        targets: [&str; 3],
+        targets: [&[String]; 3],
         config: ServiceConfig,
     ) -> Result<Service, Status> {
         let mut links = Vec::new();
         let mut geometry: Option<TargetGeometry> = None;
-        for (addr, slot) in targets
+        for (addrs, slot) in targets
             .into_iter()
             .zip([Slot::Data1, Slot::Data2, Slot::Parity])
         {
+            if addrs.is_empty() {
+                return Err(Status::invalid_argument(format!(
+                    "no address for the {slot} target"
+                )));
+            }
             let mut lanes = Vec::new();
-            for _ in 0..config.cores.max(1) {
+            for lane in 0..config.cores.max(1) {
+                let addr = addrs[lane % addrs.len()].clone();
                 let builder = Client::builder()
                     .transport(transport.clone())
                     .initial_receives(super::RECEIVES)
                     .recv_credits(super::RECEIVES)
                     .interceptor(config.target_secret.present());
-                let client = tokio::time::timeout(config.control_timeout, builder.connect(addr))
-                    .await
+                let dial = {
+                    let (addr, limit) = (addr.clone(), config.control_timeout);
+                    async move { tokio::time::timeout(limit, builder.connect(&addr)).await }
+                };
+                let dialed = match &config.threads {
+                    Some(threads) => threads.run(lane, dial).await,
+                    None => dial.await,
+                };
+                let client = dialed
                     .map_err(|_| {
                         Status::unavailable(format!("{slot} target at {addr}: no answer"))
                     })?
@@ -178,6 +202,7 @@ impl Service {
                 let stub = StorageTargetClient::new(client.clone());
                 lanes.push(Lane { client, stub });
             }
+            let addr = &addrs[0];
             let g = lanes[0].stub.query(()).await?;
             if g.slot != slot.to_string() {
                 return Err(Status::invalid_argument(format!(
@@ -229,6 +254,9 @@ impl Service {
             )));
         }
         let links: [Link; 3] = super::cluster::three(links);
+        let by_core = (0..config.cores.max(1))
+            .map(|_| AtomicU64::new(0))
+            .collect();
         Ok(Service {
             config,
             codec,
@@ -239,8 +267,21 @@ impl Service {
             state: Mutex::new(State::Created),
             initiators: ConnectionHandles::new(MAX_INITIATOR_CONNECTIONS),
             reads: AtomicU64::new(0),
+            by_core,
+            off_core: AtomicU64::new(0),
             shutdown: watch::channel(false).0,
         })
+    }
+
+    /// How many I/Os (writes and reads) each core thread started, by core, and how many started
+    /// on no core thread (all of them without [`ServiceConfig::threads`]).
+    pub fn ios_by_core(&self) -> (Vec<u64>, u64) {
+        let by_core = self
+            .by_core
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .collect();
+        (by_core, self.off_core.load(Ordering::Relaxed))
     }
 
     /// Resolves once the initiator asked the service to shut down.
