@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot, watch, Notify, RwLock};
 use super::responder::serve;
 use super::shared::*;
 use super::wire::{Header, Kind};
-use super::writer::{readable, writer};
+use super::writer::{readable, writer, Writes};
 use super::TcpConfig;
 use crate::error::{Error, Result};
 use crate::ids::IdMap;
@@ -79,6 +79,7 @@ impl TcpConnection {
         peer: String,
         identity: Option<Arc<PeerIdentity>>,
         config: Arc<TcpConfig>,
+        writes: Writes,
     ) -> Arc<Self>
     where
         R: AsyncRead + Unpin + Send + 'static,
@@ -111,7 +112,14 @@ impl TcpConnection {
             rnr_waits: AtomicUsize::new(0),
         });
         let closed_rx = shared.closed.subscribe();
-        tokio::spawn(writer(shared.clone(), wr, req_rx, resp_rx, closed_rx));
+        tokio::spawn(writer(
+            shared.clone(),
+            wr,
+            writes,
+            req_rx,
+            resp_rx,
+            closed_rx,
+        ));
         let reader_task = tokio::spawn({
             let shared = shared.clone();
             async move {

@@ -29,6 +29,7 @@ use tokio::net::{TcpListener, TcpStream};
 use super::common::QueuedListener;
 use super::{BoxFuture, Connection, Fencing, Listener, Transport};
 use crate::error::{Error, Result};
+use writer::Writes;
 
 pub use conn::TcpConnection;
 
@@ -167,7 +168,13 @@ async fn establish(
             let _ = side; // Plain TCP is the same at both ends.
             let stream = preamble(stream, &peer, limit).await?;
             let halves = stream.into_split();
-            Ok(TcpConnection::start(halves, peer, None, config.clone()))
+            Ok(TcpConnection::start(
+                halves,
+                peer,
+                None,
+                config.clone(),
+                Writes::Vectored,
+            ))
         }
         #[cfg(feature = "tls")]
         Layer::Tls(tls) => {
@@ -176,7 +183,14 @@ async fn establish(
                 .await
                 .map_err(|e| tls::explain(e, side, &peer))?;
             let halves = tokio::io::split(stream);
-            Ok(TcpConnection::start(halves, peer, identity, config.clone()))
+            // TLS seals each write separately: small packets are gathered in a buffer first.
+            Ok(TcpConnection::start(
+                halves,
+                peer,
+                identity,
+                config.clone(),
+                Writes::Buffered,
+            ))
         }
     }
 }
