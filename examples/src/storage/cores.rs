@@ -6,9 +6,10 @@
 //! connections they accept are served on that thread), the service's connections to the
 //! targets that lane `k` uses, the initiator's connection `k` and the transactions that use
 //! it. An I/O then goes from the initiator through the service to the targets and back
-//! without waking another thread, and no work is stolen between threads. On a 2-core machine
-//! that made the storage demo over TCP about 1.6 times as fast as the same parts on one
-//! two-worker runtime, where every frame may wake a task on the other core.
+//! without waking another thread, and no work is stolen between threads. On a 2-core VM that
+//! made `storage-demo` over TCP 1.25 to 1.38 times as fast as the same parts on one two-worker
+//! runtime (`--one-runtime`), where any frame may wake a task on the other core
+//! (docs/bench/storage.txt).
 
 use std::future::Future;
 use std::sync::Arc;

@@ -3,9 +3,10 @@
 //! Each connection is one TCP stream carrying packets with a fixed header (see `wire.rs`).
 //! A reader task per connection plays the part of the RDMA NIC on the receiving side: it
 //! places sends into posted receives, and serves one-sided writes, reads and atomics from the
-//! windows this side granted, with no application code involved. A writer task batches
-//! outgoing packets into the socket. Payloads move between the socket and registered memory
-//! directly (no staging copies).
+//! windows this side granted, with no application code involved. A writer task sends
+//! whatever packets are queued together: over plain TCP in one vectored write (`writev`) per
+//! batch of up to 64, payloads from where they are; over TLS through a buffer. Payloads move
+//! between the socket and registered memory without staging copies.
 //!
 //! Addresses: `tcp://host:port` or `host:port`. With the `tls` feature, `tls` runs the same
 //! packets inside TLS (`tls://host:port`): a layer between the socket and the packets, so

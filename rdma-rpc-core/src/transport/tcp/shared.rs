@@ -17,9 +17,9 @@ use crate::memory::{Access, RegisteredBuf};
 use crate::transport::common::RecvQueue;
 use crate::transport::{PeerIdentity, SendData};
 
-/// Socket buffer sizes of the reader and the writer: small packets are batched through them,
-/// payloads larger than them go straight between the socket and registered memory. Every
-/// connection holds both for its life, so they stay small (2 × 32 KiB per end).
+/// Socket buffer sizes of the reader (and of the writer over TLS): small packets are batched
+/// through them, payloads larger than them go straight between the socket and registered
+/// memory. Every connection holds them for its life, so they stay small (32 KiB each).
 pub(super) const SOCKET_BUFFER: usize = 32 * 1024;
 /// Queue of packets the reader produces (acks, read responses): when full, the reader stops
 /// reading, which pushes back on the peer through TCP.
