@@ -13,7 +13,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
@@ -27,12 +26,12 @@ pub fn current() -> Option<usize> {
     CURRENT.with(std::cell::Cell::get)
 }
 
-/// One thread per core, each running a single-threaded tokio runtime until this is dropped
-/// (which stops the runtimes, dropping their tasks, and joins the threads).
+/// One thread per core, each running a single-threaded tokio runtime until this is dropped.
+/// Dropping it stops the runtimes without waiting: each thread drops its tasks and ends on its
+/// own (a drop in async code must not block on them).
 pub struct CoreThreads {
     handles: Vec<Handle>,
     stops: Vec<oneshot::Sender<()>>,
-    threads: Vec<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for CoreThreads {
@@ -49,7 +48,6 @@ impl CoreThreads {
         let mut threads = CoreThreads {
             handles: Vec::new(),
             stops: Vec::new(),
-            threads: Vec::new(),
         };
         for core in 0..cores.max(1) {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -58,7 +56,7 @@ impl CoreThreads {
             let (stop, stopped) = oneshot::channel::<()>();
             threads.handles.push(runtime.handle().clone());
             threads.stops.push(stop);
-            let thread = std::thread::Builder::new()
+            std::thread::Builder::new()
                 .name(format!("storage-core-{core}"))
                 .spawn(move || {
                     CURRENT.with(|c| c.set(Some(core)));
@@ -67,7 +65,6 @@ impl CoreThreads {
                         let _ = stopped.await;
                     });
                 })?;
-            threads.threads.push(thread);
         }
         Ok(Arc::new(threads))
     }
@@ -109,12 +106,50 @@ impl Drop for CoreThreads {
         for stop in self.stops.drain(..) {
             let _ = stop.send(());
         }
-        let me = std::thread::current().id();
-        for thread in self.threads.drain(..) {
-            // Dropped by a task on one of the cores: that thread ends once this returns.
-            if thread.thread().id() != me {
-                let _ = thread.join();
-            }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn each_core_runs_its_own_tasks_and_knows_its_index() {
+        let threads = CoreThreads::start(2).unwrap();
+        assert_eq!(threads.len(), 2);
+        assert_eq!(current(), None, "the test's own thread is no core");
+        for (core, expected) in [(0, 0), (1, 1), (2, 0), (3, 1)] {
+            let (seen, name) = threads
+                .run(core, async {
+                    (current(), std::thread::current().name().map(str::to_owned))
+                })
+                .await;
+            assert_eq!(seen, Some(expected), "core {core}");
+            assert_eq!(name.as_deref(), Some(&*format!("storage-core-{expected}")));
         }
+    }
+
+    #[tokio::test]
+    async fn dropping_the_threads_drops_their_tasks() {
+        let threads = CoreThreads::start(1).unwrap();
+        let (held, dropped) = oneshot::channel::<()>();
+        let (started, running) = oneshot::channel::<()>();
+        threads.handle(0).spawn(async move {
+            let _held = held;
+            let _ = started.send(());
+            std::future::pending::<()>().await;
+        });
+        running.await.unwrap();
+        drop(threads);
+        // The task never ends on its own: its sender goes only when its runtime drops it.
+        let outcome = tokio::time::timeout(std::time::Duration::from_secs(30), dropped).await;
+        assert!(matches!(outcome, Ok(Err(_))), "{outcome:?}");
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "boom")]
+    async fn a_panic_on_a_core_is_raised_to_the_caller() {
+        let threads = CoreThreads::start(1).unwrap();
+        threads.run(0, async { panic!("boom") }).await
     }
 }

@@ -165,8 +165,11 @@ impl Service {
     pub async fn connect(
         transport: Arc<dyn Transport>,
         targets: [&[String]; 3],
-        config: ServiceConfig,
+        mut config: ServiceConfig,
     ) -> Result<Service, Status> {
+        // Used to dial here only: the service's connections and listeners live on the threads,
+        // which must not be kept alive by the service they run.
+        let threads = config.threads.take();
         let mut links = Vec::new();
         let mut geometry: Option<TargetGeometry> = None;
         for (addrs, slot) in targets
@@ -190,7 +193,7 @@ impl Service {
                     let (addr, limit) = (addr.clone(), config.control_timeout);
                     async move { tokio::time::timeout(limit, builder.connect(&addr)).await }
                 };
-                let dialed = match &config.threads {
+                let dialed = match &threads {
                     Some(threads) => threads.run(lane, dial).await,
                     None => dial.await,
                 };
