@@ -1,6 +1,6 @@
 //! The pieces of the I/O path the endpoints combine: checking a request, having a target
-//! store or fetch its half of a staging slot (over the lane of the core it runs on, or the one its slot picks), and recovering
-//! a block from the surviving data half and the parity.
+//! store or fetch its half of a staging slot (over the lane of the core it runs on, or the one
+//! its slot picks), and recovering a block from the surviving data half and the parity.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
