@@ -694,3 +694,16 @@ async fn refuses_strangers(scheme: &str) {
     }
     write(&stub, &io, 5, len).await.unwrap();
 }
+
+/// A target given by no address is refused before anything is dialed.
+#[tokio::test]
+async fn a_target_without_an_address_is_refused() {
+    use examples::storage::service::Service;
+    let transport: Arc<dyn Transport> = transport_for("mem://").unwrap();
+    let one = vec!["mem://nowhere".to_owned()];
+    let err = Service::connect(transport, [&one, &[], &one], config(4096, 4, 0).service)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("data 2"), "{err:?}");
+}

@@ -170,17 +170,20 @@ impl Service {
         // Used to dial here only: the service's connections and listeners live on the threads,
         // which must not be kept alive by the service they run.
         let threads = config.threads.take();
+        // Every target needs an address: checked before anything is dialed.
+        for (addrs, slot) in targets.iter().zip([Slot::Data1, Slot::Data2, Slot::Parity]) {
+            if addrs.is_empty() {
+                return Err(Status::invalid_argument(format!(
+                    "no address for the {slot} target"
+                )));
+            }
+        }
         let mut links = Vec::new();
         let mut geometry: Option<TargetGeometry> = None;
         for (addrs, slot) in targets
             .into_iter()
             .zip([Slot::Data1, Slot::Data2, Slot::Parity])
         {
-            if addrs.is_empty() {
-                return Err(Status::invalid_argument(format!(
-                    "no address for the {slot} target"
-                )));
-            }
             let mut lanes = Vec::new();
             for lane in 0..config.cores.max(1) {
                 let addr = addrs[lane % addrs.len()].clone();
