@@ -145,6 +145,15 @@ async fn a_data_path_per_core(scheme: &str) {
     assert_eq!(by_core.iter().sum::<u64>(), 160, "{by_core:?}");
     // Each core's 4 transactions take blocks as they finish: both cores serve I/O.
     assert!(by_core.iter().all(|&n| n > 0), "{by_core:?}");
+    // And each target moved its halves on the core threads of its listeners: data 1 in every
+    // write and read, data 2 in the reads that do not recover, the parity in those that do.
+    for (target, moved) in cluster.targets.iter().zip([160, 80 + 64, 80 + 16]) {
+        let (by_core, elsewhere) = target.halves_by_core();
+        let slot = target.slot();
+        assert_eq!(elsewhere, 0, "{slot}: every half on a core: {by_core:?}");
+        assert_eq!(by_core.iter().sum::<u64>(), moved, "{slot}: {by_core:?}");
+        assert!(by_core.iter().all(|&n| n > 0), "{slot}: {by_core:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

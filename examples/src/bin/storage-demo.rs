@@ -151,12 +151,7 @@ async fn run(args: Args) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .map_err(|s| s.to_string())?;
     print!("{}", report.table());
-    let (by_core, off_core) = cluster.service.ios_by_core();
-    let by_core: Vec<String> = by_core.iter().map(u64::to_string).collect();
-    println!(
-        "I/Os the service started on each core's thread: {} (elsewhere: {off_core})",
-        by_core.join(", ")
-    );
+    println!("{}", cluster.service.ios_by_core_line());
     println!(
         "round trips one after the other per I/O: write 4 (the call; the RDMA read of the \
          block; the three target calls in parallel, each with one RDMA read of its half's data \

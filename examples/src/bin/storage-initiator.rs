@@ -5,7 +5,10 @@
 //! tcp://host:7480 [--block-size 64KiB] [--blocks 2000] [--cores 2] [--transactions-per-core
 //! 8] [--shutdown yes]` (`--shutdown yes` shuts the service and its targets down afterwards).
 //! One connection per core (`--cores`, default: this machine's), each made and used on a
-//! thread of its own with its own runtime and transactions. The service takes calls with
+//! thread of its own with its own runtime and transactions. Connection `k` dials the
+//! service's address `k` when it lists one per core (`--storage-server
+//! tcp://host:7480,tcp://host:7481`, as a service with `--cores 2` prints them), so that each
+//! of its cores serves one of the initiator's. The service takes calls with
 //! its secret only: `--secret` or `STORAGE_SERVICE_SECRET`.
 
 use std::process::ExitCode;
@@ -24,9 +27,9 @@ use std::sync::Arc;
 #[derive(Debug, Parser)]
 #[command(name = "storage-initiator")]
 struct Args {
-    /// The storage service.
-    #[arg(long, value_name = "ADDR")]
-    storage_server: String,
+    /// The storage service: its listeners, one per core (separated by commas), or one.
+    #[arg(long, value_name = "ADDR", required = true, value_delimiter = ',')]
+    storage_server: Vec<String>,
     /// Bytes per block.
     #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = flags::size)]
     block_size: usize,
@@ -48,11 +51,11 @@ struct Args {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let addr = args.storage_server.clone();
+    let addrs = args.storage_server.clone();
     let secret = Secret::from_flag_or_env(args.secret.as_deref(), "--secret", SERVICE_SECRET_ENV)?;
     // Over DOCA the transport is made here, so that the report can say what each I/O cost
     // this process in memory registrations and imports.
-    let doca = if addr.starts_with("doca") {
+    let doca = if addrs[0].starts_with("doca") {
         Some(DocaTransport::new(DocaConfig::from_env()).map_err(|e| e.to_string())?)
     } else {
         None
@@ -81,7 +84,7 @@ async fn run(args: Args) -> Result<(), String> {
         if let Some(t) = &doca {
             builder = builder.transport(Arc::new(t.clone()));
         }
-        let addr = addr.clone();
+        let addr = addrs[core % addrs.len()].clone();
         let dial = async move {
             builder
                 .connect(&addr)

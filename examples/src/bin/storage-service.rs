@@ -4,10 +4,17 @@
 //! --data-1-storage tcp://host1:7481 --data-2-storage tcp://host2:7481 --data-p-storage
 //! tcp://host3:7481 [--trigger-recovery-read-every-n N] [--control-timeout 5s] [--cores N]`.
 //! It takes calls from its initiator only (`--secret` or `STORAGE_SERVICE_SECRET`) and
-//! presents the targets' secret to them (`--target-secret` or `STORAGE_TARGET_SECRET`);
-//! `--cores` connections to each target (one per core of the data path; default: this
-//! machine's). Runs until the initiator shuts it down or Ctrl-C. Logs go to stderr, filtered
-//! by `RUST_LOG` (degraded writes and recoveries are warnings).
+//! presents the targets' secret to them (`--target-secret` or `STORAGE_TARGET_SECRET`).
+//!
+//! A data path per core: one thread per core (`--cores`, default: this machine's), each with
+//! its own runtime, its own listener for the initiator (consecutive ports from `--listen`, or
+//! one `--listen` per core) and its own connection to each target, dialed to that target's
+//! address of the same index (`--data-1-storage tcp://host:7481,tcp://host:7482`; a target
+//! given one address is dialed there by every core). An I/O the initiator sends to core
+//! `k`'s listener is served on core `k`'s thread, over core `k`'s target connections; at
+//! shutdown the service prints how many I/Os each core's thread started. Runs until the
+//! initiator shuts it down or Ctrl-C. Logs go to stderr, filtered by `RUST_LOG` (degraded
+//! writes and recoveries are warnings).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -16,7 +23,8 @@ use std::time::Duration;
 use clap::Parser;
 use examples::generated::storage_service::StorageServiceServer;
 use examples::storage::auth::{Secret, SERVICE_SECRET_ENV, TARGET_SECRET_ENV};
-use examples::storage::flags;
+use examples::storage::cores::CoreThreads;
+use examples::storage::flags::{self, Listeners};
 use examples::storage::service::{Service, ServiceConfig};
 use rdma_rpc_core::transport::transport_for;
 use rdma_rpc_core::Server;
@@ -25,25 +33,42 @@ use rdma_rpc_core::Server;
 #[derive(Debug, Parser)]
 #[command(name = "storage-service")]
 struct Args {
-    /// Where to listen for the initiator.
-    #[arg(long, value_name = "ADDR")]
-    listen: String,
-    /// The data 1 target.
-    #[arg(long = "data-1-storage", value_name = "ADDR")]
-    data_1: String,
-    /// The data 2 target.
-    #[arg(long = "data-2-storage", value_name = "ADDR")]
-    data_2: String,
-    /// The parity target.
-    #[arg(long = "data-p-storage", value_name = "ADDR")]
-    parity: String,
+    /// Where to listen for the initiator: one address (each core listens on the next port)
+    /// or one per core (repeated, or separated by commas).
+    #[arg(long, value_name = "ADDR", required = true, value_delimiter = ',')]
+    listen: Vec<String>,
+    /// The data 1 target: its listeners, one per core (separated by commas), or one.
+    #[arg(
+        long = "data-1-storage",
+        value_name = "ADDR",
+        required = true,
+        value_delimiter = ','
+    )]
+    data_1: Vec<String>,
+    /// The data 2 target, as --data-1-storage.
+    #[arg(
+        long = "data-2-storage",
+        value_name = "ADDR",
+        required = true,
+        value_delimiter = ','
+    )]
+    data_2: Vec<String>,
+    /// The parity target, as --data-1-storage.
+    #[arg(
+        long = "data-p-storage",
+        value_name = "ADDR",
+        required = true,
+        value_delimiter = ','
+    )]
+    parity: Vec<String>,
     /// Every Nth read goes through the parity target (0: only when needed).
     #[arg(long, value_name = "N", default_value_t = 0)]
     trigger_recovery_read_every_n: u64,
     /// Longest wait for a target's answer to a control command.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = flags::duration)]
     control_timeout: Duration,
-    /// Connections to each target, one per core of the data path (default: this machine's).
+    /// Cores, each with a thread, a runtime, a listener and a connection to each target
+    /// (default: this machine's, or one per --listen address).
     #[arg(long, value_name = "N")]
     cores: Option<usize>,
     /// The secret its initiator presents (or STORAGE_SERVICE_SECRET).
@@ -55,41 +80,52 @@ struct Args {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let listen = args.listen;
-    let targets = [args.data_1, args.data_2, args.parity];
+    let binds = flags::listen_addrs(&args.listen, args.cores)?;
     let secret = Secret::from_flag_or_env(args.secret.as_deref(), "--secret", SERVICE_SECRET_ENV)?;
+    let threads = CoreThreads::start(binds.len())
+        .map_err(|e| format!("starting {} threads: {e}", binds.len()))?;
     let config = ServiceConfig {
         recovery_every: args.trigger_recovery_read_every_n,
         control_timeout: args.control_timeout,
-        cores: args.cores.unwrap_or_else(flags::cores),
+        cores: binds.len(),
         codec: None,
         target_secret: Secret::from_flag_or_env(
             args.target_secret.as_deref(),
             "--target-secret",
             TARGET_SECRET_ENV,
         )?,
-        threads: None,
+        threads: Some(threads.clone()),
     };
-    let transport = transport_for(&targets[0]).map_err(|e| e.to_string())?;
-    let [d1, d2, p] = targets.map(|addr| vec![addr]);
-    let service = Service::connect(transport, [&d1, &d2, &p], config)
-        .await
-        .map_err(|s| s.to_string())?;
+    let transport = transport_for(&args.data_1[0]).map_err(|e| e.to_string())?;
+    let service = Service::connect(
+        transport,
+        [&args.data_1, &args.data_2, &args.parity],
+        config,
+    )
+    .await
+    .map_err(|s| s.to_string())?;
     let service = Arc::new(service);
-    let server = Server::builder()
-        .initial_receives(examples::storage::RECEIVES)
-        .recv_credits(examples::storage::RECEIVES)
-        .interceptor(secret.require("its initiator"))
-        .add_service(StorageServiceServer::new(service.clone()))
-        .bind(&listen)
-        .await
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    println!("storage service on {}: {service:?}", server.local_addr());
-    let down = service.shut_down();
-    flags::serve_until(server, down, "the initiator").await
+    let listeners = Listeners::bind(&threads, &binds, || {
+        Server::builder()
+            .initial_receives(examples::storage::RECEIVES)
+            .recv_credits(examples::storage::RECEIVES)
+            .interceptor(secret.require("its initiator"))
+            .add_service(StorageServiceServer::new(service.clone()))
+    })
+    .await?;
+    println!(
+        "storage service on {}: {service:?}",
+        listeners.addrs.join(",")
+    );
+    let served = listeners
+        .serve_until(service.shut_down(), "the initiator")
+        .await;
+    println!("{}", service.ios_by_core_line());
+    served
 }
 
-#[tokio::main]
+// The main thread only starts the cores' threads and waits: the data path runs on those.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let args = Args::parse();
     examples::logging::init();

@@ -1,9 +1,15 @@
 //! A storage target of the storage application: keeps one kind of half of every block.
 //!
 //! `cargo run --release -p examples --bin storage-target -- --listen tcp://0.0.0.0:7481
-//! --slot data1 --block-size 64KiB --block-count 4096` (`--slot` is `data1`, `data2` or
-//! `parity`; `doca://<ip>:<port>` listens over DOCA). Runs until the service shuts it down or
-//! Ctrl-C. Logs go to stderr, filtered by `RUST_LOG`.
+//! --slot data1 --block-size 64KiB --block-count 4096 [--cores N]` (`--slot` is `data1`,
+//! `data2` or `parity`; `doca://<ip>:<port>` listens over DOCA).
+//!
+//! A data path per core: one thread per core (`--cores`, default: this machine's), each with
+//! its own runtime and its own listener on consecutive ports from the one given (7481, 7482,
+//! ...), or on each `--listen` when several are given. The service dials one connection per
+//! core to each listener (`--data-1-storage tcp://host:7481,tcp://host:7482`), so that each of
+//! its cores talks to one of this target's. It prints the addresses it listens on. Runs until
+//! the service shuts it down or Ctrl-C. Logs go to stderr, filtered by `RUST_LOG`.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -12,7 +18,8 @@ use clap::Parser;
 use examples::generated::storage_target::StorageTargetServer;
 use examples::storage::auth::{Secret, TARGET_SECRET_ENV};
 use examples::storage::codec::Slot;
-use examples::storage::flags;
+use examples::storage::cores::CoreThreads;
+use examples::storage::flags::{self, Listeners};
 use examples::storage::target::{Target, TargetConfig};
 use rdma_rpc_core::Server;
 
@@ -20,9 +27,14 @@ use rdma_rpc_core::Server;
 #[derive(Debug, Parser)]
 #[command(name = "storage-target")]
 struct Args {
-    /// Where to listen (`tcp://0.0.0.0:7481`, `doca://IP:PORT`).
-    #[arg(long, value_name = "ADDR")]
-    listen: String,
+    /// Where to listen (`tcp://0.0.0.0:7481`, `doca://IP:PORT`): one address (each core
+    /// listens on the next port) or one per core (repeated, or separated by commas).
+    #[arg(long, value_name = "ADDR", required = true, value_delimiter = ',')]
+    listen: Vec<String>,
+    /// Cores, each with a thread, a runtime and a listener (default: this machine's, or one
+    /// per --listen address).
+    #[arg(long, value_name = "N")]
+    cores: Option<usize>,
     /// Which halves it keeps: data1, data2 or parity.
     #[arg(long, value_parser = slot)]
     slot: Slot,
@@ -48,31 +60,41 @@ fn slot(s: &str) -> Result<Slot, String> {
 
 async fn run(args: Args) -> Result<(), String> {
     let secret = Secret::from_flag_or_env(args.secret.as_deref(), "--secret", TARGET_SECRET_ENV)?;
-    let listen = args.listen;
+    let binds = flags::listen_addrs(&args.listen, args.cores)?;
     let slot = args.slot;
-    let config = TargetConfig::new(slot, args.block_size, args.block_count)
-        .map_err(|s| s.message().to_owned())?;
+    let config = TargetConfig {
+        cores: binds.len(),
+        ..TargetConfig::new(slot, args.block_size, args.block_count)
+            .map_err(|s| s.message().to_owned())?
+    };
     let target = Arc::new(Target::new(config).map_err(|s| s.message().to_owned())?);
-    let server = Server::builder()
-        .initial_receives(examples::storage::RECEIVES)
-        .recv_credits(examples::storage::RECEIVES)
-        .transfer_timeout(examples::storage::target::IO_TIMEOUT)
-        .interceptor(secret.require("their storage service"))
-        .add_service(StorageTargetServer::new(target.clone()))
-        .bind(&listen)
-        .await
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let threads = CoreThreads::start(binds.len())
+        .map_err(|e| format!("starting {} threads: {e}", binds.len()))?;
+    let listeners = Listeners::bind(&threads, &binds, || {
+        Server::builder()
+            .initial_receives(examples::storage::RECEIVES)
+            .recv_credits(examples::storage::RECEIVES)
+            .transfer_timeout(examples::storage::target::IO_TIMEOUT)
+            .interceptor(secret.require("their storage service"))
+            .add_service(StorageTargetServer::new(target.clone()))
+    })
+    .await?;
     println!(
-        "{slot} target on {}: {} halves of {} bytes",
-        server.local_addr(),
+        "{slot} target on {}: {} halves of {} bytes, {} cores",
+        listeners.addrs.join(","),
         config.half_count,
-        config.half_size
+        config.half_size,
+        binds.len()
     );
-    let down = target.shut_down();
-    flags::serve_until(server, down, "the service").await
+    let served = listeners
+        .serve_until(target.shut_down(), "the service")
+        .await;
+    println!("{}", target.halves_by_core_line());
+    served
 }
 
-#[tokio::main]
+// The main thread only starts the cores' threads and waits: the data path runs on those.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let args = Args::parse();
     examples::logging::init();

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use rdma_rpc_core::server::ServerBuilder;
 use rdma_rpc_core::transport::Transport;
 use rdma_rpc_core::{Client, Server, Status};
 use tokio::sync::watch;
@@ -11,7 +10,7 @@ use tokio::task::JoinHandle;
 
 use super::auth::Secret;
 use super::codec::Slot;
-use super::cores::CoreThreads;
+use super::cores::{serve_on, CoreThreads};
 use super::service::{Service, ServiceConfig};
 use super::target::{Target, TargetConfig};
 use crate::generated::storage_service::StorageServiceServer;
@@ -94,11 +93,11 @@ impl Cluster {
         let mut kills = Vec::new();
         let mut tasks = Vec::new();
         for slot in [Slot::Data1, Slot::Data2, Slot::Parity] {
-            let target = Arc::new(Target::new(TargetConfig::new(
-                slot,
-                config.block_size,
-                config.block_count,
-            )?)?);
+            let target_config = TargetConfig {
+                cores: listeners,
+                ..TargetConfig::new(slot, config.block_size, config.block_count)?
+            };
+            let target = Arc::new(Target::new(target_config)?);
             let (kill, killed) = watch::channel(false);
             let mut slot_addrs = Vec::new();
             for core in 0..listeners {
@@ -115,7 +114,7 @@ impl Cluster {
                     )
                     .add_service(StorageTargetServer::new(target.clone()));
                 let (down, mut killed) = (target.shut_down(), killed.clone());
-                let (addr, task) = listen(threads.as_deref(), core, builder, bind, async move {
+                let (addr, task) = serve_on(threads.as_deref(), core, builder, bind, async move {
                     tokio::select! {
                         _ = down => {}
                         _ = killed.wait_for(|k| *k) => {}
@@ -144,9 +143,10 @@ impl Cluster {
                 .recv_credits(super::RECEIVES)
                 .interceptor(config.service_secret.require("its initiator"))
                 .add_service(StorageServiceServer::new(service.clone()));
-            let (addr, task) = listen(threads.as_deref(), core, builder, bind, service.shut_down())
-                .await
-                .map_err(|e| bound("service", e))?;
+            let (addr, task) =
+                serve_on(threads.as_deref(), core, builder, bind, service.shut_down())
+                    .await
+                    .map_err(|e| bound("service", e))?;
             service_addrs.push(addr);
             service_tasks.push(task);
         }
@@ -214,26 +214,4 @@ async fn dial_service(
         .connect(&addr)
         .await
         .map_err(|e| Status::unavailable(format!("the service: {e}")))
-}
-
-/// Binds `builder` on `bind` and serves until `shutdown`: on core `core`'s thread when there
-/// are threads per core (the listener and the connections it accepts then live there), else
-/// on the caller's runtime. Returns the bound address and the serving task.
-async fn listen(
-    threads: Option<&CoreThreads>,
-    core: usize,
-    builder: ServerBuilder,
-    bind: &str,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> rdma_rpc_core::Result<(String, JoinHandle<rdma_rpc_core::Result<()>>)> {
-    let bind = bind.to_owned();
-    let start = async move {
-        let server = builder.bind(&bind).await?;
-        let addr = server.local_addr();
-        Ok((addr, tokio::spawn(server.serve_with_shutdown(shutdown))))
-    };
-    match threads {
-        Some(threads) => threads.run(core, start).await,
-        None => start.await,
-    }
 }

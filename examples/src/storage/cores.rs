@@ -12,10 +12,13 @@
 //! (docs/bench/storage.txt).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use rdma_rpc_core::server::ServerBuilder;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 thread_local! {
     static CURRENT: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
@@ -109,6 +112,76 @@ impl Drop for CoreThreads {
     }
 }
 
+/// How many of something (I/Os, halves moved) ran on each core's thread, and elsewhere: what
+/// shows that a data path stayed on its core.
+#[derive(Debug, Default)]
+pub struct PerCore {
+    by_core: Vec<AtomicU64>,
+    elsewhere: AtomicU64,
+}
+
+impl PerCore {
+    /// Counters for cores `0..cores`.
+    pub fn new(cores: usize) -> PerCore {
+        PerCore {
+            by_core: (0..cores).map(|_| AtomicU64::new(0)).collect(),
+            elsewhere: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts one for the calling thread's core: elsewhere on a thread that is no core's, or
+    /// a core beyond those counted.
+    pub fn count(&self) {
+        let counter = current()
+            .and_then(|core| self.by_core.get(core))
+            .unwrap_or(&self.elsewhere);
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counts, by core, and elsewhere.
+    pub fn get(&self) -> (Vec<u64>, u64) {
+        let by_core = self
+            .by_core
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .collect();
+        (by_core, self.elsewhere.load(Ordering::Relaxed))
+    }
+
+    /// `{what} on each core's thread: 310, 290 (elsewhere: 0)`.
+    pub fn line(&self, what: &str) -> String {
+        let (by_core, elsewhere) = self.get();
+        let by_core: Vec<String> = by_core.iter().map(u64::to_string).collect();
+        format!(
+            "{what} on each core's thread: {} (elsewhere: {elsewhere})",
+            by_core.join(", ")
+        )
+    }
+}
+
+/// Binds `builder` on `bind` and serves until `shutdown`: on core `core`'s thread when there
+/// are threads per core (the listener and the connections it accepts then live there), else
+/// on the caller's runtime. Returns the bound address and the serving task, which can be
+/// awaited from any runtime.
+pub async fn serve_on(
+    threads: Option<&CoreThreads>,
+    core: usize,
+    builder: ServerBuilder,
+    bind: &str,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> rdma_rpc_core::Result<(String, JoinHandle<rdma_rpc_core::Result<()>>)> {
+    let bind = bind.to_owned();
+    let start = async move {
+        let server = builder.bind(&bind).await?;
+        let addr = server.local_addr();
+        Ok((addr, tokio::spawn(server.serve_with_shutdown(shutdown))))
+    };
+    match threads {
+        Some(threads) => threads.run(core, start).await,
+        None => start.await,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +217,23 @@ mod tests {
         // The task never ends on its own: its sender goes only when its runtime drops it.
         let outcome = tokio::time::timeout(std::time::Duration::from_secs(30), dropped).await;
         assert!(matches!(outcome, Ok(Err(_))), "{outcome:?}");
+    }
+
+    #[tokio::test]
+    async fn counts_go_to_the_core_that_ran_them() {
+        let threads = CoreThreads::start(3).unwrap();
+        let counts = Arc::new(PerCore::new(2));
+        counts.count();
+        for core in [0, 1, 1, 2] {
+            let counts = counts.clone();
+            threads.run(core, async move { counts.count() }).await;
+        }
+        // Core 2 is beyond the two counted: elsewhere, with the test's own thread.
+        assert_eq!(counts.get(), (vec![1, 2], 2));
+        assert_eq!(
+            counts.line("calls"),
+            "calls on each core's thread: 1, 2 (elsewhere: 2)"
+        );
     }
 
     #[tokio::test]

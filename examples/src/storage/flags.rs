@@ -6,7 +6,11 @@ use std::future::Future;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use rdma_rpc_core::BoundServer;
+use rdma_rpc_core::server::ServerBuilder;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+use super::cores::{serve_on, CoreThreads};
 
 /// The exit of binary `name`: 0, or 1 with `name: error` on stderr.
 pub fn exit(name: &str, result: Result<(), String>) -> ExitCode {
@@ -19,21 +23,129 @@ pub fn exit(name: &str, result: Result<(), String>) -> ExitCode {
     }
 }
 
-/// Serves until `down` resolves (`by` asked for it) or Ctrl-C; calls in flight finish first.
-pub async fn serve_until(
-    server: BoundServer,
-    down: impl Future<Output = ()> + Send,
-    by: &str,
-) -> Result<(), String> {
-    server
-        .serve_with_shutdown(async move {
-            tokio::select! {
-                _ = down => println!("shut down by {by}"),
-                _ = tokio::signal::ctrl_c() => println!("interrupted"),
+/// The addresses a binary listens on, one per core: each of `listen` when several are given
+/// (then `cores`, if given, must be their number), or `cores` (default: this machine's)
+/// consecutive ports from the one given (`tcp://0.0.0.0:7481` and 2 cores: ports 7481 and
+/// 7482; port 0: a port of its own each).
+pub fn listen_addrs(listen: &[String], cores: Option<usize>) -> Result<Vec<String>, String> {
+    match (listen, cores) {
+        ([], _) => Err("give an address to listen on (--listen)".to_owned()),
+        ([one], cores) => {
+            let cores = cores.unwrap_or_else(self::cores);
+            if cores == 0 {
+                return Err("--cores must be at least 1".to_owned());
             }
-        })
-        .await
-        .map_err(|e| e.to_string())
+            if cores == 1 {
+                return Ok(vec![one.clone()]);
+            }
+            let (head, port) = split_port(one).ok_or_else(|| {
+                format!(
+                    "`{one}` has no port to count {cores} listeners from: give one --listen \
+                     per core, or --cores 1"
+                )
+            })?;
+            (0..cores)
+                .map(|k| match port {
+                    0 => Ok(one.clone()),
+                    _ => u16::try_from(u32::from(port) + k as u32)
+                        .map(|p| format!("{head}:{p}"))
+                        .map_err(|_| format!("{cores} ports from {port} go beyond 65535")),
+                })
+                .collect()
+        }
+        (several, Some(cores)) if cores != several.len() => Err(format!(
+            "{} addresses to listen on and --cores {cores}: give one address (one port per \
+             core counts from it) or one per core",
+            several.len()
+        )),
+        (several, _) => Ok(several.to_vec()),
+    }
+}
+
+/// `scheme://host` and the port of `scheme://host:port` (IPv6 hosts in brackets).
+fn split_port(addr: &str) -> Option<(&str, u16)> {
+    let (head, port) = addr.rsplit_once(':')?;
+    if head.ends_with(':') || !head.contains("://") || head.ends_with('/') {
+        return None;
+    }
+    Some((head, port.parse().ok()?))
+}
+
+/// A binary's listeners, one per core, each served on its core's thread.
+#[derive(Debug)]
+pub struct Listeners {
+    /// Where each listens, in core order.
+    pub addrs: Vec<String>,
+    tasks: Vec<JoinHandle<rdma_rpc_core::Result<()>>>,
+    stop: watch::Sender<bool>,
+}
+
+impl Listeners {
+    /// Binds one server per address of `binds` on the core of the same index (`server` makes
+    /// each one's builder), and serves until [`Listeners::serve_until`] stops them.
+    pub async fn bind(
+        threads: &CoreThreads,
+        binds: &[String],
+        mut server: impl FnMut() -> ServerBuilder,
+    ) -> Result<Listeners, String> {
+        let (stop, stopped) = watch::channel(false);
+        let mut listeners = Listeners {
+            addrs: Vec::new(),
+            tasks: Vec::new(),
+            stop,
+        };
+        for (core, bind) in binds.iter().enumerate() {
+            let mut stopped = stopped.clone();
+            let shutdown = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            let (addr, task) = serve_on(Some(threads), core, server(), bind, shutdown)
+                .await
+                .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+            listeners.addrs.push(addr);
+            listeners.tasks.push(task);
+        }
+        Ok(listeners)
+    }
+
+    /// Serves until `down` resolves (`by` asked for it), Ctrl-C, or a listener ends; calls in
+    /// flight finish first. A listener that ended on its own, or any listener's error, is an
+    /// error.
+    pub async fn serve_until(
+        self,
+        down: impl Future<Output = ()> + Send,
+        by: &str,
+    ) -> Result<(), String> {
+        let mut running = JoinSet::new();
+        for (core, task) in self.tasks.into_iter().enumerate() {
+            running.spawn(async move { (core, task.await) });
+        }
+        let mut first = tokio::select! {
+            _ = down => { println!("shut down by {by}"); None }
+            _ = tokio::signal::ctrl_c() => { println!("interrupted"); None }
+            Some(Ok((core, ended))) = running.join_next() => {
+                Some(format!("the listener of core {core} stopped: {}", outcome(ended)))
+            }
+        };
+        self.stop.send_replace(true);
+        while let Some(joined) = running.join_next().await {
+            let problem = match joined {
+                Ok((_, Ok(Ok(())))) => continue,
+                Ok((core, ended)) => format!("the listener of core {core}: {}", outcome(ended)),
+                Err(e) => e.to_string(),
+            };
+            first.get_or_insert(problem);
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+fn outcome(ended: Result<rdma_rpc_core::Result<()>, tokio::task::JoinError>) -> String {
+    match ended {
+        Ok(Ok(())) => "ended on its own".to_owned(),
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => e.to_string(),
+    }
 }
 
 /// This machine's cores (what `--cores` defaults to): one data path each.
@@ -92,5 +204,53 @@ mod tests {
             assert!(size(bad).unwrap_err().contains("not a size"), "{bad}");
         }
         assert!(duration("5").unwrap_err().contains("not a duration"));
+    }
+
+    #[test]
+    fn listeners_count_ports_from_the_one_given_or_take_one_address_per_core() {
+        let one = |a: &str, cores| listen_addrs(&[a.to_owned()], cores);
+        assert_eq!(
+            one("tcp://0.0.0.0:7481", Some(3)).unwrap(),
+            [
+                "tcp://0.0.0.0:7481",
+                "tcp://0.0.0.0:7482",
+                "tcp://0.0.0.0:7483"
+            ]
+        );
+        assert_eq!(
+            one("doca://[fe80::1]:9000", Some(2)).unwrap(),
+            ["doca://[fe80::1]:9000", "doca://[fe80::1]:9001"]
+        );
+        // Port 0: each listener takes a port of its own.
+        assert_eq!(
+            one("tcp://127.0.0.1:0", Some(2)).unwrap(),
+            ["tcp://127.0.0.1:0"; 2]
+        );
+        // One core needs no port to count from.
+        assert_eq!(one("mem://storage", Some(1)).unwrap(), ["mem://storage"]);
+        assert_eq!(one("tcp://h:7481", None).unwrap().len(), cores());
+
+        let several = ["tcp://a:1".to_owned(), "tcp://b:2".to_owned()];
+        assert_eq!(listen_addrs(&several, None).unwrap(), several);
+        assert_eq!(listen_addrs(&several, Some(2)).unwrap(), several);
+
+        let refused = [
+            (
+                one("mem://storage", Some(2)),
+                "no port to count 2 listeners from",
+            ),
+            (one("tcp://h", Some(2)), "no port"),
+            (one("tcp://h:65535", Some(2)), "beyond 65535"),
+            (one("tcp://h:7481", Some(0)), "at least 1"),
+            (
+                listen_addrs(&several, Some(3)),
+                "2 addresses to listen on and --cores 3",
+            ),
+            (listen_addrs(&[], None), "give an address"),
+        ];
+        for (outcome, expected) in refused {
+            let e = outcome.unwrap_err();
+            assert!(e.contains(expected), "{e:?} should say {expected:?}");
+        }
     }
 }

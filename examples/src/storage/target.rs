@@ -12,6 +12,7 @@ use rdma_rpc_core::{MemoryRegion, RemoteBuf, RemoteMemory, Request, Status};
 use tokio::sync::watch;
 
 use super::codec::{Slot, TRAILER_LEN};
+use super::cores::PerCore;
 use super::handles::ConnectionHandles;
 use crate::generated::storage_target::{
     Command, HalfDone, HalfIo, StorageTarget, TargetControl, TargetGeometry, TargetInit,
@@ -51,6 +52,9 @@ pub struct TargetConfig {
     pub half_size: usize,
     /// How many halves it holds.
     pub half_count: u64,
+    /// Cores whose threads serve it (one listener each): the halves each one moved are
+    /// counted ([`Target::halves_by_core_line`]). 1 unless set.
+    pub cores: usize,
 }
 
 /// The target's state: its memory, which blocks it holds, whether it is started.
@@ -69,6 +73,8 @@ pub struct Target {
     /// Halves stored so far (each write counts once).
     writes: watch::Sender<u64>,
     started: AtomicBool,
+    /// Halves moved (stored or fetched) on each core's thread, and elsewhere.
+    by_core: PerCore,
     /// Set once asked to shut down.
     shutdown: watch::Sender<bool>,
 }
@@ -91,6 +97,7 @@ impl TargetConfig {
             block_size,
             half_size,
             half_count,
+            cores: 1,
         })
     }
 }
@@ -118,6 +125,7 @@ impl Target {
             service_memory: ConnectionHandles::new(MAX_SERVICE_CONNECTIONS),
             writes: watch::channel(0).0,
             started: AtomicBool::new(false),
+            by_core: PerCore::new(config.cores.max(1)),
             shutdown: watch::channel(false).0,
         })
     }
@@ -144,6 +152,18 @@ impl Target {
     /// Which halves this target keeps.
     pub fn slot(&self) -> Slot {
         self.config.slot
+    }
+
+    /// How many halves (stored or fetched) each core's thread moved, by core
+    /// ([`TargetConfig::cores`]), and elsewhere.
+    pub fn halves_by_core(&self) -> (Vec<u64>, u64) {
+        self.by_core.get()
+    }
+
+    /// [`Target::halves_by_core`] as the binaries print it.
+    pub fn halves_by_core_line(&self) -> String {
+        self.by_core
+            .line(&format!("{} halves moved", self.config.slot))
     }
 
     /// Resolves once the service asked this target to shut down.
@@ -176,6 +196,7 @@ impl Target {
             )));
         }
         let handle = self.service_memory.of(memory, "call init first")?;
+        self.by_core.count();
         Ok((io.block as usize * self.config.half_size, handle))
     }
 

@@ -2,7 +2,6 @@
 //! store or fetch its half of a staging slot (over the lane of the core it runs on, or the one
 //! its slot picks), and recovering a block from the surviving data half and the parity.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use rdma_rpc_core::{RemoteBuf, RemoteMemory, Request, Status};
@@ -83,11 +82,7 @@ impl Service {
         let memory = self
             .initiators
             .of(&initiator, "call init_storage on it first")?;
-        let counter = match super::super::cores::current() {
-            Some(core) => self.by_core.get(core).unwrap_or(&self.off_core),
-            None => &self.off_core,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        self.by_core.count();
         Ok((staging, initiator, io, memory))
     }
 

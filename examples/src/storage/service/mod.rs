@@ -40,7 +40,7 @@ use tokio::sync::watch;
 
 use super::auth::Secret;
 use super::codec::{Codec, CpuCodec, Slot};
-use super::cores::CoreThreads;
+use super::cores::{CoreThreads, PerCore};
 use super::handles::ConnectionHandles;
 use crate::generated::storage_target::{
     Command, StorageTargetClient, TargetControl, TargetGeometry,
@@ -140,8 +140,7 @@ pub struct Service {
     initiators: ConnectionHandles,
     reads: AtomicU64,
     /// I/Os started on each core thread ([`ServiceConfig::threads`]), and elsewhere.
-    by_core: Vec<AtomicU64>,
-    off_core: AtomicU64,
+    by_core: PerCore,
     shutdown: watch::Sender<bool>,
 }
 
@@ -260,9 +259,7 @@ impl Service {
             )));
         }
         let links: [Link; 3] = super::cluster::three(links);
-        let by_core = (0..config.cores.max(1))
-            .map(|_| AtomicU64::new(0))
-            .collect();
+        let by_core = PerCore::new(config.cores.max(1));
         Ok(Service {
             config,
             codec,
@@ -274,7 +271,6 @@ impl Service {
             initiators: ConnectionHandles::new(MAX_INITIATOR_CONNECTIONS),
             reads: AtomicU64::new(0),
             by_core,
-            off_core: AtomicU64::new(0),
             shutdown: watch::channel(false).0,
         })
     }
@@ -282,12 +278,12 @@ impl Service {
     /// How many I/Os (writes and reads) each core thread started, by core, and how many started
     /// on no core thread (all of them without [`ServiceConfig::threads`]).
     pub fn ios_by_core(&self) -> (Vec<u64>, u64) {
-        let by_core = self
-            .by_core
-            .iter()
-            .map(|n| n.load(Ordering::Relaxed))
-            .collect();
-        (by_core, self.off_core.load(Ordering::Relaxed))
+        self.by_core.get()
+    }
+
+    /// [`Service::ios_by_core`] as the binaries print it.
+    pub fn ios_by_core_line(&self) -> String {
+        self.by_core.line("I/Os the service started")
     }
 
     /// Resolves once the initiator asked the service to shut down.
