@@ -163,7 +163,11 @@ pub struct DocaConfig {
     pub max_connections: u16,
     /// Most connections of one client context: a transport's connects share a context (its
     /// progress engine, inventory and staging receives) until it holds this many, then open
-    /// another. Default 256.
+    /// another. In event and spin modes a context is progressed by a task on the runtime it
+    /// was made on, so only connects made on that same runtime share it: each runtime of a
+    /// thread-per-core application gets contexts of its own, and a connection's completions
+    /// are handled on the thread that uses it. (Busy poll progresses every context on its one
+    /// polling thread: its connects share contexts whatever their runtime.) Default 256.
     pub client_connections_per_context: u16,
     /// Send queue depth per connection: most operations outstanding on one connection
     /// (more wait in order). Bounded by the device's maximum. Default 512.
@@ -311,9 +315,10 @@ pub struct DocaTransport {
     /// Busy-poll mode: the thread every context of this transport (and its clones) joins.
     poller: Option<Arc<engine::Poller>>,
     /// The contexts its connects share, each up to
-    /// [`DocaConfig::client_connections_per_context`] connections; kept while the transport
-    /// lives, so reconnecting registers nothing new.
-    clients: Arc<tokio::sync::Mutex<Vec<Arc<engine::EngineShared>>>>,
+    /// [`DocaConfig::client_connections_per_context`] connections, with the runtime whose
+    /// connects share it (none in busy poll: any runtime's); kept while the transport and
+    /// their runtime live, so reconnecting registers nothing new.
+    clients: Arc<tokio::sync::Mutex<Vec<ClientContext>>>,
     /// See [`DocaTransport::wakeups`].
     wakeups: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -325,6 +330,13 @@ impl std::fmt::Debug for DocaTransport {
             .field("config", &self.config)
             .finish()
     }
+}
+
+/// A client context of a transport, and the runtime whose connects share it.
+struct ClientContext {
+    /// `None` in busy-poll mode: its polling thread progresses it for every runtime.
+    runtime: Option<tokio::runtime::Id>,
+    engine: Arc<engine::EngineShared>,
 }
 
 struct Parsed {
@@ -426,11 +438,23 @@ impl DocaTransport {
     }
 
     /// A client context with room for one more connection, claimed for it: the first of the
-    /// transport's with room, or a new one.
+    /// transport's with room that connects on this runtime share (see
+    /// [`DocaConfig::client_connections_per_context`]), or a new one. Contexts whose progress
+    /// ended with their runtime are let go here.
     async fn client_engine(&self) -> Result<Arc<engine::EngineShared>> {
+        let runtime = match self.config.progress {
+            ProgressMode::BusyPoll => None,
+            ProgressMode::Event | ProgressMode::Spin => {
+                tokio::runtime::Handle::try_current().ok().map(|h| h.id())
+            }
+        };
         let mut clients = self.clients.lock().await;
-        if let Some(engine) = clients.iter().find(|e| e.claim()) {
-            return Ok(engine.clone());
+        clients.retain(|c| c.engine.is_running());
+        if let Some(c) = clients
+            .iter()
+            .find(|c| c.runtime == runtime && c.engine.claim())
+        {
+            return Ok(c.engine.clone());
         }
         let engine = self
             .engine(self.config.client_connections_per_context.max(1))
@@ -440,8 +464,19 @@ impl DocaTransport {
                 "a new DOCA client context has no room for a connection".into(),
             ));
         }
-        clients.push(engine.clone());
+        clients.push(ClientContext {
+            runtime,
+            engine: engine.clone(),
+        });
         Ok(engine)
+    }
+
+    /// How many client contexts the transport keeps (for tests).
+    #[cfg(test)]
+    pub(crate) async fn client_contexts(&self) -> usize {
+        let mut clients = self.clients.lock().await;
+        clients.retain(|c| c.engine.is_running());
+        clients.len()
     }
 
     /// Connects to `addr` and returns the concrete connection type.

@@ -777,3 +777,84 @@ async fn frozen_region_leases_are_sent_without_a_staging_copy() {
         "the lease comes back once the bytes are gone"
     );
 }
+
+/// In event and spin modes a client context is progressed by a task on the runtime it was
+/// made on, so connects share a context only with connects made on the same runtime: each
+/// runtime of a thread-per-core application gets contexts of its own, and its connections'
+/// completions are handled on its thread. Busy poll shares them across runtimes (its one
+/// polling thread progresses every context). A context whose runtime ended is let go, and the
+/// next connect makes a new one rather than joining a context nobody progresses.
+#[test]
+fn connects_share_a_client_context_only_within_their_runtime() {
+    for (progress, two_runtimes) in [
+        (ProgressMode::Event, 2),
+        (ProgressMode::Spin, 2),
+        (ProgressMode::BusyPoll, 1),
+    ] {
+        let t = transport_with(progress);
+        let server = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = server.block_on(t.listen("doca://127.0.0.1:0")).unwrap();
+        let addr = listener.local_addr();
+        // The server keeps what it accepts and echoes the first message of each connection.
+        server.spawn(async move {
+            while let Ok(c) = listener.accept().await {
+                tokio::spawn(async move {
+                    c.post_recv(recv_buf(64)).unwrap();
+                    let got = c.recv().await.unwrap().buf.to_vec();
+                    c.send(SendData::Bytes(Bytes::from(got)), None)
+                        .await
+                        .unwrap();
+                    std::future::pending::<()>().await;
+                });
+            }
+        });
+        let contexts = || server.block_on(t.client_contexts());
+        // A runtime of its own (as a core's thread has) makes `n` connections and checks each
+        // one round trip on it.
+        let connect_on_a_runtime = |n: usize| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let conns = runtime.block_on(async {
+                let mut conns = Vec::new();
+                for i in 0..n {
+                    let c = bounded("connect", t.connect(&addr)).await.unwrap();
+                    c.post_recv(recv_buf(64)).unwrap();
+                    c.send(SendData::Bytes(Bytes::from(vec![i as u8; 8])), None)
+                        .await
+                        .unwrap();
+                    let back = bounded("echo", c.recv()).await.unwrap();
+                    assert_eq!(back.buf.to_vec(), vec![i as u8; 8], "{progress:?}");
+                    conns.push(c);
+                }
+                conns
+            });
+            (runtime, conns)
+        };
+        let (a, a_conns) = connect_on_a_runtime(2);
+        assert_eq!(contexts(), 1, "{progress:?}: one runtime's connects share");
+        let (b, b_conns) = connect_on_a_runtime(1);
+        assert_eq!(contexts(), two_runtimes, "{progress:?}: another runtime");
+        drop(a_conns);
+        drop(a);
+        // Event and spin: b's context is left, a's ended with its runtime; busy poll: the
+        // shared one.
+        assert_eq!(contexts(), 1, "{progress:?}: after runtime a ended");
+        // And b's connection still works: it never depended on a's runtime.
+        b.block_on(async {
+            let c = &b_conns[0];
+            c.post_recv(recv_buf(64)).unwrap();
+            let sent = c.send(SendData::Bytes(Bytes::from_static(b"still here")), None);
+            bounded("a send after runtime a ended", sent).await.unwrap();
+        });
+        // A runtime that comes later works, on a context of its own in event and spin modes.
+        let (c, c_conns) = connect_on_a_runtime(1);
+        assert_eq!(contexts(), two_runtimes, "{progress:?}: runtimes b and c");
+        drop((b_conns, c_conns, b, c));
+    }
+}

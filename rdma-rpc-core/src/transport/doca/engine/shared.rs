@@ -177,6 +177,12 @@ impl EngineShared {
             .is_ok()
     }
 
+    /// Whether the context's owner still takes commands: not once its progress ended (its
+    /// runtime shut down, or the context failed).
+    pub(in crate::transport::doca) fn is_running(&self) -> bool {
+        !self.cmds.is_closed()
+    }
+
     /// Gives back a connection's claim (it is gone, or never came to be).
     pub(in crate::transport::doca) fn unclaim(&self) {
         let _ = self
