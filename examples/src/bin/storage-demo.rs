@@ -9,7 +9,8 @@
 //! (default: this machine's) is the data paths: a thread per core, each with its own
 //! single-threaded runtime, on which that core's initiator connection, service and target
 //! listeners, and the service's connections to each target run (`--one-runtime` runs them all
-//! on the demo's multi-threaded runtime instead, for comparison).
+//! on the demo's multi-threaded runtime instead, for comparison). `--cpu N` (repeatable) pins
+//! one data path's thread to each CPU given, as NVIDIA's application does with its `--cpu`.
 //!
 //! It measures, in the same process and printed next to the storage figures: the codec alone
 //! on one core over the same blocks (before the run and again after it, since this VM's speed
@@ -25,7 +26,6 @@ use examples::storage::auth::Secret;
 use examples::storage::cluster::{Cluster, ClusterConfig};
 use examples::storage::codec::baseline::{self, Baseline};
 use examples::storage::codec::CpuCodec;
-use examples::storage::cores::CoreThreads;
 use examples::storage::flags;
 use examples::storage::initiator::{self, CostCounters, InitiatorConfig};
 use examples::storage::service::ServiceConfig;
@@ -51,6 +51,10 @@ struct Args {
     /// this machine's cores).
     #[arg(long, value_name = "N")]
     cores: Option<usize>,
+    /// Pins a data path's thread to CPU N (repeatable: one data path per --cpu, as NVIDIA's
+    /// application runs one per --cpu; --cores then defaults to their number).
+    #[arg(long = "cpu", value_name = "N")]
+    cpu: Vec<usize>,
     /// I/O in flight per core.
     #[arg(long, value_name = "N", default_value_t = 8)]
     transactions_per_core: u32,
@@ -85,11 +89,15 @@ async fn run(args: Args) -> Result<(), String> {
     };
     let block_size = args.block_size;
     let blocks = args.blocks;
-    let cores = args.cores.unwrap_or_else(flags::cores).max(1);
-    let threads = if args.one_runtime {
-        None
-    } else {
-        Some(CoreThreads::start(cores).map_err(|e| format!("starting {cores} core threads: {e}"))?)
+    let cores = flags::cores_for(args.cores, &args.cpu)?
+        .unwrap_or_else(flags::cores)
+        .max(1);
+    let threads = match (args.one_runtime, args.cpu.is_empty()) {
+        (true, true) => None,
+        (true, false) => {
+            return Err("--cpu pins the threads of the data paths; --one-runtime has none".into())
+        }
+        (false, _) => Some(flags::core_threads(cores, &args.cpu)?),
     };
     let config = ClusterConfig {
         block_size,
@@ -127,7 +135,13 @@ async fn run(args: Args) -> Result<(), String> {
         cluster.target_addrs.join(", "),
         cluster.service_addrs.join(", "),
         match &threads {
-            Some(_) => format!("{cores} data paths, a thread and a runtime each"),
+            Some(_) if args.cpu.is_empty() => {
+                format!("{cores} data paths, a thread and a runtime each")
+            }
+            Some(_) => format!(
+                "{cores} data paths, a thread and a runtime each, pinned to CPUs {:?}",
+                args.cpu
+            ),
             None => format!("{cores} data paths on one multi-threaded runtime"),
         }
     );

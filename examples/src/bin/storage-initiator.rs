@@ -8,15 +8,15 @@
 //! thread of its own with its own runtime and transactions. Connection `k` dials the
 //! service's address `k` when it lists one per core (`--storage-server
 //! tcp://host:7480,tcp://host:7481`, as a service with `--cores 2` prints them), so that each
-//! of its cores serves one of the initiator's. The service takes calls with
-//! its secret only: `--secret` or `STORAGE_SERVICE_SECRET`.
+//! of its cores serves one of the initiator's. `--cpu N` (repeatable) runs one connection
+//! per CPU given, its thread pinned there. The service takes calls with its secret only:
+//! `--secret` or `STORAGE_SERVICE_SECRET`.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 use examples::generated::storage_service::{StorageCommand, StorageServiceClient};
 use examples::storage::auth::{Secret, SERVICE_SECRET_ENV};
-use examples::storage::cores::CoreThreads;
 use examples::storage::flags;
 use examples::storage::initiator::{self, CostCounters, InitiatorConfig};
 use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport};
@@ -39,6 +39,10 @@ struct Args {
     /// Connections, one per core (default: this machine's).
     #[arg(long, value_name = "N")]
     cores: Option<u32>,
+    /// Pins a data path's thread to CPU N (repeatable: one data path per --cpu, as NVIDIA's
+    /// application runs one per --cpu; --cores then defaults to their number).
+    #[arg(long = "cpu", value_name = "N")]
+    cpu: Vec<usize>,
     /// I/O in flight per core.
     #[arg(long, value_name = "N", default_value_t = 8)]
     transactions_per_core: u32,
@@ -63,7 +67,8 @@ async fn run(args: Args) -> Result<(), String> {
     let config = InitiatorConfig {
         block_size: args.block_size,
         blocks: args.blocks,
-        cores: args.cores.unwrap_or(flags::cores() as u32),
+        cores: flags::cores_for(args.cores.map(|n| n as usize), &args.cpu)?
+            .unwrap_or_else(flags::cores) as u32,
         transactions_per_core: args.transactions_per_core,
         progress: true,
         counters: doca
@@ -73,8 +78,7 @@ async fn run(args: Args) -> Result<(), String> {
     };
     // A thread per core, each with its own runtime, connection and transactions.
     let cores = config.cores.max(1) as usize;
-    let threads =
-        CoreThreads::start(cores).map_err(|e| format!("starting {cores} threads: {e}"))?;
+    let threads = flags::core_threads(cores, &args.cpu)?;
     let mut clients = Vec::new();
     for core in 0..cores {
         let mut builder = Client::builder()

@@ -12,7 +12,8 @@
 //! address of the same index (`--data-1-storage tcp://host:7481,tcp://host:7482`; a target
 //! given one address is dialed there by every core). An I/O the initiator sends to core
 //! `k`'s listener is served on core `k`'s thread, over core `k`'s target connections; at
-//! shutdown the service prints how many I/Os each core's thread started. Runs until the
+//! shutdown the service prints how many I/Os each core's thread started. `--cpu N`
+//! (repeatable) runs one core per CPU given, its thread pinned there. Runs until the
 //! initiator shuts it down or Ctrl-C. Logs go to stderr, filtered by `RUST_LOG` (degraded
 //! writes and recoveries are warnings).
 
@@ -23,7 +24,6 @@ use std::time::Duration;
 use clap::Parser;
 use examples::generated::storage_service::StorageServiceServer;
 use examples::storage::auth::{Secret, SERVICE_SECRET_ENV, TARGET_SECRET_ENV};
-use examples::storage::cores::CoreThreads;
 use examples::storage::flags::{self, Listeners};
 use examples::storage::service::{Service, ServiceConfig};
 use rdma_rpc_core::transport::transport_for;
@@ -71,6 +71,10 @@ struct Args {
     /// (default: this machine's, or one per --listen address).
     #[arg(long, value_name = "N")]
     cores: Option<usize>,
+    /// Pins a data path's thread to CPU N (repeatable: one data path per --cpu, as NVIDIA's
+    /// application runs one per --cpu; --cores then defaults to their number).
+    #[arg(long = "cpu", value_name = "N")]
+    cpu: Vec<usize>,
     /// The secret its initiator presents (or STORAGE_SERVICE_SECRET).
     #[arg(long, value_name = "S")]
     secret: Option<String>,
@@ -80,10 +84,10 @@ struct Args {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let binds = flags::listen_addrs(&args.listen, args.cores)?;
+    let cores = flags::cores_for(args.cores, &args.cpu)?;
+    let binds = flags::listen_addrs(&args.listen, cores)?;
     let secret = Secret::from_flag_or_env(args.secret.as_deref(), "--secret", SERVICE_SECRET_ENV)?;
-    let threads = CoreThreads::start(binds.len())
-        .map_err(|e| format!("starting {} threads: {e}", binds.len()))?;
+    let threads = flags::core_threads(binds.len(), &args.cpu)?;
     let config = ServiceConfig {
         recovery_every: args.trigger_recovery_read_every_n,
         control_timeout: args.control_timeout,

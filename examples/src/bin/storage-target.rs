@@ -8,8 +8,9 @@
 //! its own runtime and its own listener on consecutive ports from the one given (7481, 7482,
 //! ...), or on each `--listen` when several are given. The service dials one connection per
 //! core to each listener (`--data-1-storage tcp://host:7481,tcp://host:7482`), so that each of
-//! its cores talks to one of this target's. It prints the addresses it listens on. Runs until
-//! the service shuts it down or Ctrl-C. Logs go to stderr, filtered by `RUST_LOG`.
+//! its cores talks to one of this target's. `--cpu N` (repeatable) runs one core per CPU
+//! given, its thread pinned there. It prints the addresses it listens on. Runs until the
+//! service shuts it down or Ctrl-C. Logs go to stderr, filtered by `RUST_LOG`.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -18,7 +19,6 @@ use clap::Parser;
 use examples::generated::storage_target::StorageTargetServer;
 use examples::storage::auth::{Secret, TARGET_SECRET_ENV};
 use examples::storage::codec::Slot;
-use examples::storage::cores::CoreThreads;
 use examples::storage::flags::{self, Listeners};
 use examples::storage::target::{Target, TargetConfig};
 use rdma_rpc_core::Server;
@@ -35,6 +35,10 @@ struct Args {
     /// per --listen address).
     #[arg(long, value_name = "N")]
     cores: Option<usize>,
+    /// Pins a data path's thread to CPU N (repeatable: one data path per --cpu, as NVIDIA's
+    /// application runs one per --cpu; --cores then defaults to their number).
+    #[arg(long = "cpu", value_name = "N")]
+    cpu: Vec<usize>,
     /// Which halves it keeps: data1, data2 or parity.
     #[arg(long, value_parser = slot)]
     slot: Slot,
@@ -60,7 +64,8 @@ fn slot(s: &str) -> Result<Slot, String> {
 
 async fn run(args: Args) -> Result<(), String> {
     let secret = Secret::from_flag_or_env(args.secret.as_deref(), "--secret", TARGET_SECRET_ENV)?;
-    let binds = flags::listen_addrs(&args.listen, args.cores)?;
+    let cores = flags::cores_for(args.cores, &args.cpu)?;
+    let binds = flags::listen_addrs(&args.listen, cores)?;
     let slot = args.slot;
     let config = TargetConfig {
         cores: binds.len(),
@@ -68,8 +73,7 @@ async fn run(args: Args) -> Result<(), String> {
             .map_err(|s| s.message().to_owned())?
     };
     let target = Arc::new(Target::new(config).map_err(|s| s.message().to_owned())?);
-    let threads = CoreThreads::start(binds.len())
-        .map_err(|e| format!("starting {} threads: {e}", binds.len()))?;
+    let threads = flags::core_threads(binds.len(), &args.cpu)?;
     let listeners = Listeners::bind(&threads, &binds, || {
         Server::builder()
             .initial_receives(examples::storage::RECEIVES)

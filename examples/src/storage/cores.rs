@@ -46,28 +46,69 @@ impl std::fmt::Debug for CoreThreads {
 }
 
 impl CoreThreads {
-    /// Starts `cores` threads (at least one), `storage-core-0` and on.
+    /// Starts `cores` threads (at least one), `storage-core-0` and on, wherever the OS
+    /// schedules them.
     pub fn start(cores: usize) -> std::io::Result<Arc<CoreThreads>> {
+        CoreThreads::start_with(cores.max(1), None)
+    }
+
+    /// Starts one thread per CPU of `cpus` (at least one), thread `k` pinned to CPU
+    /// `cpus[k]`, as NVIDIA's application pins a data-path thread to each `--cpu`. Fails when a
+    /// CPU is not one this process may run on, or where threads cannot be pinned (only
+    /// Linux can).
+    pub fn start_pinned(cpus: &[usize]) -> std::io::Result<Arc<CoreThreads>> {
+        if cpus.is_empty() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "no CPU to run on",
+            ));
+        }
+        CoreThreads::start_with(cpus.len(), Some(cpus))
+    }
+
+    fn start_with(cores: usize, cpus: Option<&[usize]>) -> std::io::Result<Arc<CoreThreads>> {
         let mut threads = CoreThreads {
             handles: Vec::new(),
             stops: Vec::new(),
         };
-        for core in 0..cores.max(1) {
+        for core in 0..cores {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
+            let handle = runtime.handle().clone();
             let (stop, stopped) = oneshot::channel::<()>();
-            threads.handles.push(runtime.handle().clone());
-            threads.stops.push(stop);
+            let cpu = cpus.map(|cpus| cpus[core]);
+            let (pinned, pinning) = std::sync::mpsc::channel();
             std::thread::Builder::new()
                 .name(format!("storage-core-{core}"))
                 .spawn(move || {
+                    if let Some(cpu) = cpu {
+                        let outcome = pin::to(cpu);
+                        let failed = outcome.is_err();
+                        let _ = pinned.send(outcome);
+                        if failed {
+                            return;
+                        }
+                    }
+                    drop(pinned);
                     CURRENT.with(|c| c.set(Some(core)));
                     // Tasks spawned on this runtime run while it waits for the stop.
                     runtime.block_on(async move {
                         let _ = stopped.await;
                     });
                 })?;
+            // Unpinned threads hang up at once; a pinned one says how pinning went.
+            if let Ok(Err(e)) = pinning.recv() {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "pinning core {core}'s thread to CPU {}: {e}",
+                        cpu.unwrap_or(0)
+                    ),
+                ));
+            }
+            threads.handles.push(handle);
+            threads.stops.push(stop);
         }
         Ok(Arc::new(threads))
     }
@@ -108,6 +149,72 @@ impl Drop for CoreThreads {
     fn drop(&mut self) {
         for stop in self.stops.drain(..) {
             let _ = stop.send(());
+        }
+    }
+}
+
+/// Pinning the calling thread to one CPU.
+mod pin {
+    /// Pins the calling thread to CPU `cpu`.
+    #[cfg(target_os = "linux")]
+    pub(super) fn to(cpu: usize) -> std::io::Result<()> {
+        // The bit set holds CPUs 0..CPU_SETSIZE.
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "CPU {cpu} is beyond the {} a CPU set holds",
+                    libc::CPU_SETSIZE
+                ),
+            ));
+        }
+        // SAFETY: `cpu_set_t` is plain bits, and all zeros is the empty set. `CPU_SET` sets
+        // bit `cpu`, below `CPU_SETSIZE` (checked above), inside the set it is given.
+        // `sched_setaffinity` reads `size_of::<cpu_set_t>()` bytes from the set, which is
+        // that large, and changes only the calling thread (pid 0).
+        let set = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+        };
+        if set != 0 {
+            let e = std::io::Error::last_os_error();
+            // EINVAL: the set holds no CPU this process may use.
+            return Err(match e.raw_os_error() {
+                Some(libc::EINVAL) => std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("CPU {cpu} is not one this process may run on"),
+                ),
+                _ => e,
+            });
+        }
+        Ok(())
+    }
+
+    /// Pinning threads is implemented for Linux only.
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn to(cpu: usize) -> std::io::Result<()> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            format!("cannot pin a thread to CPU {cpu}: --cpu is supported on Linux only"),
+        ))
+    }
+
+    /// The CPUs the calling thread may run on (for tests).
+    #[cfg(all(test, target_os = "linux"))]
+    pub(super) fn allowed() -> Vec<usize> {
+        // SAFETY: as in `to`: a zeroed set is empty, `sched_getaffinity` writes at most
+        // `size_of::<cpu_set_t>()` bytes into it, and `CPU_ISSET` reads bits below
+        // `CPU_SETSIZE` of it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            assert_eq!(
+                libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+                0
+            );
+            (0..libc::CPU_SETSIZE as usize)
+                .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+                .collect()
         }
     }
 }
@@ -217,6 +324,32 @@ mod tests {
         // The task never ends on its own: its sender goes only when its runtime drops it.
         let outcome = tokio::time::timeout(std::time::Duration::from_secs(30), dropped).await;
         assert!(matches!(outcome, Ok(Err(_))), "{outcome:?}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn pinned_threads_run_on_their_cpu_only() {
+        let allowed = pin::allowed();
+        let cpus: Vec<usize> = allowed.iter().rev().copied().collect();
+        let threads = CoreThreads::start_pinned(&cpus).unwrap();
+        assert_eq!(threads.len(), cpus.len());
+        for (core, &cpu) in cpus.iter().enumerate() {
+            let seen = threads.run(core, async { pin::allowed() }).await;
+            assert_eq!(seen, [cpu], "core {core}");
+        }
+        // A CPU this process may not use, one past the set's end, and none at all are errors
+        // that say so.
+        let outside = (0..1024).find(|c| !allowed.contains(c)).unwrap();
+        let e = CoreThreads::start_pinned(&[allowed[0], outside]).unwrap_err();
+        assert!(
+            e.to_string().contains(&format!(
+                "core 1's thread to CPU {outside}: CPU {outside} is not"
+            )),
+            "{e}"
+        );
+        let e = CoreThreads::start_pinned(&[usize::MAX]).unwrap_err();
+        assert!(e.to_string().contains("beyond"), "{e}");
+        assert!(CoreThreads::start_pinned(&[]).is_err());
     }
 
     #[tokio::test]

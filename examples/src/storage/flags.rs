@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdma_rpc_core::server::ServerBuilder;
@@ -148,6 +149,34 @@ fn outcome(ended: Result<rdma_rpc_core::Result<()>, tokio::task::JoinError>) -> 
     }
 }
 
+/// How many data paths `--cores` and `--cpu` ask for: one per `--cpu` when any is given (then
+/// `--cores`, if given, must be as many), else `--cores` (`None`: the default).
+pub fn cores_for(cores: Option<usize>, cpus: &[usize]) -> Result<Option<usize>, String> {
+    match (cores, cpus.len()) {
+        (cores, 0) => Ok(cores),
+        (Some(n), pinned) if n != pinned => Err(format!(
+            "--cores {n} and {pinned} --cpu: one data path runs per --cpu, so give as many or \
+             only one of the two"
+        )),
+        (_, pinned) => Ok(Some(pinned)),
+    }
+}
+
+/// The data paths' threads: one pinned to each CPU of `cpus` when any is given (`cores` is
+/// then their number, as [`cores_for`] made it), else `cores` wherever the OS schedules them.
+pub fn core_threads(cores: usize, cpus: &[usize]) -> Result<Arc<CoreThreads>, String> {
+    if cpus.is_empty() {
+        return CoreThreads::start(cores).map_err(|e| format!("starting {cores} threads: {e}"));
+    }
+    if cpus.len() != cores {
+        return Err(format!(
+            "{} --cpu for {cores} data paths: give one --cpu per data path",
+            cpus.len()
+        ));
+    }
+    CoreThreads::start_pinned(cpus).map_err(|e| e.to_string())
+}
+
 /// This machine's cores (what `--cores` defaults to): one data path each.
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -204,6 +233,18 @@ mod tests {
             assert!(size(bad).unwrap_err().contains("not a size"), "{bad}");
         }
         assert!(duration("5").unwrap_err().contains("not a duration"));
+    }
+
+    #[test]
+    fn cpus_set_the_number_of_data_paths() {
+        assert_eq!(cores_for(None, &[]).unwrap(), None);
+        assert_eq!(cores_for(Some(3), &[]).unwrap(), Some(3));
+        assert_eq!(cores_for(None, &[2, 5]).unwrap(), Some(2));
+        assert_eq!(cores_for(Some(2), &[2, 5]).unwrap(), Some(2));
+        let e = cores_for(Some(3), &[2, 5]).unwrap_err();
+        assert!(e.contains("--cores 3 and 2 --cpu"), "{e}");
+        let e = core_threads(3, &[0]).unwrap_err();
+        assert!(e.contains("1 --cpu for 3 data paths"), "{e}");
     }
 
     #[test]
