@@ -353,6 +353,9 @@ async fn corrupt_halves_are_detected_by_checksum(scheme: &str) {
     // Data 2 of a block this compressible carries no data (only zeros, which never move, and
     // its trailer): its trailer goes bad.
     let trailer = cluster.targets[1].half_size() - 20;
+    // Its zeros are never stored: they cannot go bad.
+    let zeros = target::corrupt(&cluster.targets[1], 2, 5).unwrap_err();
+    assert_eq!(zeros.code(), Code::InvalidArgument, "{zeros}");
     target::corrupt(&cluster.targets[1], 2, trailer).unwrap();
     target::corrupt(&cluster.targets[2], 2, 7).unwrap();
     let status = read(&stub, &io, 2, len).await.unwrap_err();

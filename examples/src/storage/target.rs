@@ -4,12 +4,17 @@
 //! straight from its slot into the service's memory. The service offers its staging memory
 //! once per connection (`init`); each I/O names a place in it by offset, so no I/O offers,
 //! registers or imports anything.
+//!
+//! A half is kept as it travels: the bytes of its shard that carry data, then its trailer,
+//! from the start of the block's slot (the rest of the shard is zeros, which never move). So
+//! a write lands in one RDMA read and a read leaves in one RDMA write, with no move inside
+//! the slot.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use rdma_rpc_core::{MemoryRegion, RemoteBuf, RemoteMemory, Request, Status};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use super::codec::{Slot, TRAILER_LEN};
 use super::cores::PerCore;
@@ -38,6 +43,51 @@ impl Drop for Claim<'_> {
     }
 }
 
+/// Halves stored so far, and the waiters for a count ([`Target::stored`]): a write wakes
+/// anyone only while someone waits, so the I/O path pays one atomic add and one load.
+#[derive(Debug, Default)]
+struct Written {
+    count: AtomicU64,
+    waiters: AtomicUsize,
+    changed: Notify,
+}
+
+impl Written {
+    fn add(&self) {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        // Sequentially consistent with `reach`: either this sees its waiter, or the waiter
+        // sees this count.
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            self.changed.notify_waiters();
+        }
+    }
+
+    async fn reach(self: Arc<Self>, n: u64) {
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let _waiting = Waiting(&self.waiters);
+        loop {
+            let changed = self.changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            // Registered before the count is read: a write after the read wakes it.
+            changed.as_mut().enable();
+            if self.count.load(Ordering::SeqCst) >= n {
+                return;
+            }
+            changed.await;
+        }
+    }
+}
+
+/// A block's entry in [`Target`]'s `stored` until its half is stored (a half carries at most
+/// a shard's bytes of data, far fewer).
+const NOT_STORED: u32 = u32::MAX;
+
 /// Most service connections whose staging memory handles a target keeps.
 const MAX_SERVICE_CONNECTIONS: usize = 256;
 
@@ -61,9 +111,10 @@ pub struct TargetConfig {
 pub struct Target {
     config: TargetConfig,
     memory: MemoryRegion,
-    /// Per block: `None` until stored, then the bytes of the shard that carry data (the rest
-    /// up to the trailer are zeros, never moved).
-    stored: Mutex<Vec<Option<u32>>>,
+    /// Per block: [`NOT_STORED`] until stored, then the bytes of the shard that carry data
+    /// (the rest up to the trailer are zeros, never moved). Read and written under the
+    /// block's claim, so each I/O touches only its own block's entry.
+    stored: Vec<AtomicU32>,
     /// Per block: an I/O is running on it (one at a time).
     busy: Vec<AtomicBool>,
     /// Blocks with an I/O running.
@@ -71,7 +122,7 @@ pub struct Target {
     /// The service's staging memory, one handle per connection it came on (`init`).
     service_memory: ConnectionHandles,
     /// Halves stored so far (each write counts once).
-    writes: watch::Sender<u64>,
+    writes: Arc<Written>,
     started: AtomicBool,
     /// Halves moved (stored or fetched) on each core's thread, and elsewhere.
     by_core: PerCore,
@@ -117,13 +168,15 @@ impl Target {
         Ok(Target {
             config,
             memory: MemoryRegion::new(bytes as usize).map_err(Status::from)?,
-            stored: Mutex::new(vec![None; config.half_count as usize]),
+            stored: (0..config.half_count)
+                .map(|_| AtomicU32::new(NOT_STORED))
+                .collect(),
             busy: (0..config.half_count)
                 .map(|_| AtomicBool::new(false))
                 .collect(),
             busy_count: AtomicUsize::new(0),
             service_memory: ConnectionHandles::new(MAX_SERVICE_CONNECTIONS),
-            writes: watch::channel(0).0,
+            writes: Arc::default(),
             started: AtomicBool::new(false),
             by_core: PerCore::new(config.cores.max(1)),
             shutdown: watch::channel(false).0,
@@ -133,10 +186,13 @@ impl Target {
     /// Resolves once this target has stored `n` halves (for demos and tests that act
     /// mid-run).
     pub fn stored(&self, n: u64) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let mut rx = self.writes.subscribe();
-        async move {
-            let _ = rx.wait_for(|w| *w >= n).await;
-        }
+        self.writes.clone().reach(n)
+    }
+
+    /// The bytes of block `block`'s shard that carry data, if it is stored here.
+    fn used_of(&self, block: u64) -> Option<u32> {
+        let used = self.stored.get(block as usize)?.load(Ordering::Acquire);
+        (used != NOT_STORED).then_some(used)
     }
 
     /// Halves with an I/O in flight now (their slots are leased).
@@ -218,17 +274,6 @@ impl Target {
         Ok(Claim { target: self, flag })
     }
 
-    /// Moves the trailer of the half at `at` from `from` to `to` within its slot (the slot
-    /// keeps it at its end; it moves right after the data, as the service stages it).
-    fn move_trailer(&self, at: usize, from: usize, to: usize) -> Result<(), Status> {
-        if from != to {
-            let mut slot = self.lease(at)?;
-            slot.as_mut_slice()
-                .copy_within(from..from + TRAILER_LEN, to);
-        }
-        Ok(())
-    }
-
     /// The bytes of the shard a write says carry data, checked against the half's size.
     fn used(&self, io: &HalfIo) -> Result<usize, Status> {
         let room = self.config.half_size - TRAILER_LEN;
@@ -287,16 +332,15 @@ impl StorageTarget for Arc<Target> {
         let used = self.used(&io)?;
         let _claim = self.claim(io.block)?;
         // One RDMA read from the service's memory straight into this block's slot: the
-        // shard's data and, right after it, the trailer (as the service stages them); then
-        // the trailer goes to the end of the slot.
+        // shard's data and, right after it, the trailer, kept as the service stages them.
         let dst = self
             .memory
             .lease(at, used + TRAILER_LEN)
             .map_err(Status::from)?;
         drop(memory.read(&source, io.offset, dst).await?);
-        self.move_trailer(at, used, self.config.half_size - TRAILER_LEN)?;
-        self.stored.lock().unwrap()[io.block as usize] = Some(used as u32);
-        self.writes.send_modify(|w| *w += 1);
+        // Under the block's claim: no other I/O of this block reads or writes it meanwhile.
+        self.stored[io.block as usize].store(used as u32, Ordering::Release);
+        self.writes.add();
         Ok(HalfDone {
             block: io.block,
             stored: true,
@@ -309,17 +353,16 @@ impl StorageTarget for Arc<Target> {
         let io = request.into_inner();
         let (at, destination) = self.io(&memory, &io)?;
         let _claim = self.claim(io.block)?;
-        let Some(used) = self.stored.lock().unwrap()[io.block as usize] else {
+        let Some(used) = self.used_of(io.block) else {
             return Ok(HalfDone {
                 block: io.block,
                 stored: false,
                 used: 0,
             });
         };
-        // The trailer, copied right after the data (bytes that are zeros in the half and
-        // never move), then one RDMA write of both straight into the service's memory.
+        // The data and the trailer right after it, as stored: one RDMA write straight into
+        // the service's memory.
         let n = used as usize;
-        self.move_trailer(at, self.config.half_size - TRAILER_LEN, n)?;
         let src = self
             .memory
             .lease(at, n + TRAILER_LEN)
@@ -335,14 +378,28 @@ impl StorageTarget for Arc<Target> {
     }
 }
 
-/// Test and demo hook: flips one bit of a stored half, as a failing disk would.
+/// Test and demo hook: flips one bit of a stored half, as a failing disk would. `byte` counts
+/// in the half as the codec lays it out (the shard, then the trailer at the end); a byte of
+/// the shard past its data is a zero that is never stored, and cannot go bad.
 pub fn corrupt(target: &Target, block: u64, byte: usize) -> Result<(), Status> {
     let at = block as usize * target.config.half_size;
+    let trailer = target.config.half_size - TRAILER_LEN;
+    let used = target
+        .used_of(block)
+        .ok_or_else(|| Status::not_found(format!("block {block} is not stored here")))?
+        as usize;
+    let stored_at = match byte {
+        b if b < used => b,
+        b if b < trailer => {
+            return Err(Status::invalid_argument(format!(
+                "byte {b} of block {block}'s half is past its {used} bytes of data: a zero \
+                 that is never stored"
+            )))
+        }
+        b if b < target.config.half_size => used + (b - trailer),
+        b => return Err(Status::out_of_range(format!("byte {b} is beyond the half"))),
+    };
     let mut slot = target.lease(at)?;
-    let b = slot
-        .as_mut_slice()
-        .get_mut(byte)
-        .ok_or_else(|| Status::out_of_range("byte beyond the half"))?;
-    *b ^= 0x10;
+    slot.as_mut_slice()[stored_at] ^= 0x10;
     Ok(())
 }
