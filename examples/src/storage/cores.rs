@@ -172,12 +172,12 @@ mod pin {
         // bit `cpu`, below `CPU_SETSIZE` (checked above), inside the set it is given.
         // `sched_setaffinity` reads `size_of::<cpu_set_t>()` bytes from the set, which is
         // that large, and changes only the calling thread (pid 0).
-        let set = unsafe {
+        let status = unsafe {
             let mut set: libc::cpu_set_t = std::mem::zeroed();
             libc::CPU_SET(cpu, &mut set);
             libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
         };
-        if set != 0 {
+        if status != 0 {
             let e = std::io::Error::last_os_error();
             // EINVAL: the set holds no CPU this process may use.
             return Err(match e.raw_os_error() {
