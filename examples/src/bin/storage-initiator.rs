@@ -27,7 +27,8 @@ use std::sync::Arc;
 #[derive(Debug, Parser)]
 #[command(name = "storage-initiator")]
 struct Args {
-    /// The storage service: its listeners, one per core (separated by commas), or one.
+    /// The storage service: its listeners, one per core (separated by commas), or one;
+    /// connection k dials address k, counting round when there are fewer addresses.
     #[arg(long, value_name = "ADDR", required = true, value_delimiter = ',')]
     storage_server: Vec<String>,
     /// Bytes per block.

@@ -37,7 +37,8 @@ struct Args {
     /// or one per core (repeated, or separated by commas).
     #[arg(long, value_name = "ADDR", required = true, value_delimiter = ',')]
     listen: Vec<String>,
-    /// The data 1 target: its listeners, one per core (separated by commas), or one.
+    /// The data 1 target: its listeners, one per core (separated by commas), or one; core k
+    /// dials address k, counting round when there are fewer addresses than cores.
     #[arg(
         long = "data-1-storage",
         value_name = "ADDR",
