@@ -22,12 +22,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use examples::generated::storage_service::StorageServiceServer;
 use examples::storage::auth::{Secret, SERVICE_SECRET_ENV, TARGET_SECRET_ENV};
 use examples::storage::flags::{self, Listeners};
 use examples::storage::service::{Service, ServiceConfig};
 use rdma_rpc_core::transport::transport_for;
-use rdma_rpc_core::Server;
 
 /// The storage service: between the initiator and the three targets.
 #[derive(Debug, Parser)]
@@ -111,11 +109,7 @@ async fn run(args: Args) -> Result<(), String> {
     .map_err(|s| s.to_string())?;
     let service = Arc::new(service);
     let listeners = Listeners::bind(&threads, &binds, || {
-        Server::builder()
-            .initial_receives(examples::storage::RECEIVES)
-            .recv_credits(examples::storage::RECEIVES)
-            .interceptor(secret.require("its initiator"))
-            .add_service(StorageServiceServer::new(service.clone()))
+        examples::storage::service::server(&service, &secret)
     })
     .await?;
     println!(

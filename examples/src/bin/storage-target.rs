@@ -16,12 +16,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use examples::generated::storage_target::StorageTargetServer;
 use examples::storage::auth::{Secret, TARGET_SECRET_ENV};
 use examples::storage::codec::Slot;
 use examples::storage::flags::{self, Listeners};
 use examples::storage::target::{Target, TargetConfig};
-use rdma_rpc_core::Server;
 
 /// A storage target: keeps one kind of half (data 1, data 2 or parity) of every block.
 #[derive(Debug, Parser)]
@@ -75,12 +73,7 @@ async fn run(args: Args) -> Result<(), String> {
     let target = Arc::new(Target::new(config).map_err(|s| s.message().to_owned())?);
     let threads = flags::core_threads(binds.len(), &args.cpu)?;
     let listeners = Listeners::bind(&threads, &binds, || {
-        Server::builder()
-            .initial_receives(examples::storage::RECEIVES)
-            .recv_credits(examples::storage::RECEIVES)
-            .transfer_timeout(examples::storage::target::IO_TIMEOUT)
-            .interceptor(secret.require("their storage service"))
-            .add_service(StorageTargetServer::new(target.clone()))
+        examples::storage::target::server(&target, &secret)
     })
     .await?;
     println!(

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use rdma_rpc_core::transport::Transport;
-use rdma_rpc_core::{Client, Server, Status};
+use rdma_rpc_core::{Client, Status};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -13,8 +13,6 @@ use super::codec::Slot;
 use super::cores::{serve_on, CoreThreads};
 use super::service::{Service, ServiceConfig};
 use super::target::{Target, TargetConfig};
-use crate::generated::storage_service::StorageServiceServer;
-use crate::generated::storage_target::StorageTargetServer;
 
 /// What to start.
 #[derive(Debug, Clone)]
@@ -101,18 +99,8 @@ impl Cluster {
             let (kill, killed) = watch::channel(false);
             let mut slot_addrs = Vec::new();
             for core in 0..listeners {
-                let builder = Server::builder()
-                    .transport(transport.clone())
-                    .initial_receives(super::RECEIVES)
-                    .recv_credits(super::RECEIVES)
-                    .transfer_timeout(super::target::IO_TIMEOUT)
-                    .interceptor(
-                        config
-                            .service
-                            .target_secret
-                            .require("their storage service"),
-                    )
-                    .add_service(StorageTargetServer::new(target.clone()));
+                let builder = super::target::server(&target, &config.service.target_secret)
+                    .transport(transport.clone());
                 let (down, mut killed) = (target.shut_down(), killed.clone());
                 let (addr, task) = serve_on(threads.as_deref(), core, builder, bind, async move {
                     tokio::select! {
@@ -137,12 +125,8 @@ impl Cluster {
         let mut service_addrs = Vec::new();
         let mut service_tasks = Vec::new();
         for core in 0..listeners {
-            let builder = Server::builder()
-                .transport(transport.clone())
-                .initial_receives(super::RECEIVES)
-                .recv_credits(super::RECEIVES)
-                .interceptor(config.service_secret.require("its initiator"))
-                .add_service(StorageServiceServer::new(service.clone()));
+            let builder = super::service::server(&service, &config.service_secret)
+                .transport(transport.clone());
             let (addr, task) =
                 serve_on(threads.as_deref(), core, builder, bind, service.shut_down())
                     .await

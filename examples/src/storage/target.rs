@@ -13,12 +13,14 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use rdma_rpc_core::{MemoryRegion, RemoteBuf, RemoteMemory, Request, Status};
+use rdma_rpc_core::server::ServerBuilder;
+use rdma_rpc_core::{MemoryRegion, RemoteBuf, RemoteMemory, Request, Server, Status};
 use tokio::sync::{watch, Notify};
 
 use super::codec::{Slot, TRAILER_LEN};
 use super::cores::PerCore;
 use super::handles::ConnectionHandles;
+use crate::generated::storage_target::StorageTargetServer;
 use crate::generated::storage_target::{
     Command, HalfDone, HalfIo, StorageTarget, TargetControl, TargetGeometry, TargetInit,
 };
@@ -376,6 +378,18 @@ impl StorageTarget for Arc<Target> {
             used,
         })
     }
+}
+
+/// A server of `target` as every storage process runs it: the receives the storage connections
+/// post ([`super::RECEIVES`]), [`IO_TIMEOUT`] for its one-sided operations, and calls taken
+/// only from the service that presents `secret`.
+pub fn server(target: &Arc<Target>, secret: &super::auth::Secret) -> ServerBuilder {
+    Server::builder()
+        .initial_receives(super::RECEIVES)
+        .recv_credits(super::RECEIVES)
+        .transfer_timeout(IO_TIMEOUT)
+        .interceptor(secret.require("their storage service"))
+        .add_service(StorageTargetServer::new(target.clone()))
 }
 
 /// Test and demo hook: flips one bit of a stored half, as a failing disk would. `byte` counts

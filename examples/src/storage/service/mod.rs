@@ -34,20 +34,33 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rdma_rpc_core::server::ServerBuilder;
 use rdma_rpc_core::transport::Transport;
-use rdma_rpc_core::{Client, Status};
+use rdma_rpc_core::{Client, Server, Status};
 use tokio::sync::watch;
 
 use super::auth::Secret;
 use super::codec::{Codec, CpuCodec, Slot};
 use super::cores::{CoreThreads, PerCore};
 use super::handles::ConnectionHandles;
+use crate::generated::storage_service::StorageServiceServer;
 use crate::generated::storage_target::{
     Command, StorageTargetClient, TargetControl, TargetGeometry,
 };
 
 pub use staging::shards_used;
 use staging::Staging;
+
+/// A server of `service` as every storage process runs it: the receives the storage
+/// connections post ([`super::RECEIVES`]), and calls taken only from the initiator that
+/// presents `secret`.
+pub fn server(service: &Arc<Service>, secret: &Secret) -> ServerBuilder {
+    Server::builder()
+        .initial_receives(super::RECEIVES)
+        .recv_credits(super::RECEIVES)
+        .interceptor(secret.require("its initiator"))
+        .add_service(StorageServiceServer::new(service.clone()))
+}
 
 /// How the service behaves.
 #[derive(Debug, Clone)]
