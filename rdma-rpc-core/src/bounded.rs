@@ -14,12 +14,19 @@ use crate::error::Result;
 use crate::observe::logs;
 use crate::transport::{BoxFuture, Connection};
 
-/// `op`'s result if it completes by `until`; otherwise `None`, after closing `conn`.
+/// `op`'s result if it completes by `until()`; otherwise `None`, after closing `conn`.
+///
+/// An operation complete as soon as it is posted (the in-process transport's are) needs no
+/// bound: `until` is called, the clock read and a timer armed, only for one that is not.
 pub(crate) async fn answered_by<T: Send + 'static>(
     conn: &Arc<dyn Connection>,
-    op: BoxFuture<'static, Result<T>>,
-    until: Instant,
+    mut op: BoxFuture<'static, Result<T>>,
+    until: impl FnOnce() -> Instant,
 ) -> Option<Result<T>> {
+    if let Some(done) = poll_once(&mut op) {
+        return Some(done);
+    }
+    let until = until();
     let mut watched = Watched {
         op: Some(op),
         conn: conn.clone(),
@@ -96,5 +103,48 @@ pub(crate) fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::
     match std::pin::Pin::new(f).poll(&mut cx) {
         std::task::Poll::Ready(output) => Some(output),
         std::task::Poll::Pending => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::transport::conformance;
+    use crate::transport::mem::MemTransport;
+
+    /// An operation complete as posted is not bounded: no clock read, no timer, and its
+    /// connection stays.
+    #[tokio::test]
+    async fn an_operation_done_as_posted_reads_no_clock() {
+        let (conn, _peer) = conformance::pair_on(&MemTransport::new(), "mem://").await;
+        let done: BoxFuture<'static, Result<u32>> = Box::pin(std::future::ready(Ok(7)));
+        let answered = answered_by(&conn, done, || panic!("the clock was read")).await;
+        assert!(matches!(answered, Some(Ok(7))));
+        assert!(
+            poll_once(&mut conn.closed()).is_none(),
+            "the connection stays"
+        );
+    }
+
+    /// One that is not complete is bounded from when it was found so: past `until()`, the
+    /// connection is closed.
+    #[tokio::test]
+    async fn an_operation_that_waits_is_bounded_and_closes_its_connection() {
+        let (conn, _peer) = conformance::pair_on(&MemTransport::new(), "mem://").await;
+        let never: BoxFuture<'static, Result<u32>> = Box::pin(std::future::pending());
+        let asked = AtomicBool::new(false);
+        let until = || {
+            asked.store(true, Ordering::Relaxed);
+            Instant::now() + Duration::from_millis(20)
+        };
+        assert!(answered_by(&conn, never, until).await.is_none());
+        assert!(asked.load(Ordering::Relaxed));
+        assert!(
+            poll_once(&mut conn.closed()).is_some(),
+            "the connection was closed"
+        );
     }
 }

@@ -386,12 +386,6 @@ pub(crate) use on::*;
 /// Whether metrics are recorded (the `metrics` feature).
 pub(crate) const METRICS: bool = cfg!(feature = "metrics");
 
-/// The time now, if anything will use a duration: metrics, or a `DEBUG` log. Reading the clock
-/// costs more than the rest of a small call's bookkeeping.
-pub(crate) fn clock() -> Option<std::time::Instant> {
-    (METRICS || tracing::enabled!(tracing::Level::DEBUG)).then(std::time::Instant::now)
-}
-
 /// Counts a handshaken connection in the connections gauge until dropped.
 pub(crate) struct OpenConnection(());
 

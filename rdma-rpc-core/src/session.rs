@@ -289,9 +289,9 @@ impl Session {
             cx.waker()
         };
         let mut recv_cx = Context::from_waker(waker);
-        // The clock is read once for the frames that land together, as quinn-proto does for a
-        // batch of datagrams, and again after a request was handed over (its handler may have
-        // run inline).
+        // The clock is read at most once for the frames that land together, as quinn-proto
+        // does for a batch of datagrams, and again after a request was handed over (its
+        // handler may have run inline); only when the state asks (a client's never does).
         let mut clock = None;
         loop {
             if self.is_over() {
@@ -322,7 +322,7 @@ impl Session {
             } else {
                 let incoming = locked
                     .proto
-                    .handle_datagram(completion.buf.as_slice(), *clock.get_or_insert_with(now));
+                    .handle_datagram(completion.buf.as_slice(), || *clock.get_or_insert_with(now));
                 if self.transport.post_recv(completion.buf).is_ok() {
                     locked.proto.reposted();
                 }

@@ -22,6 +22,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::time::Instant;
 
 use super::post::Sending;
 use super::{CallOptions, Client, Inner};
@@ -135,6 +136,13 @@ impl Drop for Line<'_> {
     }
 }
 
+/// When a call starts, if anything needs it: its deadline, or its duration in the metrics. One
+/// clock read serves both (a read costs about 40 ns on the development VM, a fiftieth of a
+/// small call).
+fn started(timeout: Option<Duration>) -> Option<Instant> {
+    (crate::observe::METRICS || timeout.is_some()).then(Instant::now)
+}
+
 /// The status of a call still running when its timeout passed.
 fn past_timeout(endpoint: &EndpointDef, limit: Duration) -> Status {
     Status::deadline_exceeded(format!(
@@ -229,9 +237,9 @@ impl Client {
         timeout: Option<Duration>,
         call: impl std::future::Future<Output = Result<T, Status>>,
     ) -> Result<T, Status> {
-        let started = crate::observe::METRICS.then(std::time::Instant::now);
-        let result = match timeout {
-            Some(limit) => tokio::time::timeout(limit, call)
+        let started = started(timeout);
+        let result = match timeout.zip(started) {
+            Some((limit, at)) => tokio::time::timeout_at(at + limit, call)
                 .await
                 .unwrap_or_else(|_| Err(past_timeout(endpoint, limit))),
             None => call.await,
@@ -240,13 +248,16 @@ impl Client {
         result
     }
 
-    /// Counts a call that ended with `result`, if metrics are on (`started` is then set).
+    /// Counts a call that ended with `result`, if metrics are on.
     fn count<T>(
         &self,
         endpoint: &EndpointDef,
-        started: Option<std::time::Instant>,
+        started: Option<Instant>,
         result: &Result<T, Status>,
     ) {
+        if !crate::observe::METRICS {
+            return;
+        }
         if let Some(started) = started {
             let code = result
                 .as_ref()
@@ -284,8 +295,10 @@ impl Client {
                 .call_inner(endpoint, message, payload, timeout, &options.metadata)
                 .await
         });
-        let mut deadline = std::pin::pin!(timeout.map(tokio::time::sleep));
-        let started = crate::observe::METRICS.then(std::time::Instant::now);
+        let started = started(timeout);
+        let mut deadline = std::pin::pin!(timeout
+            .zip(started)
+            .map(|(limit, at)| tokio::time::sleep_until(at + limit)));
         let result = std::future::poll_fn(|cx| {
             if let Poll::Ready(result) = call.as_mut().poll(cx) {
                 return Poll::Ready(result);

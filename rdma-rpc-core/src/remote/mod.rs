@@ -56,7 +56,7 @@ use bytes::Bytes;
 
 use crate::memory::{Access, Buffer, SharedRegion};
 use crate::protocol::handles::{AccessKind, HandleView, Refusal};
-use crate::protocol::wait::{wait, Wait};
+use crate::protocol::wait::wait;
 use crate::session::Session;
 use crate::status::Status;
 use crate::transport::{BoxFuture, Descriptor, SendData};
@@ -294,15 +294,18 @@ impl RemoteMemory {
         op: BoxFuture<'static, crate::Result<T>>,
     ) -> Result<T, Status> {
         let conn = self.session.transport().clone();
-        let Wait {
-            until,
-            deadline_first,
-        } = wait(
-            tokio::time::Instant::now(),
-            self.transfer_timeout,
-            self.call.as_ref().and_then(|c| c.deadline_at()),
-        );
-        match crate::bounded::answered_by(&conn, op, until).await {
+        let mut deadline_first = false;
+        let until = || {
+            let bound = wait(
+                tokio::time::Instant::now(),
+                self.transfer_timeout,
+                self.call.as_ref().and_then(|c| c.deadline_at()),
+            );
+            deadline_first = bound.deadline_first;
+            bound.until
+        };
+        let answered = crate::bounded::answered_by(&conn, op, until).await;
+        match answered {
             Some(done) => done.map_err(Status::from),
             None => {
                 let patience = self.transfer_timeout;

@@ -88,6 +88,9 @@ pub(super) struct Call {
     pub(super) metrics: Arc<crate::observe::ServerEndpoint>,
     /// A streaming call's streams.
     pub(super) stream: Option<Arc<StreamCell>>,
+    /// When the connection handled the request's frame: the call's duration runs from here
+    /// (the clock read then, not a second one).
+    pub(super) arrived: std::time::Instant,
 }
 
 /// A transfer still under way when the response is sent (a pushed result); awaited after.
@@ -111,7 +114,6 @@ pub(super) fn run(mut call: Call, events: Mailbox<ClientEvent>) -> impl Future<O
         bytes = tracing::field::Empty,
         round_trips = tracing::field::Empty,
     );
-    let started = crate::observe::clock();
     let watched = span.clone();
     tracing::Instrument::instrument(
         async move {
@@ -148,7 +150,7 @@ pub(super) fn run(mut call: Call, events: Mailbox<ClientEvent>) -> impl Future<O
             }
             // One clock read for both the call's duration and the state's time.
             let answered_at = now();
-            let elapsed = started.map(|t| answered_at.saturating_duration_since(t));
+            let elapsed = answered_at.saturating_duration_since(call.arrived);
             finished(&call, &response, elapsed, &watched);
             // Slots freed by this call (or earlier ones) go back to the client with the
             // response; the call is over for the connection from here.
@@ -170,12 +172,11 @@ pub(super) fn run(mut call: Call, events: Mailbox<ClientEvent>) -> impl Future<O
 }
 
 /// Records how the call ended: in its span, in a `DEBUG` event, and in metrics (nothing when
-/// nobody listens). `elapsed` is `None` when nothing read the clock as the call started
-/// ([`crate::observe::clock`]).
+/// nobody listens). `elapsed` runs from the request's arrival to its response.
 fn finished(
     call: &Call,
     response: &ResponseFrame,
-    elapsed: Option<std::time::Duration>,
+    elapsed: std::time::Duration,
     span: &tracing::Span,
 ) {
     let spanned = !span.is_disabled();
@@ -201,11 +202,8 @@ fn finished(
         span.record("bytes", bytes);
         span.record("round_trips", 1 + u32::from(call.grants));
     }
-    if let Some(elapsed) = elapsed {
-        tracing::debug!(elapsed_us = elapsed.as_micros() as u64, "call answered");
-    }
-    call.metrics
-        .answered(code, bytes, elapsed.unwrap_or_default());
+    tracing::debug!(elapsed_us = elapsed.as_micros() as u64, "call answered");
+    call.metrics.answered(code, bytes, elapsed);
 }
 
 /// Room kept in a frame for what wraps the response (the frame's own fields, credits, slots).

@@ -102,6 +102,7 @@ pub(super) fn start_call(
         grants: 0,
         metrics: route.metrics.clone(),
         stream,
+        arrived,
     };
     Ok((call, events))
 }

@@ -87,7 +87,8 @@ async fn pull(
     // A client that never lets the read complete would keep the pool buffer: after
     // transfer_timeout its connection goes, and with it the read and the buffer (also when
     // the call is stopped meanwhile: the read is watched on).
-    let until = Instant::now() + call.conn.transfer_timeout;
+    let patience = call.conn.transfer_timeout;
+    let until = || Instant::now() + patience;
     match crate::bounded::answered_by(call.conn.session.transport(), read, until).await {
         Some(read) => Ok(read.map_err(transfer_failed)?.freeze()),
         None => {

@@ -162,7 +162,7 @@ impl Reader {
         }
         let Pending { piece, read } = self.reads.pop_front()?;
         let s = &self.stream;
-        let until = Instant::now() + s.transfer_timeout;
+        let until = || Instant::now() + s.transfer_timeout;
         let buf = match crate::bounded::answered_by(s.session.transport(), read, until).await {
             Some(Ok(buf)) => buf,
             Some(Err(e)) => {
@@ -356,7 +356,7 @@ impl ChunkSink {
             return Ok(());
         };
         let s = &self.stream;
-        let until = Instant::now() + s.transfer_timeout;
+        let until = || Instant::now() + s.transfer_timeout;
         match crate::bounded::answered_by(s.session.transport(), write, until).await {
             Some(Ok(())) => Ok(()),
             Some(Err(e)) => Err(Status::unavailable(format!(

@@ -5,7 +5,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::task::Waker;
-use std::time::Instant;
 
 use super::handshake::{check_ack, stream_window, Negotiated};
 use super::{Core, End, Handles, Phase, StreamRoute};
@@ -148,7 +147,7 @@ impl<H: Handles> ClientSide<H> {
     }
 
     /// The server's frame.
-    pub(super) fn handle(&mut self, core: &mut Core, kind: Kind, _now: Instant) {
+    pub(super) fn handle(&mut self, core: &mut Core, kind: Kind) {
         if core.phase == Phase::Handshake {
             return self.handshake(core, kind);
         }

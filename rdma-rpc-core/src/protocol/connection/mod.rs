@@ -317,7 +317,15 @@ impl<H: Handles> Connection<H> {
     /// Handles a received frame's bytes (the receive they came in is the caller's to re-post:
     /// [`reposted`](Self::reposted)). A request for the server's application comes back;
     /// everything else is handled here.
-    pub(crate) fn handle_datagram(&mut self, bytes: &[u8], now: Instant) -> Option<Incoming<H>> {
+    ///
+    /// `now` gives the time, and is called only by a side that needs it: a server dates every
+    /// frame (its idle timer, a request's deadline), a client none, so its reads cost no clock
+    /// read (about 40 ns on the development VM, a fifth of a small call's bookkeeping).
+    pub(crate) fn handle_datagram(
+        &mut self,
+        bytes: &[u8],
+        now: impl FnOnce() -> Instant,
+    ) -> Option<Incoming<H>> {
         if matches!(self.core.phase, Phase::Closing | Phase::Closed) {
             // What still arrives after the end changes nothing, but the credits it returns
             // while a draining end waits for them.
@@ -354,7 +362,7 @@ impl<H: Handles> Connection<H> {
             (_, None) => return None, // a credit update
             // The frames of every call, handled in place (the frame stays for the next one).
             (Side::Server(server), Some(Kind::Request(request))) if open => {
-                server.admit(core, request, now)
+                server.admit(core, request, now())
             }
             (Side::Client(client), Some(Kind::Response(response))) if open => {
                 client.on_response(core, response);
@@ -362,12 +370,12 @@ impl<H: Handles> Connection<H> {
             }
             (Side::Client(client), Some(_)) => {
                 let kind = frame.kind.take().expect("a kind was seen");
-                client.handle(core, kind, now);
+                client.handle(core, kind);
                 None
             }
             (Side::Server(server), Some(_)) => {
                 let kind = frame.kind.take().expect("a kind was seen");
-                server.handle(core, kind, now)
+                server.handle(core, kind, now())
             }
         };
         self.after();

@@ -151,6 +151,8 @@ pub(crate) struct Link {
     pub(crate) seen_end: [bool; 2],
     /// Frames delivered, both ways.
     pub(crate) delivered: u64,
+    /// Times side `i` asked the time to handle a frame (a client never needs it).
+    pub(crate) clock_reads: [u64; 2],
 }
 
 impl Link {
@@ -199,7 +201,11 @@ impl Link {
         }
         self.posted[to] -= 1;
         self.delivered += 1;
-        let incoming = conn.handle_datagram(&bytes, now);
+        let reads = &mut self.clock_reads[to];
+        let incoming = conn.handle_datagram(&bytes, || {
+            *reads += 1;
+            now
+        });
         if !self.closed_by[to] {
             self.posted[to] += 1;
             conn.reposted();
