@@ -28,9 +28,23 @@ pub const MAX_KEY_LEN: usize = 128;
 pub const MAX_ENTRIES: usize = 64;
 
 /// Key, value pairs of one call. Keys are unique: [`insert`](Metadata::insert) replaces.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// Entries are kept as they travel: sending a call's metadata moves them into its request,
+/// and a handler's metadata is the request's entries, slices of the frame they came in.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Metadata {
-    entries: Vec<(String, Bytes)>,
+    entries: Vec<MetadataEntry>,
+}
+
+impl std::fmt::Debug for Metadata {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+/// A key as text: every key is UTF-8 (see [`MetadataEntry::key`]).
+fn key_str(key: &Bytes) -> &str {
+    std::str::from_utf8(key).unwrap_or_default()
 }
 
 impl Metadata {
@@ -42,12 +56,21 @@ impl Metadata {
     /// Sets `key` to `value`, replacing what it held; returns the old value. The key is
     /// checked when the call is made.
     pub fn insert(&mut self, key: impl Into<String>, value: impl Into<Bytes>) -> Option<Bytes> {
-        let key = key.into();
-        let value = value.into();
-        match self.entries.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, old)) => Some(std::mem::replace(old, value)),
+        // The string's own allocation becomes the key's: no copy.
+        self.put(Bytes::from(key.into()), value.into())
+    }
+
+    /// [`insert`](Self::insert) for a key known when the program is built: the key is not
+    /// copied or allocated, as suits an interceptor that sets it on every call.
+    pub fn insert_static(&mut self, key: &'static str, value: impl Into<Bytes>) -> Option<Bytes> {
+        self.put(Bytes::from_static(key.as_bytes()), value.into())
+    }
+
+    fn put(&mut self, key: Bytes, value: Bytes) -> Option<Bytes> {
+        match self.entries.iter_mut().find(|e| e.key == key) {
+            Some(old) => Some(std::mem::replace(&mut old.value, value)),
             None => {
-                self.entries.push((key, value));
+                self.entries.push(MetadataEntry { key, value });
                 None
             }
         }
@@ -55,7 +78,10 @@ impl Metadata {
 
     /// The value of `key`.
     pub fn get(&self, key: &str) -> Option<&Bytes> {
-        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+        self.entries
+            .iter()
+            .find(|e| e.key.as_ref() == key.as_bytes())
+            .map(|e| &e.value)
     }
 
     /// The value of `key`, if it is UTF-8.
@@ -65,8 +91,11 @@ impl Metadata {
 
     /// Removes `key`; returns its value.
     pub fn remove(&mut self, key: &str) -> Option<Bytes> {
-        let at = self.entries.iter().position(|(k, _)| k == key)?;
-        Some(self.entries.remove(at).1)
+        let at = self
+            .entries
+            .iter()
+            .position(|e| e.key.as_ref() == key.as_bytes())?;
+        Some(self.entries.remove(at).value)
     }
 
     /// Number of entries.
@@ -81,56 +110,58 @@ impl Metadata {
 
     /// The entries, in the order they were first inserted.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Bytes)> {
-        self.entries.iter().map(|(k, v)| (k.as_str(), v))
+        self.entries.iter().map(|e| (key_str(&e.key), &e.value))
     }
 
     /// Checks every key and the number of entries.
     pub(crate) fn check(&self) -> Result<(), Status> {
-        if self.entries.len() > MAX_ENTRIES {
-            return Err(Status::invalid_argument(format!(
-                "{} metadata entries, more than the {MAX_ENTRIES} a call may carry",
-                self.entries.len()
-            )));
-        }
-        for (key, _) in &self.entries {
-            check_key(key)?;
+        check_count(self.entries.len())?;
+        for e in &self.entries {
+            check_key(key_str(&e.key))?;
         }
         Ok(())
     }
 
-    /// The entries as they travel.
+    /// The entries as they travel, copied (each key and value shared, not copied).
     pub(crate) fn to_frames(&self) -> Vec<MetadataEntry> {
-        self.entries
-            .iter()
-            .map(|(key, value)| MetadataEntry {
-                key: key.clone(),
-                value: value.clone(),
-            })
-            .collect()
+        self.entries.clone()
     }
 
-    /// Metadata a peer sent: checked like the sender's, duplicates refused.
-    pub(crate) fn from_frames(frames: Vec<MetadataEntry>) -> Result<Metadata, Status> {
-        let mut metadata = Metadata {
-            entries: Vec::with_capacity(frames.len().min(MAX_ENTRIES)),
-        };
-        if frames.len() > MAX_ENTRIES {
-            return Err(Status::invalid_argument(format!(
-                "{} metadata entries, more than the {MAX_ENTRIES} a call may carry",
-                frames.len()
-            )));
-        }
-        for MetadataEntry { key, value } in frames {
-            check_key(&key)?;
-            if metadata.get(&key).is_some() {
+    /// The entries as they travel, moved.
+    pub(crate) fn into_frames(self) -> Vec<MetadataEntry> {
+        self.entries
+    }
+
+    /// Metadata a peer sent: checked like the sender's, duplicates refused. The entries are
+    /// kept as they came.
+    pub(crate) fn from_frames(entries: Vec<MetadataEntry>) -> Result<Metadata, Status> {
+        check_count(entries.len())?;
+        for (at, e) in entries.iter().enumerate() {
+            // Checked as bytes first: a peer's key may be anything.
+            let key = std::str::from_utf8(&e.key).map_err(|_| {
+                Status::invalid_argument(format!(
+                    "metadata key `{}` is not UTF-8",
+                    crate::observe::logs::shown(&String::from_utf8_lossy(&e.key))
+                ))
+            })?;
+            check_key(key)?;
+            if entries[..at].iter().any(|earlier| earlier.key == e.key) {
                 return Err(Status::invalid_argument(format!(
                     "metadata key `{key}` appears twice"
                 )));
             }
-            metadata.entries.push((key, value));
         }
-        Ok(metadata)
+        Ok(Metadata { entries })
     }
+}
+
+fn check_count(entries: usize) -> Result<(), Status> {
+    if entries > MAX_ENTRIES {
+        return Err(Status::invalid_argument(format!(
+            "{entries} metadata entries, more than the {MAX_ENTRIES} a call may carry"
+        )));
+    }
+    Ok(())
 }
 
 impl<'a> IntoIterator for &'a Metadata {
@@ -164,8 +195,9 @@ mod tests {
     fn insert_replaces_and_keeps_order() {
         let mut m = Metadata::new();
         assert_eq!(m.insert("b", "1"), None);
-        assert_eq!(m.insert("a", "2"), None);
-        assert_eq!(m.insert("b", "3"), Some(Bytes::from("1")));
+        assert_eq!(m.insert_static("a", "2"), None);
+        assert_eq!(m.insert_static("b", "3"), Some(Bytes::from("1")));
+        assert_eq!(m.insert(String::from("a"), "2"), Some(Bytes::from("2")));
         let keys: Vec<_> = m.iter().map(|(k, v)| (k, v.clone())).collect();
         assert_eq!(keys, [("b", Bytes::from("3")), ("a", Bytes::from("2"))]);
         assert_eq!(m.remove("b"), Some(Bytes::from("3")));
@@ -196,13 +228,15 @@ mod tests {
         m.insert("x-trace_id.1", "v");
         m.check().unwrap();
         assert_eq!(Metadata::from_frames(m.to_frames()).unwrap(), m);
+        assert_eq!(Metadata::from_frames(m.clone().into_frames()).unwrap(), m);
+        assert_eq!(format!("{m:?}"), r#"{"x-trace_id.1": b"v"}"#);
     }
 
     #[test]
     fn a_hostile_key_is_shown_cut_short() {
         let key: String = (0..MAX_KEY_LEN as u8).map(|b| char::from(b % 32)).collect();
         let err = Metadata::from_frames(vec![MetadataEntry {
-            key: key.clone(),
+            key: key.clone().into(),
             value: Bytes::new(),
         }])
         .unwrap_err();
@@ -218,11 +252,19 @@ mod tests {
     #[test]
     fn a_peer_cannot_send_duplicates_or_too_many() {
         let entry = |key: &str| MetadataEntry {
-            key: key.into(),
+            key: Bytes::copy_from_slice(key.as_bytes()),
             value: Bytes::new(),
         };
-        let err = Metadata::from_frames(vec![entry("a"), entry("a")]).unwrap_err();
-        assert!(err.message().contains("twice"), "{err}");
+        let err = Metadata::from_frames(vec![entry("a"), entry("b"), entry("a")]).unwrap_err();
+        assert!(err.message().contains("`a` appears twice"), "{err}");
+        // A key that is not UTF-8 is the call's error, not the connection's.
+        let err = Metadata::from_frames(vec![MetadataEntry {
+            key: Bytes::from_static(b"k\xff"),
+            value: Bytes::new(),
+        }])
+        .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(err.message().contains("not UTF-8"), "{err}");
         let many = (0..=MAX_ENTRIES).map(|i| entry(&format!("k{i}"))).collect();
         let err = Metadata::from_frames(many).unwrap_err();
         assert!(err.message().contains("more than"), "{err}");

@@ -81,7 +81,8 @@ impl Secret {
         // Made once: each call's metadata shares these bytes.
         let secret = bytes::Bytes::copy_from_slice(self.0.as_bytes());
         move |call| {
-            call.metadata_mut().insert(SECRET_KEY, secret.clone());
+            call.metadata_mut()
+                .insert_static(SECRET_KEY, secret.clone());
             Ok(())
         }
     }

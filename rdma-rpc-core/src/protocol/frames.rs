@@ -245,10 +245,13 @@ pub(crate) struct RequestFrame {
 }
 
 /// One metadata entry of a request.
-#[derive(Clone, PartialEq, prost::Message)]
+#[derive(Clone, PartialEq, Eq, prost::Message)]
 pub(crate) struct MetadataEntry {
-    #[prost(string, tag = "1")]
-    pub(crate) key: String,
+    /// A string on the wire (protobuf's `string` and `bytes` are encoded alike), held as
+    /// bytes: a received key is a slice of its frame and a sent one is not copied. Every key
+    /// is UTF-8: a sender's came from a `String`, a received one passed `check_key`.
+    #[prost(bytes = "bytes", tag = "1")]
+    pub(crate) key: Bytes,
     #[prost(bytes = "bytes", tag = "2")]
     pub(crate) value: Bytes,
 }

@@ -536,7 +536,7 @@ mod tests {
                 source: source.map(Box::new), reply_to: reply_to.map(Box::new),
                 call_metadata: meta
                     .into_iter()
-                    .map(|(key, value)| MetadataEntry { key, value })
+                    .map(|(key, value)| MetadataEntry { key: key.into(), value })
                     .collect(),
                 offers: Vec::new(),
             }

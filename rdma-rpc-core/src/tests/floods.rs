@@ -98,7 +98,7 @@ async fn a_key_of_control_characters_makes_a_short_log_line() {
         path: Bytes::from_static(b"/msg"),
         op: OpKind::Send.as_u32(),
         call_metadata: vec![MetadataEntry {
-            key: key.clone(),
+            key: key.clone().into(),
             value: Bytes::from_static(b"v"),
         }],
         ..Default::default()
