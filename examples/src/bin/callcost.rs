@@ -16,6 +16,9 @@
 //! Without valgrind it prints calls per second, a noisier figure than the benchmark's
 //! (`bench --transport mem:// --runtime single`), which is the one of record.
 //!
+//! `--deadline-ms MS` gives every call a deadline (the client's default timeout): run both
+//! ways under callgrind, the difference is what a deadline costs a call.
+//!
 //! `--connections N` measures instead what a call costs when `N` clients each make calls one
 //! at a time, all at once (the benchmark's many-connection figure, on one thread), over
 //! `--transport mem` or `doca` (the software provider). With callgrind's cache simulation
@@ -62,6 +65,10 @@ struct Options {
     /// The transport of `--connections`.
     #[arg(long, value_enum, default_value_t = Scheme::Mem, requires = "connections")]
     transport: Scheme,
+    /// Gives every call of the one connection a deadline this many milliseconds away (the
+    /// client's default timeout): what a deadline adds to a call.
+    #[arg(long, value_name = "MS", conflicts_with = "connections")]
+    deadline_ms: Option<u64>,
 }
 
 /// The transports `--connections` runs over.
@@ -104,7 +111,11 @@ async fn run(options: &Options) -> Result<(), BenchError> {
         .await?;
     let addr = server.local_addr();
     tokio::spawn(server.serve());
-    let client = BenchClient::new(Client::builder().connect(&addr).await?);
+    let mut builder = Client::builder();
+    if let Some(ms) = options.deadline_ms {
+        builder = builder.default_timeout(std::time::Duration::from_millis(ms));
+    }
+    let client = BenchClient::new(builder.connect(&addr).await?);
     let depth = usize::from(options.depth);
     let data = Bytes::from(vec![0x5a; 64]);
     // The benchmark's own loop for its calls/s with calls in flight on one connection.
@@ -119,8 +130,11 @@ async fn run(options: &Options) -> Result<(), BenchError> {
         }
     })
     .await?;
+    let deadline = options.deadline_ms.map_or(String::new(), |ms| {
+        format!(", each with a {ms} ms deadline")
+    });
     println!(
-        "{} calls of 64 B over mem://, {depth} in flight, one thread: {:.0} calls/s",
+        "{} calls of 64 B over mem://, {depth} in flight, one thread{deadline}: {:.0} calls/s",
         options.calls, figures.calls_per_s
     );
     Ok(())

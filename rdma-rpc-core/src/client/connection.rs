@@ -258,12 +258,37 @@ impl Drop for CloseOnDrop {
 }
 
 /// Reads the connection while no call does (credit updates, revocations, pongs, the server's
-/// goodbye, the frames of streaming calls), until it is over.
+/// goodbye, the frames of streaming calls), until it is over, and keeps the connection's timer
+/// for its calls' deadlines.
 async fn drive(session: Arc<Session>) {
+    // The timer, and the instant it is set to.
+    let mut timer = std::pin::pin!(None::<tokio::time::Sleep>);
+    let mut set_to: Option<Instant> = None;
     let reading = std::future::poll_fn(|cx| {
-        {
-            let mut locked = session.lock();
-            session.set_driver(&mut locked, cx.waker());
+        loop {
+            let at = {
+                let mut locked = session.lock();
+                session.set_driver(&mut locked, cx.waker());
+                locked.proto.set_timer_waker(cx.waker());
+                locked.proto.poll_timeout()
+            };
+            let Some(at) = at else { break };
+            if set_to != Some(at) {
+                set_to = Some(at);
+                let at = tokio::time::Instant::from_std(at);
+                match timer.as_mut().as_pin_mut() {
+                    Some(sleep) => sleep.reset(at),
+                    None => timer.set(Some(tokio::time::sleep_until(at))),
+                }
+            }
+            let sleep = timer.as_mut().as_pin_mut().expect("set above");
+            if std::future::Future::poll(sleep, cx).is_pending() {
+                break;
+            }
+            // Calls whose deadline passed are woken; the timer is set to the next one (the
+            // time is at least the one the timer fired for, so it moves on).
+            let now = crate::session::now().max(at);
+            session.lock().proto.handle_timeout(now);
         }
         match session.poll_frames(cx, &mut |_, _| {}) {
             Poll::Ready(crate::session::Read::Over) => Poll::Ready(()),

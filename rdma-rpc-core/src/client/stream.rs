@@ -82,7 +82,7 @@ impl OpenCall {
             }
         };
         let cell = StreamCell::new(setup);
-        let opened = inner.open(endpoint, None, Some(cell.clone())).await?;
+        let opened = inner.open(endpoint, None, Some(cell.clone()), None).await?;
         Ok(OpenCall {
             inner: inner.clone(),
             id: opened.id,

@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::task::Waker;
+use std::time::Instant;
 
 use super::handshake::{check_ack, stream_window, Negotiated};
 use super::{Core, End, Handles, Phase, StreamRoute};
@@ -33,11 +34,14 @@ pub(crate) struct ClientSettings {
     pub(crate) token: u64,
 }
 
-/// What the server said about a call.
+/// What the server said about a call, or that the call's deadline passed first.
 #[derive(Debug)]
 pub(crate) enum ServerEvent {
     Grant(GrantFrame),
     Response(ResponseFrame),
+    /// Not the server's: the call's deadline (given when it opened) passed while it waited
+    /// for the server. The caller gives it up ([`abandon`](super::Connection::abandon)).
+    DeadlinePassed,
 }
 
 /// One call in flight.
@@ -58,10 +62,14 @@ pub(super) struct ClientCall<H: Handles> {
     pub(super) hold: Vec<H::Window>,
     /// A streaming call's streams (its frames and response go there).
     pub(super) stream: Option<H::Stream>,
+    /// When the call must have its response, if it must.
+    pub(super) deadline: Option<Instant>,
+    /// The deadline passed first: the caller is told so when it next waits.
+    pub(super) expired: bool,
 }
 
 impl<H: Handles> ClientCall<H> {
-    pub(super) fn new(stream: Option<H::Stream>) -> Self {
+    pub(super) fn new(stream: Option<H::Stream>, deadline: Option<Instant>) -> Self {
         ClientCall {
             first: None,
             rest: VecDeque::new(),
@@ -71,6 +79,8 @@ impl<H: Handles> ClientCall<H> {
             abandoned: false,
             hold: Vec::new(),
             stream,
+            deadline,
+            expired: false,
         }
     }
 
@@ -93,6 +103,19 @@ impl<H: Handles> ClientCall<H> {
 pub(super) struct Room {
     pub(super) waiting: VecDeque<(u64, Option<Waker>)>,
     pub(super) next_ticket: u64,
+}
+
+/// The connection's one timer for its calls' deadlines (as quinn-proto keeps one per
+/// connection rather than one per stream). A call's deadline costs it a comparison; the timer
+/// is set again only when it fires, or when a call's deadline comes before it (the first call
+/// after a quiet spell). A tokio timer per call cost about 350 ns on the development VM,
+/// where a small call takes 2 to 2.6 µs.
+#[derive(Debug, Default)]
+pub(super) struct DeadlineTimer {
+    /// No call that waits has a deadline before this instant; `None`: no call has one.
+    pub(super) at: Option<Instant>,
+    /// The task that keeps the timer, woken when `at` moves earlier.
+    pub(super) waker: Option<Waker>,
 }
 
 /// A ping waiting for its pong.
@@ -123,6 +146,7 @@ pub(crate) struct ClientSide<H: Handles> {
     /// New calls are refused with this: the server said goodbye, this client left, or the
     /// connection ended.
     pub(super) over: Option<Status>,
+    pub(super) deadlines: DeadlineTimer,
 }
 
 impl<H: Handles> ClientSide<H> {
@@ -139,7 +163,32 @@ impl<H: Handles> ClientSide<H> {
             slots: Vec::new(),
             reply_sizes: HashMap::default(),
             over: None,
+            deadlines: DeadlineTimer::default(),
         }
+    }
+
+    /// Time passed: calls whose deadline passed before their response are told so (woken),
+    /// and the timer is set to the earliest deadline left.
+    pub(super) fn expire(&mut self, core: &mut Core, now: Instant) {
+        if self.deadlines.at.is_none_or(|at| now < at) {
+            return;
+        }
+        let mut next: Option<Instant> = None;
+        for call in self.calls.values_mut() {
+            let Some(deadline) = call.deadline else {
+                continue;
+            };
+            if call.answered || call.over || call.abandoned || call.expired {
+                continue;
+            }
+            if deadline <= now {
+                call.expired = true;
+                core.woken.extend(call.waker.take());
+            } else {
+                next = Some(next.map_or(deadline, |n| n.min(deadline)));
+            }
+        }
+        self.deadlines.at = next;
     }
 
     pub(super) fn in_flight(&self) -> usize {

@@ -3,6 +3,7 @@
 //! windows a call may use, pings, and leaving.
 
 use std::task::{Context, Poll, Waker};
+use std::time::Instant;
 
 use super::client::{ClientCall, ClientSettings, ClientSide, Ping, ServerEvent};
 use super::handshake::stream_window;
@@ -135,14 +136,37 @@ impl<H: Handles> super::Connection<H> {
     }
 
     /// Opens a call in the room [`poll_room`](Self::poll_room) found: its id. A streaming
-    /// call's frames go to `stream`.
-    pub(crate) fn open_call(&mut self, stream: Option<H::Stream>) -> u64 {
-        let (_, c) = self.client_side();
+    /// call's frames go to `stream`. A call with a `deadline` that is still waiting for the
+    /// server then gets [`ServerEvent::DeadlinePassed`] from the connection's timer (see
+    /// [`poll_timeout`](Self::poll_timeout) and [`set_timer_waker`](Self::set_timer_waker)).
+    pub(crate) fn open_call(
+        &mut self,
+        stream: Option<H::Stream>,
+        deadline: Option<Instant>,
+    ) -> u64 {
+        let (core, c) = self.client_side();
         let id = c.next_id;
         c.next_id += 1;
         c.in_flight += 1;
-        c.calls.insert(id, ClientCall::new(stream));
+        c.calls.insert(id, ClientCall::new(stream, deadline));
+        if let Some(deadline) = deadline {
+            if c.deadlines.at.is_none_or(|at| deadline < at) {
+                c.deadlines.at = Some(deadline);
+                // The timer must be set earlier than it is.
+                core.woken.extend(c.deadlines.waker.clone());
+            }
+        }
         id
+    }
+
+    /// The task that keeps the connection's timer (calls `handle_timeout` at
+    /// [`poll_timeout`](Self::poll_timeout)): woken when a new call's deadline comes first.
+    pub(crate) fn set_timer_waker(&mut self, waker: &Waker) {
+        let (_, c) = self.client_side();
+        match &c.deadlines.waker {
+            Some(w) if w.will_wake(waker) => {}
+            _ => c.deadlines.waker = Some(waker.clone()),
+        }
     }
 
     /// Sends the request of call `id`. If it cannot go (the connection ended, or the frame is
@@ -184,6 +208,11 @@ impl<H: Handles> super::Connection<H> {
             None if call.over => {
                 c.calls.remove(&id);
                 Poll::Ready(None)
+            }
+            None if call.expired => {
+                // The caller gives the call up (`abandon`): it stays until then.
+                call.waker = None;
+                Poll::Ready(Some(ServerEvent::DeadlinePassed))
             }
             None => {
                 match &call.waker {

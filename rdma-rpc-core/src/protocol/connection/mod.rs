@@ -6,11 +6,12 @@
 //! the connection gets busy, the calls in flight (the client's window and the events each call
 //! waits for; the server's admission, in-flight limit and refusals), the server's write slots,
 //! remote buffers both ways (offers, their revocation, the uses of the peer's), the routing of
-//! stream frames, pings, goaways, the server's idle timeout and draining, and every decision to
-//! end the connection over what the peer sent.
+//! stream frames, pings, goaways, the server's idle timeout and draining, the client's calls'
+//! deadlines (one timer for all of them), and every decision to end the connection over what
+//! the peer sent.
 //!
 //! What goes in: received frames ([`handle_datagram`](Connection::handle_datagram), with the
-//! time), the fact that a receive was re-posted or added, the transport's failure
+//! time when the side needs it), the fact that a receive was re-posted or added, the transport's failure
 //! ([`handle_lost`](Connection::handle_lost)), time ([`handle_timeout`](Connection::handle_timeout)),
 //! and what the application asks for (start a call, answer one, offer memory, ping, leave).
 //! What comes out: frames to send ([`poll_transmit`](Connection::poll_transmit)), receives to
@@ -508,16 +509,18 @@ impl<H: Handles> Connection<H> {
     /// The next instant at which [`handle_timeout`](Self::handle_timeout) must be called.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         match &self.side {
-            Side::Client(_) => None,
+            Side::Client(client) => client.deadlines.at,
             Side::Server(server) => server.poll_timeout(&self.core),
         }
     }
 
-    /// Time passed: the handshake may be late, the connection idle.
+    /// Time passed: the handshake may be late, the connection idle (a server), calls' deadlines
+    /// passed (a client).
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
         let Connection { core, side, .. } = self;
-        if let Side::Server(server) = side {
-            server.handle_timeout(core, now);
+        match side {
+            Side::Server(server) => server.handle_timeout(core, now),
+            Side::Client(client) => client.expire(core, now),
         }
         self.after();
     }

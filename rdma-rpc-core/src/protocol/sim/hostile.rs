@@ -252,7 +252,7 @@ fn run(seed: u64) -> Result<(), String> {
     // A few honest calls, left in flight on the server.
     let mut honest = Vec::new();
     for _ in 0..1 + rng.below(3) {
-        let id = c.open_call(None);
+        let id = c.open_call(None, None);
         c.send(request(id, &mut rng)).map_err(|e| e.to_string())?;
         honest.push(id);
     }

@@ -11,8 +11,11 @@
 //! sides then see the connection lost, and every frame in flight is gone).
 //!
 //! Each run checks, whatever the schedule did:
-//! - every call the client opened ends exactly once (a response, or the connection's end), and
-//!   every call the server started is answered at most once;
+//! - every call the client opened ends exactly once (a response, the connection's end, or its
+//!   deadline), and every call the server started is answered at most once;
+//! - a call whose deadline passed is woken by the client's one timer, never told before the
+//!   deadline, and the timer is never set later than the deadline of a call still waiting;
+//!   a client never reads the clock to handle a frame;
 //! - no frame ever finds no receive (credits never promise more than is posted);
 //! - an honest client never names a write slot the server has not armed for it, and never
 //!   gets a slot refused;

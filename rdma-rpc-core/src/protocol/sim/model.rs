@@ -58,6 +58,9 @@ pub(crate) struct Scenario {
     pub(crate) pings: bool,
     /// The client leaves (says goodbye) once its calls are done.
     pub(crate) leave_at_end: bool,
+    /// Each call's deadline, from when it opens: half to twice this (time passes by 0 to 19 ms
+    /// at a step).
+    pub(crate) deadline: Option<Duration>,
 }
 
 impl Scenario {
@@ -77,6 +80,7 @@ impl Scenario {
             offers: true,
             pings: true,
             leave_at_end: true,
+            deadline: None,
         }
     }
 }
@@ -90,6 +94,8 @@ pub(crate) struct Outcome {
     pub(crate) ended: usize,
     /// Calls the client gave up on.
     pub(crate) abandoned: usize,
+    /// Calls the connection told their deadline passed (the client then gave them up).
+    pub(crate) expired: usize,
     /// Calls refused before they were opened (the connection was over for new calls).
     pub(crate) not_opened: usize,
     /// Frames delivered, both ways.
@@ -140,6 +146,7 @@ impl Wait {
 #[derive(Debug)]
 struct ClientCall {
     wait: Wait,
+    deadline: Option<Instant>,
 }
 
 /// The client application.
@@ -294,6 +301,7 @@ impl World {
             let progressed = self.step()?;
             self.flush()?;
             self.check_journal()?;
+            self.check_deadlines()?;
             if self.done() {
                 return self.finish();
             }
@@ -339,9 +347,42 @@ impl World {
             _ => {
                 self.now += Duration::from_millis(self.rng.below(20));
                 self.server.handle_timeout(self.now);
+                // The client's timer, as its connection task keeps it: at the instant the
+                // state asks for.
+                if self.client.poll_timeout().is_some_and(|at| at <= self.now) {
+                    self.client.handle_timeout(self.now);
+                }
                 true
             }
         })
+    }
+
+    /// Every call whose deadline passed was woken (to be told, or to take its response, or to
+    /// learn the connection ended), and the client's timer comes no later than the deadline of
+    /// any call still waiting.
+    fn check_deadlines(&self) -> Result<(), String> {
+        let timer = self.client.poll_timeout();
+        for (id, call) in &self.c.calls {
+            let Some(deadline) = call.deadline else {
+                continue;
+            };
+            if call.wait.0 .0.load(Ordering::SeqCst) || self.link.seen_end[0] {
+                continue; // it looks at its events at its next turn
+            }
+            if deadline <= self.now {
+                return Err(format!(
+                    "step {}: call {id}'s deadline passed and it was not woken",
+                    self.out.steps
+                ));
+            }
+            if timer.is_none_or(|at| at > deadline) {
+                return Err(format!(
+                    "step {}: call {id}'s deadline comes before the client's timer ({timer:?})",
+                    self.out.steps
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Moves both sides' frames to the link, and tells each side that saw its connection end.
@@ -429,6 +470,28 @@ impl World {
                             reply_to: None,
                         }));
                         progressed = true;
+                    }
+                    Poll::Ready(Some(ServerEvent::DeadlinePassed)) => {
+                        let deadline = self.c.calls[&id].deadline;
+                        if deadline.is_none_or(|d| d > self.now) {
+                            return Err(format!(
+                                "call {id} was told its deadline ({deadline:?}) passed before it \
+                                 did"
+                            ));
+                        }
+                        // As the client's call does: it gives the call up.
+                        let window = SimWindow {
+                            len: 64,
+                            call: Some(id),
+                            journal: self.journal.clone(),
+                        };
+                        self.client.abandon(id, [window]);
+                        self.c.calls.remove(&id);
+                        self.c.abandoned.insert(id);
+                        self.out.expired += 1;
+                        self.end(id, "deadline passed")?;
+                        progressed = true;
+                        break;
                     }
                     Poll::Ready(Some(ServerEvent::Response(r))) => {
                         if r.id != id {
@@ -587,7 +650,12 @@ impl World {
             }
             Poll::Ready(Ok(())) => {
                 self.c.to_open -= 1;
-                let id = self.client.open_call(None);
+                // Half to twice the scenario's: a later call's deadline may come first.
+                let deadline = self
+                    .scenario
+                    .deadline
+                    .map(|d| self.now + d * (1 + self.rng.below(4) as u32) / 2);
+                let id = self.client.open_call(None, deadline);
                 let len = match self.rng.below(3) {
                     0 => 64,
                     1 => u64::from(INLINE) + 1 + self.rng.below(SLOT - u64::from(INLINE)),
@@ -611,7 +679,13 @@ impl World {
                 if self.client.send(Kind::Request(request)).is_err() {
                     // The connection ended between the room and the request.
                 }
-                self.c.calls.insert(id, ClientCall { wait: Wait::new() });
+                self.c.calls.insert(
+                    id,
+                    ClientCall {
+                        wait: Wait::new(),
+                        deadline,
+                    },
+                );
                 Ok(true)
             }
         }

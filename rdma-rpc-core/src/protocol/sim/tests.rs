@@ -15,10 +15,14 @@ fn seeds(default: u64) -> std::ops::Range<u64> {
     1..n + 1
 }
 
+/// What the runs of a sweep did together: responses, calls ended with the connection,
+/// calls abandoned, frames, revocations, calls past their deadline.
+type Totals = (usize, usize, usize, u64, usize, usize);
+
 /// Runs `scenario` over the seeds; prints how many and what they did; fails on the first seed
 /// that breaks a rule, naming it.
-fn sweep(name: &str, scenario: &Scenario, default: u64) {
-    let mut totals = (0usize, 0usize, 0usize, 0u64, 0usize);
+fn sweep(name: &str, scenario: &Scenario, default: u64) -> Totals {
+    let mut totals = (0usize, 0usize, 0usize, 0u64, 0usize, 0usize);
     let seeds = seeds(default);
     let count = seeds.end - seeds.start;
     for seed in seeds {
@@ -29,20 +33,39 @@ fn sweep(name: &str, scenario: &Scenario, default: u64) {
                 totals.2 += out.abandoned;
                 totals.3 += out.frames;
                 totals.4 += out.revocations;
+                totals.5 += out.expired;
             }
             Err(e) => panic!("simulation `{name}` failed: {e}\nreplay: SIM_SEED={seed}"),
         }
     }
     println!(
         "simulation `{name}`: {count} seeds; {} responses, {} ended with the connection, {} \
-         abandoned, {} frames, {} revocations",
-        totals.0, totals.1, totals.2, totals.3, totals.4
+         abandoned, {} past their deadline, {} frames, {} revocations",
+        totals.0, totals.1, totals.2, totals.5, totals.3, totals.4
     );
+    totals
 }
 
 #[test]
 fn busy_connections_keep_every_rule() {
     sweep("busy", &Scenario::busy(), 1000);
+}
+
+/// Calls with deadlines, some shorter than the server takes: the connection's one timer tells
+/// each call whose deadline passed (never earlier), once; the call is given up and the server
+/// told, and the rest end with their responses.
+#[test]
+fn calls_past_their_deadline_are_told_once_and_given_up() {
+    let scenario = Scenario {
+        deadline: Some(std::time::Duration::from_millis(40)),
+        ..Scenario::busy()
+    };
+    let totals = sweep("deadlines", &scenario, 500);
+    assert!(
+        totals.5 > 0,
+        "no call went past its deadline: the test shows nothing"
+    );
+    assert!(totals.0 > 0, "no call had its response");
 }
 
 #[test]
@@ -182,7 +205,7 @@ fn the_servers_timeouts_close_only_what_they_should() {
     let idle_at = server.poll_timeout().expect("an idle timer");
     assert_eq!(idle_at, t0 + Duration::from_secs(30));
     // A call starts before it: no idle timer while it is in flight.
-    let id = client.open_call(None);
+    let id = client.open_call(None, None);
     client
         .send(Kind::Request(crate::protocol::frames::RequestFrame {
             id,
