@@ -103,7 +103,7 @@ pub(crate) struct Inner {
 #[derive(Debug)]
 pub(crate) enum Read {
     /// The instant at which the state wants to hear of time changed (a server's handshake
-    /// deadline, its idle timeout): the reader sets its timer to it.
+    /// deadline, its idle timeout, a call's deadline): the reader sets its timer to it.
     Timer(Option<std::time::Instant>),
     /// The connection is over.
     Over,
@@ -146,6 +146,9 @@ pub(crate) struct Session {
     last: Mutex<Option<BoxFuture<'static, Result<()>>>>,
     /// The transport is to be closed once the last frame is out.
     close_after_last: AtomicBool,
+    /// A call's deadline moved the state's timer earlier: the reader hands the new instant
+    /// to its loop ([`Read::Timer`]) once it is done with the request that started the call.
+    timer_moved: AtomicBool,
     /// What the transport wakes: the current reader, through the forwarding waker (a
     /// client, whose calls read), or whoever polls (a server, whose connection task reads).
     forward: Arc<Forward>,
@@ -201,6 +204,7 @@ impl Session {
             ended: tokio::sync::Notify::new(),
             last: Mutex::new(None),
             close_after_last: AtomicBool::new(false),
+            timer_moved: AtomicBool::new(false),
             forward_waker: Waker::from(forward.clone()),
             forward,
             forwarding,
@@ -338,6 +342,12 @@ impl Session {
             if let Some(incoming) = incoming {
                 on_request(incoming, cx);
                 clock = None;
+                // The call it started may have a deadline before the timer.
+                if self.timer_moved.load(Ordering::Relaxed)
+                    && self.timer_moved.swap(false, Ordering::AcqRel)
+                {
+                    return Poll::Ready(Read::Timer(self.timeout()));
+                }
             }
             if let Some(at) = timer {
                 return Poll::Ready(Read::Timer(at));
@@ -465,6 +475,9 @@ impl Drop for Locked<'_> {
                 // A failure puts the connection in error, which the reader sees.
                 tracing::debug!(peer = transport.peer(), error = %e, "frame not sent");
             }
+        }
+        if proto.take_timer_moved() {
+            session.timer_moved.store(true, Ordering::Release);
         }
         let mut newly_refusing = false;
         let mut close_now = false;

@@ -17,7 +17,9 @@
 //! (`bench --transport mem:// --runtime single`), which is the one of record.
 //!
 //! `--deadline-ms MS` gives every call a deadline (the client's default timeout): run both
-//! ways under callgrind, the difference is what a deadline costs a call.
+//! ways under callgrind, the difference is what a deadline costs a call. `--handler-waits`
+//! makes the handler yield once before it answers, so that each call waits on the server, as
+//! one whose handler awaits anything does.
 //!
 //! `--connections N` measures instead what a call costs when `N` clients each make calls one
 //! at a time, all at once (the benchmark's many-connection figure, on one thread), over
@@ -41,11 +43,11 @@ use bytes::Bytes;
 use clap::Parser;
 use examples::bench::measure::{throughput, BenchError};
 use examples::bench::scale::calls_per_second;
-use examples::bench::service::{BenchClient, BenchServer, Len, Sink};
+use examples::bench::service::{Bench, BenchClient, BenchServer, Len, Sink};
 use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport};
 use rdma_rpc_core::transport::mem::MemTransport;
 use rdma_rpc_core::transport::Transport;
-use rdma_rpc_core::{Client, Server};
+use rdma_rpc_core::{Client, RegisteredBuf, Request, Server, Status};
 
 /// `N` 64 B send calls on one thread: over `mem://` with `DEPTH` in flight on one connection,
 /// or over `--connections` clients each making one call at a time.
@@ -69,6 +71,44 @@ struct Options {
     /// client's default timeout): what a deadline adds to a call.
     #[arg(long, value_name = "MS", conflicts_with = "connections")]
     deadline_ms: Option<u64>,
+    /// The handler yields to the runtime once before it answers, as one that awaits anything
+    /// does: the call then waits, and watches for its end (a cancel, its deadline).
+    #[arg(long, conflicts_with = "connections")]
+    handler_waits: bool,
+}
+
+/// The benchmark's handlers, each yielding once first (`--handler-waits`).
+#[derive(Debug, Clone, Copy)]
+struct Waiting;
+
+impl Bench for Waiting {
+    async fn send_bytes(&self, request: Request<Len>, data: Bytes) -> Result<Len, Status> {
+        tokio::task::yield_now().await;
+        Sink.send_bytes(request, data).await
+    }
+
+    async fn receive_bytes(
+        &self,
+        request: Request<Len>,
+        buf: &mut RegisteredBuf,
+    ) -> Result<Len, Status> {
+        tokio::task::yield_now().await;
+        Sink.receive_bytes(request, buf).await
+    }
+
+    async fn write_bytes(&self, request: Request<Len>, data: Bytes) -> Result<Len, Status> {
+        tokio::task::yield_now().await;
+        Sink.write_bytes(request, data).await
+    }
+
+    async fn read_bytes(
+        &self,
+        request: Request<Len>,
+        buf: &mut RegisteredBuf,
+    ) -> Result<Len, Status> {
+        tokio::task::yield_now().await;
+        Sink.read_bytes(request, buf).await
+    }
 }
 
 /// The transports `--connections` runs over.
@@ -105,10 +145,12 @@ async fn run(options: &Options) -> Result<(), BenchError> {
     if let Some(n) = options.connections {
         return many(options, usize::from(n)).await;
     }
-    let server = Server::builder()
-        .add_service(BenchServer::new(Sink))
-        .bind("mem://")
-        .await?;
+    let builder = if options.handler_waits {
+        Server::builder().add_service(BenchServer::new(Waiting))
+    } else {
+        Server::builder().add_service(BenchServer::new(Sink))
+    };
+    let server = builder.bind("mem://").await?;
     let addr = server.local_addr();
     tokio::spawn(server.serve());
     let mut builder = Client::builder();
@@ -130,9 +172,12 @@ async fn run(options: &Options) -> Result<(), BenchError> {
         }
     })
     .await?;
-    let deadline = options.deadline_ms.map_or(String::new(), |ms| {
+    let mut deadline = options.deadline_ms.map_or(String::new(), |ms| {
         format!(", each with a {ms} ms deadline")
     });
+    if options.handler_waits {
+        deadline.push_str(", a handler that yields once");
+    }
     println!(
         "{} calls of 64 B over mem://, {depth} in flight, one thread{deadline}: {:.0} calls/s",
         options.calls, figures.calls_per_s

@@ -87,6 +87,7 @@ pub(crate) fn ended(reason: EndReason, ep: &EndpointDef) -> Status {
     Status::cancelled(match reason {
         EndReason::Cancelled => format!("{op} {path} was cancelled by the client"),
         EndReason::ConnectionLost => format!("{op} {path} ended with its connection"),
+        EndReason::DeadlinePassed => format!("{op} {path} ran past its deadline"),
     })
 }
 

@@ -62,6 +62,8 @@ pub(crate) enum EndReason {
     Cancelled,
     /// Its connection ended.
     ConnectionLost,
+    /// Its deadline passed (the connection's timer, `protocol::connection`).
+    DeadlinePassed,
 }
 
 struct Shared<T> {
@@ -231,21 +233,18 @@ impl<T> Mailbox<T> {
         &self.0.limits
     }
 
-    /// Resolves once the call ended early, with the reason. For the receiver's own task:
-    /// it shares the waker of [`recv`](Self::recv).
-    pub(crate) async fn ended(&self) -> EndReason {
-        poll_fn(|cx| {
-            let mut state = self.0.state();
-            if let Some(reason) = state.ended {
-                return Poll::Ready(reason);
-            }
-            match &mut state.waker {
-                Some(w) if w.will_wake(cx.waker()) => {}
-                slot => *slot = Some(cx.waker().clone()),
-            }
-            Poll::Pending
-        })
-        .await
+    /// Ready once the call ended early, with the reason. For the receiver's own task: it
+    /// shares the waker of [`recv`](Self::recv).
+    pub(crate) fn poll_ended(&self, cx: &mut std::task::Context<'_>) -> Poll<EndReason> {
+        let mut state = self.0.state();
+        if let Some(reason) = state.ended {
+            return Poll::Ready(reason);
+        }
+        match &mut state.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            slot => *slot = Some(cx.waker().clone()),
+        }
+        Poll::Pending
     }
 
     /// What waits for this call's end (see [`Sender::end`]).

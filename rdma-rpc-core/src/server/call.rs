@@ -121,19 +121,20 @@ pub(super) fn run(mut call: Call, events: Mailbox<ClientEvent>) -> impl Future<O
             // passes or its connection ends: then the handler's future (with everything the
             // call holds) is dropped here, and the call answers with why.
             let answered = {
-                // The answer first: a call that answers at once never looks at its end, and
-                // only a call that waits makes the future that watches it (with its timer).
+                // The answer first: a call that answers at once never looks at its end. Its
+                // deadline is the connection's timer's (`protocol::connection`): a call that
+                // waits sets no timer of its own; its events end when the deadline passes.
                 let mut answering = std::pin::pin!(answer(&mut call, &events));
-                let mut ending: Option<BoxFuture<'_, Ended>> = None;
                 std::future::poll_fn(|cx| {
                     if let Poll::Ready(answered) = answering.as_mut().poll(cx) {
                         return Poll::Ready(Ok(answered));
                     }
-                    ending
-                        .get_or_insert_with(|| Box::pin(ends(&events)))
-                        .as_mut()
-                        .poll(cx)
-                        .map(Err)
+                    events.poll_ended(cx).map(|reason| {
+                        Err(match reason {
+                            EndReason::DeadlinePassed => Ended::Deadline,
+                            reason => Ended::Early(reason),
+                        })
+                    })
                 })
                 .await
             };
@@ -239,18 +240,6 @@ impl Ended {
             (&Ended::Early(reason), _) => crate::protocol::deadline::ended(reason, endpoint),
             (Ended::Deadline, None) => Status::internal("a call without a deadline timed out"),
         }
-    }
-}
-
-/// Resolves when the call must stop before its answer: the client cancelled it or its
-/// connection ended (the mailbox's end), or its deadline passed.
-async fn ends(events: &Mailbox<ClientEvent>) -> Ended {
-    match events.limits().deadline {
-        Some(d) => tokio::select! {
-            reason = events.ended() => Ended::Early(reason),
-            () = tokio::time::sleep_until(d.at) => Ended::Deadline,
-        },
-        None => Ended::Early(events.ended().await),
     }
 }
 

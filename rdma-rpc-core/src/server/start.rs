@@ -69,10 +69,12 @@ pub(super) fn start_call(
     };
     let (tx, events): (Sender<ClientEvent>, _) = call_mailbox(limits);
     let context = crate::service::CallContext::new(events.end_signal());
-    ctx.session
-        .lock()
-        .proto
-        .start_call(req.id, tx, stream.clone());
+    ctx.session.lock().proto.start_call(
+        req.id,
+        tx,
+        stream.clone(),
+        deadline.map(|d| d.at.into_std()),
+    );
     let call = call::Call {
         id: req.id,
         conn: ctx.clone(),

@@ -8,7 +8,7 @@ use std::task::Waker;
 use std::time::Instant;
 
 use super::handshake::{check_ack, stream_window, Negotiated};
-use super::{Core, End, Handles, Phase, StreamRoute};
+use super::{Core, DeadlineTimer, End, Handles, Phase, StreamRoute};
 use crate::error::Error;
 use crate::protocol::frames::{GrantFrame, Kind, ResponseFrame, SlotFrame, StatusFrame};
 use crate::protocol::{CallMap, PathHasher};
@@ -105,19 +105,6 @@ pub(super) struct Room {
     pub(super) next_ticket: u64,
 }
 
-/// The connection's one timer for its calls' deadlines (as quinn-proto keeps one per
-/// connection rather than one per stream). A call's deadline costs it a comparison; the timer
-/// is set again only when it fires, or when a call's deadline comes before it (the first call
-/// after a quiet spell). A tokio timer per call cost about 350 ns on the development VM,
-/// where a small call takes 2 to 2.6 µs.
-#[derive(Debug, Default)]
-pub(super) struct DeadlineTimer {
-    /// No call that waits has a deadline before this instant; `None`: no call has one.
-    pub(super) at: Option<Instant>,
-    /// The task that keeps the timer, woken when `at` moves earlier.
-    pub(super) waker: Option<Waker>,
-}
-
 /// A ping waiting for its pong.
 #[derive(Debug, Default)]
 pub(super) struct Ping {
@@ -170,7 +157,7 @@ impl<H: Handles> ClientSide<H> {
     /// Time passed: calls whose deadline passed before their response are told so (woken),
     /// and the timer is set to the earliest deadline left.
     pub(super) fn expire(&mut self, core: &mut Core, now: Instant) {
-        if self.deadlines.at.is_none_or(|at| now < at) {
+        if !self.deadlines.due(now) {
             return;
         }
         let mut next: Option<Instant> = None;

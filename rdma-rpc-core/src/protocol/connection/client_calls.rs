@@ -149,12 +149,9 @@ impl<H: Handles> super::Connection<H> {
         c.next_id += 1;
         c.in_flight += 1;
         c.calls.insert(id, ClientCall::new(stream, deadline));
-        if let Some(deadline) = deadline {
-            if c.deadlines.at.is_none_or(|at| deadline < at) {
-                c.deadlines.at = Some(deadline);
-                // The timer must be set earlier than it is.
-                core.woken.extend(c.deadlines.waker.clone());
-            }
+        if deadline.is_some_and(|d| c.deadlines.add(d)) {
+            // The timer must be set earlier than it is.
+            core.woken.extend(c.deadlines.waker.clone());
         }
         id
     }

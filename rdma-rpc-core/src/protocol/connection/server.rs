@@ -81,6 +81,10 @@ pub(crate) enum Incoming<H: Handles> {
 pub(super) struct ServerCall<H: Handles> {
     pub(super) events: H::ServerCall,
     pub(super) stream: Option<H::Stream>,
+    /// When the call must be done, if it must.
+    pub(super) deadline: Option<Instant>,
+    /// The call was told its deadline passed.
+    pub(super) expired: bool,
 }
 
 /// See the module docs.
@@ -101,6 +105,7 @@ pub(crate) struct ServerSide<H: Handles> {
     /// Since when nothing happened: no frame came and no call was in flight.
     pub(super) quiet_since: Instant,
     pub(super) pings: Rate,
+    pub(super) deadlines: super::DeadlineTimer,
 }
 
 impl<H: Handles> ServerSide<H> {
@@ -116,7 +121,33 @@ impl<H: Handles> ServerSide<H> {
             slots_wanted: false,
             stopping: false,
             quiet_since: now,
+            deadlines: super::DeadlineTimer::default(),
         }
+    }
+
+    /// Time passed: calls whose deadline passed are told so (their events end with
+    /// [`EndReason::DeadlinePassed`]: the application stops them and answers), and the timer is
+    /// set to the earliest deadline left.
+    pub(super) fn expire(&mut self, now: Instant) {
+        if !self.deadlines.due(now) {
+            return;
+        }
+        let mut next: Option<Instant> = None;
+        for call in self.calls.values_mut() {
+            let Some(deadline) = call.deadline else {
+                continue;
+            };
+            if call.expired {
+                continue;
+            }
+            if deadline <= now {
+                call.expired = true;
+                call.events.end(EndReason::DeadlinePassed);
+            } else {
+                next = Some(next.map_or(deadline, |n| n.min(deadline)));
+            }
+        }
+        self.deadlines.at = next;
     }
 
     pub(super) fn negotiated(&self) -> Option<&Negotiated> {

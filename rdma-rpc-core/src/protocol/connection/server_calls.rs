@@ -46,10 +46,28 @@ impl<H: Handles> super::Connection<H> {
     }
 
     /// Starts call `id` (an admitted request the application accepted): the client's frames
-    /// about it go to `events` and `stream`.
-    pub(crate) fn start_call(&mut self, id: u64, events: H::ServerCall, stream: Option<H::Stream>) {
-        let (_, s) = self.server_side();
-        s.calls.insert(id, ServerCall { events, stream });
+    /// about it go to `events` and `stream`. Past `deadline`, the connection's timer ends its
+    /// events with [`EndReason::DeadlinePassed`](crate::protocol::mailbox::EndReason).
+    pub(crate) fn start_call(
+        &mut self,
+        id: u64,
+        events: H::ServerCall,
+        stream: Option<H::Stream>,
+        deadline: Option<Instant>,
+    ) {
+        let (core, s) = self.server_side();
+        s.calls.insert(
+            id,
+            ServerCall {
+                events,
+                stream,
+                deadline,
+                expired: false,
+            },
+        );
+        if deadline.is_some_and(|d| s.deadlines.add(d)) {
+            core.timer_moved = true;
+        }
     }
 
     /// The request's payload is larger than the inline threshold: the connection's write slots

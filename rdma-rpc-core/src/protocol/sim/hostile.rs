@@ -233,7 +233,7 @@ fn run(seed: u64) -> Result<(), String> {
                 match incoming {
                     Incoming::Request(admitted) => {
                         let events = SimCall::default();
-                        s.start_call(admitted.request.id, events.clone(), None);
+                        s.start_call(admitted.request.id, events.clone(), None, None);
                         calls.push((admitted.request.id, events));
                     }
                     Incoming::Refused { id, status } => {

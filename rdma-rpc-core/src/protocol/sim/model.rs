@@ -26,6 +26,7 @@ use crate::protocol::frames::{
     AckFrame, DescriptorFrame, GrantFrame, Kind, RequestFrame, ResponseFrame, StatusFrame,
 };
 use crate::protocol::handles::{AccessKind, HandleView, Refusal};
+use crate::protocol::mailbox::EndReason;
 use crate::status::Status;
 use crate::transport::Descriptor;
 
@@ -61,6 +62,8 @@ pub(crate) struct Scenario {
     /// Each call's deadline, from when it opens: half to twice this (time passes by 0 to 19 ms
     /// at a step).
     pub(crate) deadline: Option<Duration>,
+    /// Each call's deadline on the server, from when its request arrived: half to twice this.
+    pub(crate) server_deadline: Option<Duration>,
 }
 
 impl Scenario {
@@ -81,6 +84,7 @@ impl Scenario {
             pings: true,
             leave_at_end: true,
             deadline: None,
+            server_deadline: None,
         }
     }
 }
@@ -96,6 +100,8 @@ pub(crate) struct Outcome {
     pub(crate) abandoned: usize,
     /// Calls the connection told their deadline passed (the client then gave them up).
     pub(crate) expired: usize,
+    /// Calls the server's connection told their deadline passed (the server then answered).
+    pub(crate) server_expired: usize,
     /// Calls refused before they were opened (the connection was over for new calls).
     pub(crate) not_opened: usize,
     /// Frames delivered, both ways.
@@ -176,8 +182,10 @@ struct ServerCall {
     events: SimCall,
     /// A grant was sent: the call waits for the client's ack.
     granted: bool,
-    /// The call ended early (cancelled, or its connection ended): it answers at once.
+    /// The call ended early (cancelled, its deadline passed, or its connection ended): it
+    /// answers at once.
     ended: bool,
+    deadline: Option<Instant>,
 }
 
 /// The server application.
@@ -346,9 +354,11 @@ impl World {
             7..=8 => self.deliver(0)?,
             _ => {
                 self.now += Duration::from_millis(self.rng.below(20));
-                self.server.handle_timeout(self.now);
-                // The client's timer, as its connection task keeps it: at the instant the
-                // state asks for.
+                // Each side's timer, as its connection task keeps it: at the instant the state
+                // asks for.
+                if self.server.poll_timeout().is_some_and(|at| at <= self.now) {
+                    self.server.handle_timeout(self.now);
+                }
                 if self.client.poll_timeout().is_some_and(|at| at <= self.now) {
                     self.client.handle_timeout(self.now);
                 }
@@ -378,6 +388,40 @@ impl World {
             if timer.is_none_or(|at| at > deadline) {
                 return Err(format!(
                     "step {}: call {id}'s deadline comes before the client's timer ({timer:?})",
+                    self.out.steps
+                ));
+            }
+        }
+        // The server's calls: told once their deadline passed (an end in their events), and
+        // the server's timer no later than the deadline of any call still running.
+        let timer = self.server.poll_timeout();
+        for (id, call) in &self.s.calls {
+            let Some(deadline) = call.deadline else {
+                continue;
+            };
+            if call.ended || self.link.seen_end[1] || self.server.end().is_some() {
+                continue;
+            }
+            let told = call
+                .events
+                .0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .any(|e| matches!(e, CallEvent::End(_)));
+            if told {
+                continue;
+            }
+            if deadline <= self.now {
+                return Err(format!(
+                    "step {}: server call {id}'s deadline passed and it was not told",
+                    self.out.steps
+                ));
+            }
+            if timer.is_none_or(|at| at > deadline) {
+                return Err(format!(
+                    "step {}: server call {id}'s deadline comes before the server's timer \
+                     ({timer:?})",
                     self.out.steps
                 ));
             }
@@ -756,7 +800,11 @@ impl World {
                     return Ok(());
                 }
                 let events = SimCall::default();
-                self.server.start_call(id, events.clone(), None);
+                let deadline = self
+                    .scenario
+                    .server_deadline
+                    .map(|d| admitted.arrived + d * (1 + self.rng.below(4) as u32) / 2);
+                self.server.start_call(id, events.clone(), None, deadline);
                 self.s.started += 1;
                 self.s.calls.insert(
                     id,
@@ -764,6 +812,7 @@ impl World {
                         events,
                         granted: false,
                         ended: false,
+                        deadline,
                     },
                 );
                 if self
@@ -794,11 +843,24 @@ impl World {
     fn server_step(&mut self) -> Result<bool, String> {
         // The client's frames about calls.
         let mut progressed = false;
-        for call in self.s.calls.values_mut() {
+        for (id, call) in self.s.calls.iter_mut() {
             while let Some(event) = call.events.take() {
                 progressed = true;
                 match event {
                     CallEvent::Ack(_) => call.granted = false,
+                    CallEvent::End(EndReason::DeadlinePassed) => {
+                        if call.deadline.is_none_or(|d| d > self.now) {
+                            return Err(format!(
+                                "server call {id} was told its deadline ({:?}) passed before \
+                                 it did",
+                                call.deadline
+                            ));
+                        }
+                        if !call.ended {
+                            self.out.server_expired += 1;
+                        }
+                        call.ended = true;
+                    }
                     CallEvent::End(_) => call.ended = true,
                 }
             }

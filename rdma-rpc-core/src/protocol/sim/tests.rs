@@ -16,13 +16,14 @@ fn seeds(default: u64) -> std::ops::Range<u64> {
 }
 
 /// What the runs of a sweep did together: responses, calls ended with the connection,
-/// calls abandoned, frames, revocations, calls past their deadline.
-type Totals = (usize, usize, usize, u64, usize, usize);
+/// calls abandoned, frames, revocations, calls past their deadline on the client's side and on
+/// the server's.
+type Totals = (usize, usize, usize, u64, usize, usize, usize);
 
 /// Runs `scenario` over the seeds; prints how many and what they did; fails on the first seed
 /// that breaks a rule, naming it.
 fn sweep(name: &str, scenario: &Scenario, default: u64) -> Totals {
-    let mut totals = (0usize, 0usize, 0usize, 0u64, 0usize, 0usize);
+    let mut totals = (0usize, 0usize, 0usize, 0u64, 0usize, 0usize, 0usize);
     let seeds = seeds(default);
     let count = seeds.end - seeds.start;
     for seed in seeds {
@@ -34,14 +35,16 @@ fn sweep(name: &str, scenario: &Scenario, default: u64) -> Totals {
                 totals.3 += out.frames;
                 totals.4 += out.revocations;
                 totals.5 += out.expired;
+                totals.6 += out.server_expired;
             }
             Err(e) => panic!("simulation `{name}` failed: {e}\nreplay: SIM_SEED={seed}"),
         }
     }
     println!(
         "simulation `{name}`: {count} seeds; {} responses, {} ended with the connection, {} \
-         abandoned, {} past their deadline, {} frames, {} revocations",
-        totals.0, totals.1, totals.2, totals.5, totals.3, totals.4
+         abandoned, {} past their deadline (client), {} past their deadline (server), {} \
+         frames, {} revocations",
+        totals.0, totals.1, totals.2, totals.5, totals.6, totals.3, totals.4
     );
     totals
 }
@@ -64,6 +67,22 @@ fn calls_past_their_deadline_are_told_once_and_given_up() {
     assert!(
         totals.5 > 0,
         "no call went past its deadline: the test shows nothing"
+    );
+    assert!(totals.0 > 0, "no call had its response");
+}
+
+/// The server's side of the same: each call it started with a deadline is told once the
+/// deadline passed (never before), by the connection's one timer, and answers.
+#[test]
+fn server_calls_past_their_deadline_are_told_once() {
+    let scenario = Scenario {
+        server_deadline: Some(std::time::Duration::from_millis(30)),
+        ..Scenario::busy()
+    };
+    let totals = sweep("server-deadlines", &scenario, 500);
+    assert!(
+        totals.6 > 0,
+        "no server call went past its deadline: the test shows nothing"
     );
     assert!(totals.0 > 0, "no call had its response");
 }
@@ -217,7 +236,7 @@ fn the_servers_timeouts_close_only_what_they_should() {
     let t1 = t0 + Duration::from_secs(10);
     for incoming in settle(&mut link, &mut client, &mut server, t1) {
         if let crate::protocol::connection::Incoming::Request(a) = incoming {
-            server.start_call(a.request.id, SimCall::default(), None);
+            server.start_call(a.request.id, SimCall::default(), None, None);
         }
     }
     assert_eq!(server.poll_timeout(), None, "a call in flight: never idle");
