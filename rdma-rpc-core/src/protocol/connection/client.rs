@@ -157,25 +157,18 @@ impl<H: Handles> ClientSide<H> {
     /// Time passed: calls whose deadline passed before their response are told so (woken),
     /// and the timer is set to the earliest deadline left.
     pub(super) fn expire(&mut self, core: &mut Core, now: Instant) {
-        if !self.deadlines.due(now) {
-            return;
-        }
-        let mut next: Option<Instant> = None;
-        for call in self.calls.values_mut() {
-            let Some(deadline) = call.deadline else {
-                continue;
-            };
-            if call.answered || call.over || call.abandoned || call.expired {
-                continue;
-            }
-            if deadline <= now {
+        self.deadlines.expire(
+            now,
+            self.calls.values_mut(),
+            |call| {
+                let waiting = !(call.answered || call.over || call.abandoned || call.expired);
+                call.deadline.filter(|_| waiting)
+            },
+            |call| {
                 call.expired = true;
                 core.woken.extend(call.waker.take());
-            } else {
-                next = Some(next.map_or(deadline, |n| n.min(deadline)));
-            }
-        }
-        self.deadlines.at = next;
+            },
+        );
     }
 
     pub(super) fn in_flight(&self) -> usize {

@@ -145,6 +145,30 @@ impl DeadlineTimer {
     pub(super) fn due(&self, now: Instant) -> bool {
         self.at.is_some_and(|at| at <= now)
     }
+
+    /// Time passed: if the timer is due, `passed` is given each call whose deadline
+    /// (`waiting`: `None` for a call not waiting any more) is `now` or earlier, and the timer
+    /// is set to the earliest deadline left.
+    pub(super) fn expire<'a, C: 'a>(
+        &mut self,
+        now: Instant,
+        calls: impl Iterator<Item = &'a mut C>,
+        waiting: impl Fn(&C) -> Option<Instant>,
+        mut passed: impl FnMut(&mut C),
+    ) {
+        if !self.due(now) {
+            return;
+        }
+        let mut next = None;
+        for call in calls {
+            match waiting(call) {
+                Some(deadline) if deadline <= now => passed(call),
+                Some(deadline) => next = earliest(next, Some(deadline)),
+                None => {}
+            }
+        }
+        self.at = next;
+    }
 }
 
 /// The earlier of two instants the state must hear of.

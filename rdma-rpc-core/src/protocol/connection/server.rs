@@ -129,25 +129,15 @@ impl<H: Handles> ServerSide<H> {
     /// [`EndReason::DeadlinePassed`]: the application stops them and answers), and the timer is
     /// set to the earliest deadline left.
     pub(super) fn expire(&mut self, now: Instant) {
-        if !self.deadlines.due(now) {
-            return;
-        }
-        let mut next: Option<Instant> = None;
-        for call in self.calls.values_mut() {
-            let Some(deadline) = call.deadline else {
-                continue;
-            };
-            if call.expired {
-                continue;
-            }
-            if deadline <= now {
+        self.deadlines.expire(
+            now,
+            self.calls.values_mut(),
+            |call| call.deadline.filter(|_| !call.expired),
+            |call| {
                 call.expired = true;
                 call.events.end(EndReason::DeadlinePassed);
-            } else {
-                next = Some(next.map_or(deadline, |n| n.min(deadline)));
-            }
-        }
-        self.deadlines.at = next;
+            },
+        );
     }
 
     pub(super) fn negotiated(&self) -> Option<&Negotiated> {

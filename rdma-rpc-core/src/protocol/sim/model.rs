@@ -487,6 +487,20 @@ impl World {
 
     // The client application.
 
+    /// The client gives call `id` up (`how`): the server is told, the window the call offered
+    /// stays up until its answer.
+    fn give_up(&mut self, id: u64, how: &str) -> Result<(), String> {
+        let window = SimWindow {
+            len: 64,
+            call: Some(id),
+            journal: self.journal.clone(),
+        };
+        self.client.abandon(id, [window]);
+        self.c.calls.remove(&id);
+        self.c.abandoned.insert(id);
+        self.end(id, how)
+    }
+
     fn client_step(&mut self) -> Result<bool, String> {
         let mut progressed = false;
         // Calls woken: take their events.
@@ -524,16 +538,8 @@ impl World {
                             ));
                         }
                         // As the client's call does: it gives the call up.
-                        let window = SimWindow {
-                            len: 64,
-                            call: Some(id),
-                            journal: self.journal.clone(),
-                        };
-                        self.client.abandon(id, [window]);
-                        self.c.calls.remove(&id);
-                        self.c.abandoned.insert(id);
+                        self.give_up(id, "deadline passed")?;
                         self.out.expired += 1;
-                        self.end(id, "deadline passed")?;
                         progressed = true;
                         break;
                     }
@@ -631,16 +637,8 @@ impl World {
                 else {
                     return Ok(false);
                 };
-                let window = SimWindow {
-                    len: 64,
-                    call: Some(id),
-                    journal: self.journal.clone(),
-                };
-                self.client.abandon(id, [window]);
-                self.c.calls.remove(&id);
-                self.c.abandoned.insert(id);
+                self.give_up(id, "abandoned")?;
                 self.out.abandoned += 1;
-                self.end(id, "abandoned")?;
                 Ok(true)
             }
             5 if self.scenario.pings && self.c.pings.len() < 4 && self.c.pinged < 40 => {
