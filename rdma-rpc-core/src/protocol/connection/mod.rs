@@ -6,14 +6,15 @@
 //! the connection gets busy, the calls in flight (the client's window and the events each call
 //! waits for; the server's admission, in-flight limit and refusals), the server's write slots,
 //! remote buffers both ways (offers, their revocation, the uses of the peer's), the routing of
-//! stream frames, pings, goaways, the server's idle timeout and draining, the client's calls'
-//! deadlines (one timer for all of them), and every decision to end the connection over what
-//! the peer sent.
+//! stream frames, pings, goaways, the server's idle timeout and draining, the calls' deadlines
+//! on both sides (one timer per connection for all of them), and every decision to end the
+//! connection over what the peer sent.
 //!
 //! What goes in: received frames ([`handle_datagram`](Connection::handle_datagram), with the
-//! time when the side needs it), the fact that a receive was re-posted or added, the transport's failure
-//! ([`handle_lost`](Connection::handle_lost)), time ([`handle_timeout`](Connection::handle_timeout)),
-//! and what the application asks for (start a call, answer one, offer memory, ping, leave).
+//! time when the side needs it), the fact that a receive was re-posted or added, the
+//! transport's failure ([`handle_lost`](Connection::handle_lost)), time
+//! ([`handle_timeout`](Connection::handle_timeout)), and what the application asks for (start
+//! a call, answer one, offer memory, ping, leave).
 //! What comes out: frames to send ([`poll_transmit`](Connection::poll_transmit)), receives to
 //! post ([`take_receives`](Connection::take_receives)), requests for the server's application
 //! (returned by `handle_datagram`), calls to wake ([`take_woken`](Connection::take_woken)), the
