@@ -60,8 +60,11 @@
 //!   buffer its connection posted with `post_recv` (a copy per message, like an inline
 //!   send). A message for a connection with no posted buffer waits
 //!   [`DocaConfig::rnr_timeout`], then that connection fails with `ReceiverNotReady`
-//!   (receiver side); a message larger than the posted buffer fails it with
-//!   `ReceiveTooSmall`. The sender's `send` completes once the peer *context* has the
+//!   (receiver side). The one exception is a connection's first message before its
+//!   application posted any receive (a peer's handshake reaching a server still accepting the
+//!   connection): it waits for that first receive, however long the application takes; a
+//!   second one before then has the RNR budget. A message larger than the posted buffer
+//!   fails it with `ReceiveTooSmall`. The sender's `send` completes once the peer *context* has the
 //!   message; it only sees these two errors as the connection ending. A message larger than
 //!   `max_recv_size` fails on both sides (DOCA's own length error).
 //! - **Sends and writes** of [`SendData::Bytes`](crate::transport::SendData) are copied into

@@ -94,11 +94,15 @@ async fn send_lands_in_posted_receive_with_immediate() {
 #[tokio::test]
 async fn receiver_not_ready_fails_the_connection_on_both_sides() {
     let (a, b) = pair().await;
-    // The peer context takes the message, but no receive is posted on the connection: after
-    // the RNR budget the receiving side fails and the sender sees the connection end.
-    a.send(SendData::Bytes(Bytes::from_static(b"x")), None)
-        .await
-        .unwrap();
+    // The peer context takes the messages, but no receive is posted on the connection: the
+    // first waits for the application to take the connection (see the next test), the second
+    // has the RNR budget; after it the receiving side fails and the sender sees the
+    // connection end.
+    for message in [&b"first"[..], b"x"] {
+        a.send(SendData::Bytes(Bytes::from_static(message)), None)
+            .await
+            .unwrap();
+    }
     let err = bounded("the connection closes", b.closed()).await;
     assert!(matches!(err, Error::ReceiverNotReady { .. }), "{err}");
     let err = bounded("the connection closes", a.closed()).await;
@@ -108,6 +112,46 @@ async fn receiver_not_ready_fails_the_connection_on_both_sides() {
         .await
         .unwrap_err();
     assert!(later.is_connection_fatal(), "{later}");
+}
+
+/// A connection's first message before its application posted any receive (a client's
+/// handshake reaching a server that is slow to take the connection) waits for that receive
+/// past the RNR budget; a second connection's second early message, which arrived later and
+/// has the budget, shows the budget ran out meanwhile (early messages expire in the order
+/// they arrived, on one owner for both connections).
+#[tokio::test]
+async fn a_connections_first_message_waits_for_its_application_past_the_rnr_budget() {
+    let t = transport();
+    let listener = t.listen("doca://127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr();
+    // `b` and `d` are one context's (this runtime's client context): one owner, one order of
+    // expiry. Their peers send.
+    let (b, a) = tokio::join!(t.connect_doca(&addr), listener.accept());
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let (d, c) = tokio::join!(t.connect_doca(&addr), listener.accept());
+    let (c, d) = (c.unwrap(), d.unwrap());
+    a.send(SendData::Bytes(Bytes::from_static(b"hello")), None)
+        .await
+        .unwrap();
+    bounded("the first message arrives before any receive", async {
+        while b.early_messages() == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    for message in [&b"one"[..], b"two"] {
+        c.send(SendData::Bytes(Bytes::from_static(message)), None)
+            .await
+            .unwrap();
+    }
+    let err = bounded("the later connection runs out of budget", d.closed()).await;
+    assert!(matches!(err, Error::ReceiverNotReady { .. }), "{err}");
+    assert!(
+        crate::bounded::poll_once(&mut b.closed()).is_none(),
+        "the first message of a connection not taken yet has no budget to run out of"
+    );
+    b.post_recv(recv_buf(16)).unwrap();
+    assert_eq!(b.recv().await.unwrap().buf.to_vec(), b"hello");
 }
 
 /// A message that arrives before its receive is posted is kept, within the RNR budget, for

@@ -46,6 +46,11 @@ struct ConnState {
     posted: VecDeque<RegisteredBuf>,
     arrived: VecDeque<Arrival>,
     next_seq: u64,
+    /// The application posted a receive. Until then it is still taking the connection (a
+    /// server accepting it): the peer's first message, its handshake, may come first and
+    /// waits for that receive without the RNR budget, which would otherwise end connections
+    /// that a busy server takes late (a burst of a thousand connects on a loaded machine).
+    taken: bool,
 }
 
 /// The state of one connection shared by its application handle and the owner.
@@ -70,6 +75,7 @@ impl ConnShared {
                 posted: VecDeque::new(),
                 arrived: VecDeque::new(),
                 next_seq: 0,
+                taken: false,
             }),
             completions: RecvQueue::new(),
             closed: watch::channel(false).0,
@@ -144,6 +150,7 @@ impl ConnShared {
         if let Some(e) = &st.error {
             return Err(e.duplicate());
         }
+        st.taken = true;
         let mut grew = false;
         match st.arrived.pop_front() {
             Some(a) => {
@@ -206,7 +213,9 @@ impl ConnShared {
 
     /// A message the context received for this connection (called by the owner with the
     /// bytes still in the staging receive). Copies it into the next posted receive, or keeps
-    /// it until one is posted; then returns its sequence number, for the owner's deadline.
+    /// it until one is posted; then returns its sequence number, for the owner's deadline
+    /// (none for the first message of a connection its application has not taken yet: see
+    /// `ConnState::taken`; a second one before then has the RNR budget as any other).
     fn on_message(&self, data: &[u8], opcode: RecvOpcode, imm: Option<u32>) -> Option<u64> {
         let mut st = lock(&self.state);
         if st.error.is_some() {
@@ -228,6 +237,9 @@ impl ConnShared {
             opcode,
             imm,
         });
+        if !st.taken && st.arrived.len() == 1 {
+            return None;
+        }
         Some(seq)
     }
 
