@@ -114,6 +114,33 @@ async fn receiver_not_ready_fails_the_connection_on_both_sides() {
     assert!(later.is_connection_fatal(), "{later}");
 }
 
+/// A client connection of `t` to `listener` (the end that receives in these tests), and the
+/// server's end of it (the one that sends).
+async fn receiving(
+    t: &DocaTransport,
+    listener: &dyn crate::transport::Listener,
+) -> (Arc<dyn Connection>, super::DocaConnection) {
+    let addr = listener.local_addr();
+    let (receiver, sender) = tokio::join!(t.connect_doca(&addr), listener.accept());
+    (sender.unwrap(), receiver.unwrap())
+}
+
+async fn send(conn: &Arc<dyn Connection>, message: &'static [u8]) {
+    conn.send(SendData::Bytes(Bytes::from_static(message)), None)
+        .await
+        .unwrap();
+}
+
+/// Waits until `n` messages arrived at `conn` before a receive for them.
+async fn until_early(conn: &super::DocaConnection, n: usize) {
+    bounded("messages arrive before their receive", async {
+        while conn.early_messages() < n {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
 /// A connection's first message before its application posted any receive (a client's
 /// handshake reaching a server that is slow to take the connection) waits for that receive
 /// past the RNR budget; a second connection's second early message, which arrived later and
@@ -123,27 +150,14 @@ async fn receiver_not_ready_fails_the_connection_on_both_sides() {
 async fn a_connections_first_message_waits_for_its_application_past_the_rnr_budget() {
     let t = transport();
     let listener = t.listen("doca://127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr();
     // `b` and `d` are one context's (this runtime's client context): one owner, one order of
-    // expiry. Their peers send.
-    let (b, a) = tokio::join!(t.connect_doca(&addr), listener.accept());
-    let (a, b) = (a.unwrap(), b.unwrap());
-    let (d, c) = tokio::join!(t.connect_doca(&addr), listener.accept());
-    let (c, d) = (c.unwrap(), d.unwrap());
-    a.send(SendData::Bytes(Bytes::from_static(b"hello")), None)
-        .await
-        .unwrap();
-    bounded("the first message arrives before any receive", async {
-        while b.early_messages() == 0 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
-    for message in [&b"one"[..], b"two"] {
-        c.send(SendData::Bytes(Bytes::from_static(message)), None)
-            .await
-            .unwrap();
-    }
+    // expiry.
+    let (a, b) = receiving(&t, listener.as_ref()).await;
+    let (c, d) = receiving(&t, listener.as_ref()).await;
+    send(&a, b"hello").await;
+    until_early(&b, 1).await;
+    send(&c, b"one").await;
+    send(&c, b"two").await;
     let err = bounded("the later connection runs out of budget", d.closed()).await;
     assert!(matches!(err, Error::ReceiverNotReady { .. }), "{err}");
     assert!(
@@ -156,7 +170,8 @@ async fn a_connections_first_message_waits_for_its_application_past_the_rnr_budg
 
 /// A message that arrives before its receive is posted is kept, within the RNR budget, for
 /// the receive posted late. The budget is one no test reaches: the receive is posted once the
-/// message is seen kept, never after a guess at how long that takes.
+/// message is seen kept, never after a guess at how long that takes. (The connection is taken
+/// first, by a receive its first message fills: a first message has no budget at all.)
 #[tokio::test]
 async fn a_late_receive_within_the_rnr_budget_gets_the_message() {
     let t = DocaTransport::new(DocaConfig {
@@ -165,18 +180,12 @@ async fn a_late_receive_within_the_rnr_budget_gets_the_message() {
     })
     .unwrap();
     let listener = t.listen("doca://127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr();
-    let (b, a) = tokio::join!(t.connect_doca(&addr), listener.accept());
-    let (a, b) = (a.unwrap(), b.unwrap());
-    a.send(SendData::Bytes(Bytes::from_static(b"late")), None)
-        .await
-        .unwrap();
-    bounded("the message arrives before any receive", async {
-        while b.early_messages() == 0 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    let (a, b) = receiving(&t, listener.as_ref()).await;
+    b.post_recv(recv_buf(16)).unwrap();
+    send(&a, b"first").await;
+    assert_eq!(b.recv().await.unwrap().buf.to_vec(), b"first");
+    send(&a, b"late").await;
+    until_early(&b, 1).await;
     b.post_recv(recv_buf(16)).unwrap();
     assert_eq!(b.early_messages(), 0, "the late receive took the message");
     assert_eq!(b.recv().await.unwrap().buf.to_vec(), b"late");
