@@ -379,18 +379,8 @@ impl World {
             if call.wait.0 .0.load(Ordering::SeqCst) || self.link.seen_end[0] {
                 continue; // it looks at its events at its next turn
             }
-            if deadline <= self.now {
-                return Err(format!(
-                    "step {}: call {id}'s deadline passed and it was not woken",
-                    self.out.steps
-                ));
-            }
-            if timer.is_none_or(|at| at > deadline) {
-                return Err(format!(
-                    "step {}: call {id}'s deadline comes before the client's timer ({timer:?})",
-                    self.out.steps
-                ));
-            }
+            deadline_kept(("call", "woken", "client"), *id, deadline, self.now, timer)
+                .map_err(|e| format!("step {}: {e}", self.out.steps))?;
         }
         // The server's calls: told once their deadline passed (an end in their events), and
         // the server's timer no later than the deadline of any call still running.
@@ -412,19 +402,14 @@ impl World {
             if told {
                 continue;
             }
-            if deadline <= self.now {
-                return Err(format!(
-                    "step {}: server call {id}'s deadline passed and it was not told",
-                    self.out.steps
-                ));
-            }
-            if timer.is_none_or(|at| at > deadline) {
-                return Err(format!(
-                    "step {}: server call {id}'s deadline comes before the server's timer \
-                     ({timer:?})",
-                    self.out.steps
-                ));
-            }
+            deadline_kept(
+                ("server call", "told", "server"),
+                *id,
+                deadline,
+                self.now,
+                timer,
+            )
+            .map_err(|e| format!("step {}: {e}", self.out.steps))?;
         }
         Ok(())
     }
@@ -991,6 +976,29 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// A call still waiting (not woken, not told) with `deadline`: the deadline has not passed,
+/// and its side's `timer` comes no later. `who` names the call, what it should have been, and
+/// its side.
+fn deadline_kept(
+    (call, missed, side): (&str, &str, &str),
+    id: u64,
+    deadline: Instant,
+    now: Instant,
+    timer: Option<Instant>,
+) -> Result<(), String> {
+    if deadline <= now {
+        return Err(format!(
+            "{call} {id}'s deadline passed and it was not {missed}"
+        ));
+    }
+    if timer.is_none_or(|at| at > deadline) {
+        return Err(format!(
+            "{call} {id}'s deadline comes before the {side}'s timer ({timer:?})"
+        ));
+    }
+    Ok(())
 }
 
 /// Windows for the write slots the server arms.
