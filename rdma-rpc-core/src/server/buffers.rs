@@ -23,8 +23,8 @@ pub(super) async fn take_buffer(
     }
     if call.share_permit.is_some() {
         // Counted before the buffer is taken: whoever sees the pool empty sees this holder.
-        let holding = call.holders.enter();
-        if let Some(buf) = call.pool.try_acquire() {
+        let holding = call.route.holders.enter();
+        if let Some(buf) = call.route.pool.try_acquire() {
             call.holding = Some(holding);
             return Ok(buf);
         }
@@ -36,7 +36,7 @@ async fn wait_for_buffer(
     call: &mut Call,
     events: &Mailbox<ClientEvent>,
 ) -> Result<RegisteredBuf, Status> {
-    let endpoint = call.endpoint;
+    let endpoint = call.route.endpoint;
     let Wait {
         until: limit,
         deadline_first,
@@ -74,22 +74,22 @@ async fn wait_for_buffer(
             }
         }
     }
-    if call.pool.available() == 0 && call.holders.count() == 0 {
+    if call.route.pool.available() == 0 && call.route.holders.count() == 0 {
         // No call holds a buffer of this path: handlers that returned keep them all, and
         // nothing will give one back. Waiting would only hide that.
         let status = Status::resource_exhausted(format!(
             "all {} buffers of {} {} are kept by handlers that returned and still hold their \
              `data` (a Bytes of a pool buffer keeps it): copy what a handler keeps \
              (`data.to_vec()`), or raise max_buffers",
-            call.pool.count(),
+            call.route.pool.count(),
             endpoint.op,
             endpoint.path
         ));
         refused(call, &status);
         return Err(status);
     }
-    let holding = call.holders.enter();
-    match tokio::time::timeout_at(limit, call.pool.acquire()).await {
+    let holding = call.route.holders.enter();
+    match tokio::time::timeout_at(limit, call.route.pool.acquire()).await {
         Ok(buf) => {
             call.holding = Some(holding);
             Ok(buf)
@@ -98,7 +98,7 @@ async fn wait_for_buffer(
             "no free buffer for {} {} before the deadline (all {} in use)",
             endpoint.op,
             endpoint.path,
-            call.pool.count()
+            call.route.pool.count()
         ))),
         Err(_) => {
             let status = Status::resource_exhausted(format!(
@@ -107,7 +107,7 @@ async fn wait_for_buffer(
                 endpoint.op,
                 endpoint.path,
                 call.conn.buffer_wait,
-                call.pool.count()
+                call.route.pool.count()
             ));
             refused(call, &status);
             Err(status)

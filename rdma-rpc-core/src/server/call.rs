@@ -36,12 +36,11 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::conn::ConnCtx;
 use super::share::Share;
 use super::transfer::{inbound, outbound};
-use crate::memory::BufferPool;
 use crate::observe::logs;
 use crate::protocol::frames::ResponseFrame;
 use crate::protocol::mailbox::{CallLimits, EndReason, Mailbox};
 use crate::protocol::route::Incoming;
-use crate::service::{EndpointDef, OpKind, RawRequest, Service, StreamKind};
+use crate::service::{EndpointDef, OpKind, RawRequest, StreamKind};
 use crate::session::now;
 use crate::status::{Code, Status};
 use crate::stream::StreamCell;
@@ -59,12 +58,10 @@ pub(super) struct Call {
     pub(super) id: u64,
     /// What the connection's calls share (its session, slots, settings).
     pub(super) conn: Arc<ConnCtx>,
-    pub(super) service: Arc<dyn Service>,
-    pub(super) index: usize,
-    pub(super) endpoint: EndpointDef,
-    pub(super) pool: BufferPool,
-    /// The calls of the path holding one of `pool`'s buffers, and this call's place among them.
-    pub(super) holders: super::Holders,
+    /// The endpoint's route: its service, buffer pool, pool holders and metrics (one
+    /// reference for them all).
+    pub(super) route: Arc<super::routes::Route>,
+    /// This call's place among the calls holding one of the pool's buffers.
     pub(super) holding: Option<super::Holding>,
     /// This connection's share of `pool`.
     pub(super) share: Share,
@@ -84,8 +81,6 @@ pub(super) struct Call {
     pub(super) reply_to: Option<Descriptor>,
     /// Grants sent: each one costs the call a round trip more.
     pub(super) grants: u8,
-    /// The endpoint's metrics.
-    pub(super) metrics: Arc<crate::observe::ServerEndpoint>,
     /// A streaming call's streams.
     pub(super) stream: Option<Arc<StreamCell>>,
     /// When the connection handled the request's frame: the call's duration runs from here
@@ -104,10 +99,10 @@ pub(super) fn run(mut call: Call, events: Mailbox<ClientEvent>) -> impl Future<O
     // Its last fields are known at the end: the status, the bytes moved and the round trips.
     let span = tracing::info_span!(
         "call",
-        service = call.service.name(),
-        method = call.endpoint.method,
-        path = call.endpoint.path,
-        op = %call.endpoint.op,
+        service = call.route.service.name(),
+        method = call.route.endpoint.method,
+        path = call.route.endpoint.path,
+        op = %call.route.endpoint.op,
         peer = %call.conn.peer,
         id = call.id,
         status = tracing::field::Empty,
@@ -139,7 +134,7 @@ pub(super) fn run(mut call: Call, events: Mailbox<ClientEvent>) -> impl Future<O
                 .await
             };
             let (mut response, pending) = answered.unwrap_or_else(|ended| {
-                let status = ended.status(events.limits(), &call.endpoint);
+                let status = ended.status(events.limits(), &call.route.endpoint);
                 (error_response(call.id, &status), None)
             });
             let max = call.conn.session.peer_max_frame();
@@ -190,7 +185,7 @@ fn finished(
         .map_or(Code::Ok, |s| Code::from_u32(s.code));
     let bytes = if code != Code::Ok {
         0
-    } else if call.endpoint.op.is_inbound() {
+    } else if call.route.endpoint.op.is_inbound() {
         call.payload_len
     } else {
         response
@@ -204,7 +199,7 @@ fn finished(
         span.record("round_trips", 1 + u32::from(call.grants));
     }
     tracing::debug!(elapsed_us = elapsed.as_micros() as u64, "call answered");
-    call.metrics.answered(code, bytes, elapsed);
+    call.route.metrics.answered(code, bytes, elapsed);
 }
 
 /// Room kept in a frame for what wraps the response (the frame's own fields, credits, slots).
@@ -253,7 +248,7 @@ fn fitted(
     max: usize,
 ) -> ResponseFrame {
     let size = prost::Message::encoded_len(&response);
-    let ep = call.endpoint;
+    let ep = call.route.endpoint;
     if let Some(status) = response.status {
         let keep = max.saturating_sub(FRAME_MARGIN + 128);
         let mut cut = keep.min(status.message.len());
@@ -304,8 +299,8 @@ async fn answer(
     call: &mut Call,
     events: &Mailbox<ClientEvent>,
 ) -> (ResponseFrame, Option<Pending>) {
-    let result = match call.endpoint.stream {
-        StreamKind::Unary if call.endpoint.op.is_inbound() => {
+    let result = match call.route.endpoint.stream {
+        StreamKind::Unary if call.route.endpoint.op.is_inbound() => {
             inbound(call, events).await.map(|r| (r, None))
         }
         StreamKind::Unary => outbound(call, events).await,

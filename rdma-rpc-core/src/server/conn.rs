@@ -353,7 +353,7 @@ where
                 return ctx.refuse(id, &status);
             }
         };
-        let ep = call.endpoint;
+        let ep = call.route.endpoint;
         let mut running = match Spare::take::<F>() {
             Some(room) => room.put((self.run)(call, mailbox)),
             None => Box::pin((self.run)(call, mailbox)),

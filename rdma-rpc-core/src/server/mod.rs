@@ -29,7 +29,7 @@ pub use admission::ConnectionCount;
 pub(crate) use call::ClientEvent;
 pub use config::ServerConfig;
 pub use listing::{ConnectionInfo, PoolInfo, ServerHandle};
-pub(crate) use routes::{Holders, Holding, Routes};
+pub(crate) use routes::{Holding, Routes};
 
 use std::fmt;
 use std::future::Future;

@@ -9,8 +9,8 @@ use crate::error::{Error, Result};
 use crate::memory::{Access, BufferPool};
 use crate::service::{EndpointDef, OpKind, Service};
 
-/// Where calls for one (path, operation) go.
-#[derive(Clone)]
+/// Where calls for one (path, operation) go. Shared by the route's calls (one reference
+/// each, not one per part).
 pub(crate) struct Route {
     pub(crate) service: Arc<dyn Service>,
     pub(crate) index: usize,
@@ -22,7 +22,7 @@ pub(crate) struct Route {
     /// The calls of the path holding (or taking) one of `pool`'s buffers.
     pub(crate) holders: Holders,
     /// The endpoint's metrics series.
-    pub(crate) metrics: Arc<crate::observe::ServerEndpoint>,
+    pub(crate) metrics: crate::observe::ServerEndpoint,
 }
 
 /// The calls of one path that hold one of its pool buffers, or are taking one. Tells a pool
@@ -55,7 +55,7 @@ impl Drop for Holding {
 /// path share its buffers, as in doca-cpp).
 pub(crate) struct Routes {
     /// By path, as its bytes: a request's path is looked up as it came, valid UTF-8 or not.
-    paths: crate::protocol::PathMap<[Option<Route>; 4]>,
+    paths: crate::protocol::PathMap<[Option<Arc<Route>>; 4]>,
 }
 
 fn op_slot(op: OpKind) -> usize {
@@ -114,19 +114,20 @@ impl Routes {
             pool.observe(path);
             pools.insert(*path, (pool, path_index));
         }
-        let mut paths: crate::protocol::PathMap<[Option<Route>; 4]> = Default::default();
+        let mut paths: crate::protocol::PathMap<[Option<Arc<Route>>; 4]> = Default::default();
         for service in services {
             for (index, ep) in service.endpoints().iter().enumerate() {
                 let (pool, path_index) = &pools[ep.path];
-                paths.entry(ep.path.as_bytes()).or_default()[op_slot(ep.op)] = Some(Route {
-                    service: service.clone(),
-                    index,
-                    endpoint: *ep,
-                    pool: pool.clone(),
-                    path_index: *path_index,
-                    holders: holders.entry(ep.path).or_default().clone(),
-                    metrics: Arc::new(crate::observe::ServerEndpoint::new(service.name(), *ep)),
-                });
+                paths.entry(ep.path.as_bytes()).or_default()[op_slot(ep.op)] =
+                    Some(Arc::new(Route {
+                        service: service.clone(),
+                        index,
+                        endpoint: *ep,
+                        pool: pool.clone(),
+                        path_index: *path_index,
+                        holders: holders.entry(ep.path).or_default().clone(),
+                        metrics: crate::observe::ServerEndpoint::new(service.name(), *ep),
+                    }));
             }
         }
         Ok(Routes { paths })
@@ -136,12 +137,16 @@ impl Routes {
     pub(crate) fn each_path(&self) -> impl Iterator<Item = &Route> {
         self.paths
             .values()
-            .filter_map(|ops| ops.iter().flatten().next())
+            .filter_map(|ops| ops.iter().flatten().next().map(|route| &**route))
     }
 
     /// The route of a request (its path as it came), or the status that explains why there
     /// is none.
-    pub(crate) fn find(&self, path: &[u8], op: u32) -> std::result::Result<&Route, crate::Status> {
+    pub(crate) fn find(
+        &self,
+        path: &[u8],
+        op: u32,
+    ) -> std::result::Result<&Arc<Route>, crate::Status> {
         // As gRPC answers an unknown method: the server does not implement it. NOT_FOUND is
         // the applications' own (a missing key, a missing block).
         let Some(ops) = self.paths.get(path) else {

@@ -78,11 +78,7 @@ pub(super) fn start_call(
     let call = call::Call {
         id: req.id,
         conn: ctx.clone(),
-        service: route.service.clone(),
-        index: route.index,
-        endpoint: ep,
-        pool: route.pool.clone(),
-        holders: route.holders.clone(),
+        route: route.clone(),
         holding: None,
         share: shares.of(route),
         share_permit: None,
@@ -102,7 +98,6 @@ pub(super) fn start_call(
         source: req.source.map(Into::into),
         reply_to: req.reply_to.map(Into::into),
         grants: 0,
-        metrics: route.metrics.clone(),
         stream,
         arrived,
     };

@@ -27,7 +27,7 @@ fn cell(call: &Call) -> Result<std::sync::Arc<crate::stream::StreamCell>, Status
 /// A call of a message-streaming endpoint.
 pub(super) async fn messages(call: &mut Call) -> Result<ResponseFrame, Status> {
     let cell = cell(call)?;
-    let ep = call.endpoint;
+    let ep = call.route.endpoint;
     let requests = ep
         .streams_requests()
         .then(|| MessageStream::new(cell.clone(), call.conn.session.clone(), call.id, ep));
@@ -43,9 +43,10 @@ pub(super) async fn messages(call: &mut Call) -> Result<ResponseFrame, Status> {
     });
     let request = take_request(call)?;
     let answered = call
+        .route
         .service
         .call(
-            call.index,
+            call.route.index,
             ServerCall::Streaming {
                 request,
                 requests,
@@ -69,37 +70,42 @@ pub(super) async fn bulk(
         cell: cell(call)?,
         session: call.conn.session.clone(),
         id: call.id,
-        endpoint: call.endpoint,
-        pool: call.pool.clone(),
+        endpoint: call.route.endpoint,
+        pool: call.route.pool.clone(),
         buffer_wait: call.conn.buffer_wait,
         transfer_timeout: call.conn.transfer_timeout,
         deadline,
         peer: call.conn.peer.clone(),
     };
     let request = take_request(call)?;
-    if call.endpoint.op.is_inbound() {
+    if call.route.endpoint.op.is_inbound() {
         let chunks = match call.payload_len {
             0 => Chunks::from_bytes(bytes::Bytes::new()),
             len => Chunks::reading(len, Reader::new(stream)),
         };
         let metadata = call
+            .route
             .service
-            .call(call.index, ServerCall::InboundStream { request, chunks })
+            .call(
+                call.route.index,
+                ServerCall::InboundStream { request, chunks },
+            )
             .await?;
         return Ok(ok(call.id, metadata, None));
     }
     let mut sink = ChunkSink::new(stream);
     let metadata = call
+        .route
         .service
         .call(
-            call.index,
+            call.route.index,
             ServerCall::OutboundStream {
                 request,
                 sink: &mut sink,
             },
         )
         .await
-        .map_err(|status| super::call::handlers_overflow(&call.endpoint, status))?;
+        .map_err(|status| super::call::handlers_overflow(&call.route.endpoint, status))?;
     let sent = sink.finish().await?;
     let mut response = ok(call.id, metadata, None);
     response.pushed_len = sent;

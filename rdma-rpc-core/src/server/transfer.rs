@@ -49,8 +49,9 @@ pub(super) async fn inbound(
     };
     let request = take_request(call)?;
     let metadata = call
+        .route
         .service
-        .call(call.index, ServerCall::Inbound { request, data })
+        .call(call.route.index, ServerCall::Inbound { request, data })
         .await?;
     Ok(ok(call.id, metadata, None))
 }
@@ -141,16 +142,17 @@ pub(super) async fn outbound(
     buf.set_len(0);
     let request = take_request(call)?;
     let metadata = call
+        .route
         .service
         .call(
-            call.index,
+            call.route.index,
             ServerCall::Outbound {
                 request,
                 buf: &mut buf,
             },
         )
         .await
-        .map_err(|status| handlers_overflow(&call.endpoint, status))?;
+        .map_err(|status| handlers_overflow(&call.route.endpoint, status))?;
     let len = buf.len();
     let conn = &call.conn;
     let step = result_step(
@@ -213,7 +215,7 @@ async fn ask(
         Ok(None) => Err(Status::unavailable("connection closed during the transfer")),
         Err(_) => Err(Status::deadline_exceeded(format!(
             "the client did not finish the transfer for {} {} in time",
-            call.endpoint.op, call.endpoint.path
+            call.route.endpoint.op, call.route.endpoint.path
         ))),
     }
 }
