@@ -160,6 +160,7 @@ impl FaultyConnection {
                 opcode: RecvOpcode::Send,
                 imm: None,
                 write_len: 0,
+                last: false,
             }),
         )
     }
@@ -214,8 +215,10 @@ impl Connection for FaultyConnection {
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
-        let received = ready!(self.inner.poll_recv(cx));
-        if let Ok(c) = &received {
+        let mut received = ready!(self.inner.poll_recv(cx));
+        if let Ok(c) = &mut received {
+            // Made-up frames may still come before the inner transport's next one.
+            c.last = false;
             let frame = <Frame as prost::Message>::decode(c.buf.as_slice());
             if matches!(
                 frame,

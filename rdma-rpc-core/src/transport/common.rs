@@ -68,7 +68,11 @@ impl RecvQueue {
         error: impl FnOnce() -> Error,
     ) -> Poll<Result<RecvCompletion>> {
         let mut st = self.state();
-        if let Some(c) = st.completed.pop_front() {
+        if let Some(mut c) = st.completed.pop_front() {
+            if st.completed.is_empty() && !st.closed {
+                st.waiters.register(cx.waker());
+                c.last = true;
+            }
             return Poll::Ready(Ok(c));
         }
         if st.closed {

@@ -48,6 +48,78 @@ pub(crate) async fn send_with_immediate(a: &Arc<dyn Connection>, b: &Arc<dyn Con
     assert_eq!((c2.opcode, c2.imm), (RecvOpcode::SendWithImm, Some(0xfeed)));
 }
 
+/// A waker that counts its wakes and lets a test await the next one (a wake before the
+/// wait is kept, not lost).
+struct Wakes {
+    count: std::sync::atomic::AtomicUsize,
+    notify: tokio::sync::Notify,
+}
+
+impl std::task::Wake for Wakes {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+}
+
+/// The next completion of `b`, polled with `waker` only (its wakes are awaited).
+async fn next_with(
+    b: &Arc<dyn Connection>,
+    wakes: &Arc<Wakes>,
+    waker: &std::task::Waker,
+) -> RecvCompletion {
+    let mut cx = std::task::Context::from_waker(waker);
+    loop {
+        if let std::task::Poll::Ready(c) = b.poll_recv(&mut cx) {
+            return c.unwrap();
+        }
+        wakes.notify.notified().await;
+    }
+}
+
+/// A completion that says it was the last one waiting leaves the polling task registered: the
+/// next message wakes it with no poll in between (the protocol's reader then stops polling
+/// after such a frame).
+pub(crate) async fn the_last_completion_leaves_the_task_registered(
+    a: &Arc<dyn Connection>,
+    b: &Arc<dyn Connection>,
+) {
+    let wakes = Arc::new(Wakes {
+        count: std::sync::atomic::AtomicUsize::new(0),
+        notify: tokio::sync::Notify::new(),
+    });
+    let waker = std::task::Waker::from(wakes.clone());
+    b.post_recv(recv_buf(64)).unwrap();
+    b.post_recv(recv_buf(64)).unwrap();
+    a.send(SendData::Bytes(Bytes::from_static(b"one")), None)
+        .await
+        .unwrap();
+    let first = next_with(b, &wakes, &waker).await;
+    assert_eq!(first.buf.as_slice(), b"one");
+    assert!(
+        first.last,
+        "nothing else was sent: the completion is the last one waiting"
+    );
+    let before = wakes.count.load(std::sync::atomic::Ordering::SeqCst);
+    a.send(SendData::Bytes(Bytes::from_static(b"two")), None)
+        .await
+        .unwrap();
+    // A bound on a hang, not a sequencing sleep: the wake is what is awaited.
+    tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while wakes.count.load(std::sync::atomic::Ordering::SeqCst) == before {
+            wakes.notify.notified().await;
+        }
+    })
+    .await
+    .expect("the task was registered by the last completion and is woken by the next one");
+    let second = next_with(b, &wakes, &waker).await;
+    assert_eq!(second.buf.as_slice(), b"two");
+}
+
 /// Two unsignaled sends (every protocol frame is one) land in order in posted receives of
 /// `max_recv`, the second with immediate data.
 pub(crate) async fn unsignaled_sends_in_order(

@@ -81,6 +81,12 @@ async fn writes_land_before_later_sends() {
 }
 
 #[tokio::test]
+async fn the_last_completion_leaves_the_reader_registered() {
+    let (a, b) = pair().await;
+    conformance::the_last_completion_leaves_the_task_registered(&a, &b).await;
+}
+
+#[tokio::test]
 async fn send_lands_in_posted_receive_with_immediate() {
     let (a, b) = pair().await;
     conformance::send_with_immediate(&a, &b).await;

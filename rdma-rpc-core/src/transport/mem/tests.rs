@@ -71,6 +71,12 @@ async fn peer_reports_the_violation(peer: &Arc<dyn Connection>) {
 }
 
 #[tokio::test]
+async fn the_last_completion_leaves_the_reader_registered() {
+    let (a, b) = pair().await;
+    conformance::the_last_completion_leaves_the_task_registered(&a, &b).await;
+}
+
+#[tokio::test]
 async fn send_lands_in_posted_receive_with_immediate() {
     let (a, b) = pair().await;
     conformance::send_with_immediate(&a, &b).await;

@@ -173,6 +173,7 @@ async fn handle<R: AsyncRead + Unpin>(
                 opcode,
                 imm: h.imm,
                 write_len: 0,
+                last: false,
             });
             Ok(())
         }
@@ -208,6 +209,7 @@ async fn handle<R: AsyncRead + Unpin>(
                     opcode: RecvOpcode::WriteWithImm,
                     imm: Some(imm),
                     write_len: h.len,
+                    last: false,
                 });
                 return Ok(());
             }

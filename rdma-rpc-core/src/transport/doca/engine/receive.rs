@@ -207,6 +207,7 @@ impl ConnShared {
             opcode,
             imm,
             write_len: 0,
+            last: false,
         });
         Ok(())
     }

@@ -189,6 +189,7 @@ impl Link {
                     },
                     imm,
                     write_len: 0,
+                    last: false,
                 });
                 Ok(Output::Unit)
             }
@@ -215,6 +216,7 @@ impl Link {
                     opcode: RecvOpcode::WriteWithImm,
                     imm: Some(imm),
                     write_len,
+                    last: false,
                 });
                 Ok(Output::Unit)
             }
@@ -323,7 +325,11 @@ impl Link {
         let mut st = self.state();
         let st = &mut *st;
         let rx = &mut st.rx[end];
-        if let Some(c) = rx.completed.pop_front() {
+        if let Some(mut c) = rx.completed.pop_front() {
+            if rx.completed.is_empty() && st.failed.is_none() {
+                rx.waiters.register(cx.waker());
+                c.last = true;
+            }
             return Poll::Ready(Ok(c));
         }
         if let Some(errors) = &st.failed {
