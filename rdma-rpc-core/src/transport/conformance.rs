@@ -83,7 +83,7 @@ async fn next_with(
 
 /// A completion that says it was the last one waiting leaves the polling task registered: the
 /// next message wakes it with no poll in between (the protocol's reader then stops polling
-/// after such a frame).
+/// after such a frame); and so do polls that find nothing.
 pub(crate) async fn the_last_completion_leaves_the_task_registered(
     a: &Arc<dyn Connection>,
     b: &Arc<dyn Connection>,
@@ -104,20 +104,31 @@ pub(crate) async fn the_last_completion_leaves_the_task_registered(
         first.last,
         "nothing else was sent: the completion is the last one waiting"
     );
-    let before = wakes.count.load(std::sync::atomic::Ordering::SeqCst);
-    a.send(SendData::Bytes(Bytes::from_static(b"two")), None)
-        .await
-        .unwrap();
-    // A bound on a hang, not a sequencing sleep: the wake is what is awaited.
-    tokio::time::timeout(std::time::Duration::from_secs(20), async {
-        while wakes.count.load(std::sync::atomic::Ordering::SeqCst) == before {
-            wakes.notify.notified().await;
+    let mut cx = std::task::Context::from_waker(&waker);
+    // Then the same after polls that found nothing (those may skip the transport's lock).
+    for (message, polls_before) in [(&b"two"[..], 0), (&b"three"[..], 2)] {
+        for _ in 0..polls_before {
+            assert!(b.poll_recv(&mut cx).is_pending());
         }
-    })
-    .await
-    .expect("the task was registered by the last completion and is woken by the next one");
-    let second = next_with(b, &wakes, &waker).await;
-    assert_eq!(second.buf.as_slice(), b"two");
+        let before = wakes.count.load(std::sync::atomic::Ordering::SeqCst);
+        a.send(SendData::Bytes(Bytes::from_static(message)), None)
+            .await
+            .unwrap();
+        // A bound on a hang, not a sequencing sleep: the wake is what is awaited.
+        tokio::time::timeout(std::time::Duration::from_secs(20), async {
+            while wakes.count.load(std::sync::atomic::Ordering::SeqCst) == before {
+                wakes.notify.notified().await;
+            }
+        })
+        .await
+        .expect("the reader stays registered and is woken by the next message");
+        // Woken by it: the completion is there for the next poll.
+        match b.poll_recv(&mut cx) {
+            std::task::Poll::Ready(Ok(c)) => assert_eq!(c.buf.as_slice(), message),
+            other => panic!("woken for a message that is not there: {other:?}"),
+        }
+        b.post_recv(recv_buf(64)).unwrap();
+    }
 }
 
 /// Two unsignaled sends (every protocol frame is one) land in order in posted receives of

@@ -152,7 +152,7 @@ impl Link {
         };
         match self.carry(to, &mut st.rx[to], action) {
             Ok(out) => {
-                let woken = st.rx[to].waiters.take();
+                let woken = st.rx[to].waiters.take(&self.quiet[to]);
                 drop(st);
                 woken.wake();
                 Ok(Posted::Done(out))
@@ -322,12 +322,15 @@ impl Link {
         end: usize,
         cx: &mut Context<'_>,
     ) -> Poll<Result<RecvCompletion>> {
+        if self.quiet[end].holds(cx.waker()) {
+            return Poll::Pending;
+        }
         let mut st = self.state();
         let st = &mut *st;
         let rx = &mut st.rx[end];
         if let Some(mut c) = rx.completed.pop_front() {
             if rx.completed.is_empty() && st.failed.is_none() {
-                rx.waiters.register(cx.waker());
+                rx.waiters.register(cx.waker(), &self.quiet[end]);
                 c.last = true;
             }
             return Poll::Ready(Ok(c));
@@ -335,7 +338,7 @@ impl Link {
         if let Some(errors) = &st.failed {
             return Poll::Ready(Err(errors[end].duplicate()));
         }
-        rx.waiters.register(cx.waker());
+        rx.waiters.register(cx.waker(), &self.quiet[end]);
         Poll::Pending
     }
 

@@ -16,7 +16,7 @@ use super::window::WindowTable;
 use super::MemConfig;
 use crate::error::{AccessViolation, Error};
 use crate::memory::RegisteredBuf;
-use crate::transport::common::Waiters;
+use crate::transport::common::{Quiet, Waiters};
 use crate::transport::RecvCompletion;
 
 use datapath::Refused;
@@ -51,6 +51,8 @@ impl End {
 pub(super) struct Link {
     ends: [End; 2],
     state: Mutex<LinkState>,
+    /// `quiet[i]`: lets end `i`'s polls that find no receive skip the lock.
+    quiet: [Quiet; 2],
     /// Woken once, when the link fails (the ends' `closed`).
     failed: Notify,
 }
@@ -100,6 +102,7 @@ impl Link {
                 failed: None,
                 next_seq: 0,
             }),
+            quiet: Default::default(),
             failed: Notify::new(),
         })
     }
@@ -160,7 +163,7 @@ impl Link {
         for (end, rx) in st.rx.iter_mut().enumerate() {
             flushed.push((1 - end, std::mem::take(&mut rx.stalled)));
             drop(std::mem::take(&mut rx.posted));
-            woken.push(rx.waiters.take());
+            woken.push(rx.waiters.take(&self.quiet[end]));
         }
         drop(st);
         for (from, stalled) in flushed {

@@ -149,7 +149,7 @@ impl Link {
                 }
             }
         }
-        let woken = st.rx[to].waiters.take();
+        let woken = st.rx[to].waiters.take(&self.quiet[to]);
         drop(st);
         woken.wake();
     }
