@@ -214,8 +214,19 @@ impl<T> Sender<T> {
     }
 }
 
+/// Whether `shared` has no other holder: then nobody is left to tell anything, and a drop
+/// skips the lock (two atomic read-modify-writes). A count of one cannot be stale: a new
+/// holder is only ever cloned from a live one. The drop touches nothing then, so the load
+/// needs no ordering (freeing is the `Arc`'s own, synchronized, business).
+fn alone<T>(shared: &Arc<Shared<T>>) -> bool {
+    Arc::strong_count(shared) == 1
+}
+
 impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
+        if alone(&self.0) {
+            return;
+        }
         let waker = {
             let mut state = self.0.state();
             state.closed = true;
@@ -274,6 +285,9 @@ impl<T> Mailbox<T> {
 
 impl<T> Drop for Mailbox<T> {
     fn drop(&mut self) {
+        if alone(&self.0) {
+            return;
+        }
         let mut state = self.0.state();
         state.abandoned = true;
         state.queue.clear();
