@@ -19,7 +19,7 @@ pub(super) async fn take_buffer(
     events: &Mailbox<ClientEvent>,
 ) -> Result<RegisteredBuf, Status> {
     if call.share_permit.is_none() {
-        call.share_permit = call.share.try_enter();
+        call.share_permit = call.conn.shares.of(&call.route).try_enter();
     }
     if call.share_permit.is_some() {
         // Counted before the buffer is taken: whoever sees the pool empty sees this holder.
@@ -46,7 +46,7 @@ async fn wait_for_buffer(
         events.limits().deadline.map(|d| d.at),
     );
     if call.share_permit.is_none() {
-        let share = call.share.clone();
+        let share = call.conn.shares.of(&call.route).clone();
         match tokio::time::timeout_at(limit, share.enter()).await {
             Ok(permit) => call.share_permit = Some(permit),
             Err(_) if deadline_first => {

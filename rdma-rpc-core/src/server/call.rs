@@ -34,7 +34,6 @@ use bytes::Bytes;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::conn::ConnCtx;
-use super::share::Share;
 use super::transfer::{inbound, outbound};
 use crate::observe::logs;
 use crate::protocol::frames::ResponseFrame;
@@ -63,8 +62,6 @@ pub(super) struct Call {
     pub(super) route: Arc<super::routes::Route>,
     /// This call's place among the calls holding one of the pool's buffers.
     pub(super) holding: Option<super::Holding>,
-    /// This connection's share of `pool`.
-    pub(super) share: Share,
     /// Held while the call holds a buffer of `pool`.
     pub(super) share_permit: Option<OwnedSemaphorePermit>,
     /// The request, until the handler takes it.

@@ -149,6 +149,8 @@ pub(super) struct ConnCtx {
     pub(super) transfer_timeout: Duration,
     /// Longest wait for a free pool buffer.
     pub(super) buffer_wait: Duration,
+    /// The connection's share of each path's pool.
+    pub(super) shares: PoolShares,
 }
 
 impl ConnCtx {
@@ -194,7 +196,6 @@ async fn run(
     let _counted = crate::observe::OpenConnection::new();
     let mut serving = Serving {
         run: call::run,
-        shares: PoolShares::new(cfg.pool_share_percent),
         tasks: CallTasks {
             set: JoinSet::new(),
             ids: HashMap::new(),
@@ -295,7 +296,6 @@ struct Serving<R, F> {
     peer: Arc<str>,
     /// What the calls share, once the first request came.
     ctx: Option<Arc<ConnCtx>>,
-    shares: PoolShares,
     tasks: CallTasks,
     /// Runs calls in memory kept per thread (see [`Spare`]).
     spare: std::marker::PhantomData<fn() -> F>,
@@ -346,7 +346,7 @@ where
             Incoming::Request(admitted) => admitted,
         };
         let id = admitted.request.id;
-        let (call, mailbox) = match start_call(shared, &ctx, &mut self.shares, admitted) {
+        let (call, mailbox) = match start_call(shared, &ctx, admitted) {
             Ok(started) => started,
             Err(status) => {
                 refused(shared, &ctx, id, &status);
@@ -395,6 +395,7 @@ fn context(shared: &Shared, session: &Arc<Session>, peer: &Arc<str>) -> Arc<Conn
         negotiated,
         transfer_timeout: cfg.transfer_timeout,
         buffer_wait: cfg.buffer_wait,
+        shares: PoolShares::new(cfg.pool_share_percent, shared.routes.path_count()),
     })
 }
 

@@ -63,6 +63,11 @@ fn op_slot(op: OpKind) -> usize {
 }
 
 impl Routes {
+    /// How many paths (a route's [`path_index`](Route::path_index) is below it).
+    pub(super) fn path_count(&self) -> usize {
+        self.paths.len()
+    }
+
     /// Every path's pool, once each.
     pub(super) fn pools(&self) -> Vec<&BufferPool> {
         let mut pools: Vec<&BufferPool> = Vec::new();

@@ -4,38 +4,37 @@
 //! else. Calls over the share wait for one of their own connection's buffers, within the same
 //! bound as any wait for a buffer (`buffer_wait`, or the call's deadline).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::routes::Route;
 
-/// The shares of one connection, one per path it has called (by the path's
-/// [`Route::path_index`]); owned by the connection's task.
+/// The shares of one connection, one per path of the server (by the path's
+/// [`Route::path_index`]), each made when a call of the connection first takes a buffer of
+/// its path. Found without a lock and without a reference taken per call: only calls that
+/// take a buffer look.
 pub(super) struct PoolShares {
     percent: u32,
-    paths: Vec<Option<Share>>,
+    paths: Box<[OnceLock<Share>]>,
 }
 
 impl PoolShares {
-    pub(super) fn new(percent: u32) -> PoolShares {
+    /// The shares of a connection to a server of `paths` paths.
+    pub(super) fn new(percent: u32, paths: usize) -> PoolShares {
         PoolShares {
             percent,
-            paths: Vec::new(),
+            paths: (0..paths).map(|_| OnceLock::new()).collect(),
         }
     }
 
     /// This connection's share of `route`'s pool (the pool of its path).
-    pub(super) fn of(&mut self, route: &Route) -> Share {
-        let at = route.path_index;
-        if self.paths.len() <= at {
-            self.paths.resize(at + 1, None);
-        }
+    pub(super) fn of(&self, route: &Route) -> &Share {
         let percent = self.percent;
-        let count = route.pool.count();
-        self.paths[at]
-            .get_or_insert_with(|| Share::new(share_of(count, percent), count))
-            .clone()
+        self.paths[route.path_index].get_or_init(|| {
+            let count = route.pool.count();
+            Share::new(share_of(count, percent), count)
+        })
     }
 }
 

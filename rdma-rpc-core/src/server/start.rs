@@ -9,7 +9,6 @@ use tokio::time::Instant;
 
 use super::call::{self, ClientEvent};
 use super::conn::ConnCtx;
-use super::share::PoolShares;
 use super::Shared;
 use crate::interceptor::IncomingCall;
 use crate::protocol::connection::{Admitted, Negotiated};
@@ -25,7 +24,6 @@ use crate::stream::{Setup, StreamCell};
 pub(super) fn start_call(
     shared: &Shared,
     ctx: &Arc<ConnCtx>,
-    shares: &mut PoolShares,
     Admitted {
         request: req,
         slot,
@@ -80,7 +78,6 @@ pub(super) fn start_call(
         conn: ctx.clone(),
         route: route.clone(),
         holding: None,
-        share: shares.of(route),
         share_permit: None,
         request: Some(RawRequest {
             message: req.metadata,
