@@ -299,27 +299,20 @@ mod tests {
     use super::*;
     use std::future::Future;
     use std::pin::pin;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::{Context, Wake};
+    use std::task::Context;
 
-    struct Count(AtomicUsize);
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
+    use crate::tests::wakes::Wakes;
 
     #[test]
     fn events_arrive_in_order_then_none_after_the_sender_is_gone() {
         let (tx, rx) = mailbox();
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
+        let (count, waker) = Wakes::new();
         let mut cx = Context::from_waker(&waker);
         {
             let mut first = pin!(rx.recv());
             assert!(first.as_mut().poll(&mut cx).is_pending());
             tx.send(1);
-            assert_eq!(count.0.load(Ordering::SeqCst), 1, "a waiting call is woken");
+            assert_eq!(count.count(), 1, "a waiting call is woken");
             assert_eq!(first.as_mut().poll(&mut cx), Poll::Ready(Some(1)));
         }
         tx.send(2);
@@ -334,7 +327,7 @@ mod tests {
     #[test]
     fn events_taken_between_arrivals_keep_their_order() {
         let (tx, rx) = mailbox();
-        let waker = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
+        let (_, waker) = Wakes::new();
         let mut cx = Context::from_waker(&waker);
         let mut take = || {
             let mut next = pin!(rx.recv());
@@ -356,13 +349,12 @@ mod tests {
     #[test]
     fn dropping_the_sender_wakes_a_waiting_call() {
         let (tx, rx) = mailbox::<u8>();
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
+        let (count, waker) = Wakes::new();
         let mut cx = Context::from_waker(&waker);
         let mut next = pin!(rx.recv());
         assert!(next.as_mut().poll(&mut cx).is_pending());
         drop(tx);
-        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(count.count(), 1);
         assert_eq!(next.as_mut().poll(&mut cx), Poll::Ready(None));
     }
 
@@ -371,11 +363,7 @@ mod tests {
         let (tx, rx) = mailbox::<u8>();
         let signal = rx.end_signal();
         let other = signal.clone();
-        let (a, b) = (
-            Arc::new(Count(AtomicUsize::new(0))),
-            Arc::new(Count(AtomicUsize::new(0))),
-        );
-        let (wa, wb) = (Waker::from(a.clone()), Waker::from(b.clone()));
+        let ((a, wa), (b, wb)) = (Wakes::new(), Wakes::new());
         assert!(signal
             .poll_ended(&mut Context::from_waker(&wa))
             .is_pending());
@@ -386,8 +374,8 @@ mod tests {
         assert_eq!(signal.ended(), None);
         tx.end(EndReason::Cancelled);
         tx.end(EndReason::ConnectionLost);
-        assert_eq!(a.0.load(Ordering::SeqCst), 1, "once, though polled twice");
-        assert_eq!(b.0.load(Ordering::SeqCst), 1, "every waiting task");
+        assert_eq!(a.count(), 1, "once, though polled twice");
+        assert_eq!(b.count(), 1, "every waiting task");
         assert_eq!(
             other.poll_ended(&mut Context::from_waker(&wb)),
             Poll::Ready(EndReason::Cancelled),

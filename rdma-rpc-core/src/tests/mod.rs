@@ -98,6 +98,7 @@ mod stream_rules;
 mod streams;
 #[cfg(feature = "tls")]
 mod tls;
+pub(crate) mod wakes;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -295,27 +295,13 @@ impl Listener for QueuedListener {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-    use std::task::{Context, Poll, Wake, Waker};
+    use std::task::{Context, Poll, Waker};
 
     use super::RecvQueue;
     use crate::error::Error;
     use crate::memory::{Access, RegisteredBuf};
+    use crate::tests::wakes::Wakes;
     use crate::transport::{RecvCompletion, RecvOpcode};
-
-    struct Count(AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn waker() -> (Arc<Count>, Waker) {
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        (count.clone(), Waker::from(count))
-    }
 
     fn completion(byte: u8) -> RecvCompletion {
         RecvCompletion {
@@ -347,7 +333,7 @@ mod tests {
     #[test]
     fn quiet_polls_keep_the_reader_registered_and_miss_nothing() {
         let q = RecvQueue::new();
-        let (one, w1) = waker();
+        let (one, w1) = Wakes::new();
         assert!(poll(&q, &w1).is_pending());
         assert!(
             q.quiet.holds(&w1),
@@ -355,25 +341,22 @@ mod tests {
         );
         assert!(poll(&q, &w1).is_pending());
         q.push(completion(1));
-        assert_eq!(one.0.load(Ordering::SeqCst), 1);
+        assert_eq!(one.count(), 1);
         assert_eq!(got(poll(&q, &w1)), (1, true));
         // The last completion left the reader registered: the next one wakes it.
         assert!(poll(&q, &w1).is_pending());
         q.push(completion(2));
         q.push(completion(3));
-        assert_eq!(one.0.load(Ordering::SeqCst), 2);
+        assert_eq!(one.count(), 2);
         assert_eq!(got(poll(&q, &w1)), (2, false));
         assert_eq!(got(poll(&q, &w1)), (3, true));
         // A second reader: both are woken by the next completion.
-        let (two, w2) = waker();
+        let (two, w2) = Wakes::new();
         assert!(poll(&q, &w2).is_pending());
         assert!(!q.quiet.holds(&w2), "only the first reader skips the lock");
         assert!(poll(&q, &w1).is_pending());
         q.push(completion(4));
-        assert_eq!(
-            (one.0.load(Ordering::SeqCst), two.0.load(Ordering::SeqCst)),
-            (3, 1)
-        );
+        assert_eq!((one.count(), two.count()), (3, 1));
         assert_eq!(got(poll(&q, &w2)), (4, true));
         // The end reaches a reader that was quiet.
         assert!(poll(&q, &w2).is_pending());

@@ -8,6 +8,7 @@ use super::{
     Connection, Descriptor, Fencing, Grant, RecvCompletion, RecvOpcode, SendData, Transport,
 };
 use crate::memory::{Access, RegisteredBuf};
+use crate::tests::wakes::Wakes;
 
 /// A connected pair from a listener at `addr`: (client side, server side).
 pub(crate) async fn pair_on(
@@ -48,28 +49,10 @@ pub(crate) async fn send_with_immediate(a: &Arc<dyn Connection>, b: &Arc<dyn Con
     assert_eq!((c2.opcode, c2.imm), (RecvOpcode::SendWithImm, Some(0xfeed)));
 }
 
-/// A waker that counts its wakes and lets a test await the next one (a wake before the
-/// wait is kept, not lost).
-struct Wakes {
-    count: std::sync::atomic::AtomicUsize,
-    notify: tokio::sync::Notify,
-}
-
-impl std::task::Wake for Wakes {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.notify.notify_one();
-    }
-}
-
 /// The next completion of `b`, polled with `waker` only (its wakes are awaited).
 async fn next_with(
     b: &Arc<dyn Connection>,
-    wakes: &Arc<Wakes>,
+    wakes: &Wakes,
     waker: &std::task::Waker,
 ) -> RecvCompletion {
     let mut cx = std::task::Context::from_waker(waker);
@@ -77,7 +60,7 @@ async fn next_with(
         if let std::task::Poll::Ready(c) = b.poll_recv(&mut cx) {
             return c.unwrap();
         }
-        wakes.notify.notified().await;
+        wakes.next().await;
     }
 }
 
@@ -88,11 +71,7 @@ pub(crate) async fn the_last_completion_leaves_the_task_registered(
     a: &Arc<dyn Connection>,
     b: &Arc<dyn Connection>,
 ) {
-    let wakes = Arc::new(Wakes {
-        count: std::sync::atomic::AtomicUsize::new(0),
-        notify: tokio::sync::Notify::new(),
-    });
-    let waker = std::task::Waker::from(wakes.clone());
+    let (wakes, waker) = Wakes::new();
     b.post_recv(recv_buf(64)).unwrap();
     b.post_recv(recv_buf(64)).unwrap();
     a.send(SendData::Bytes(Bytes::from_static(b"one")), None)
@@ -110,14 +89,14 @@ pub(crate) async fn the_last_completion_leaves_the_task_registered(
         for _ in 0..polls_before {
             assert!(b.poll_recv(&mut cx).is_pending());
         }
-        let before = wakes.count.load(std::sync::atomic::Ordering::SeqCst);
+        let before = wakes.count();
         a.send(SendData::Bytes(Bytes::from_static(message)), None)
             .await
             .unwrap();
         // A bound on a hang, not a sequencing sleep: the wake is what is awaited.
         tokio::time::timeout(std::time::Duration::from_secs(20), async {
-            while wakes.count.load(std::sync::atomic::Ordering::SeqCst) == before {
-                wakes.notify.notified().await;
+            while wakes.count() == before {
+                wakes.next().await;
             }
         })
         .await
