@@ -316,7 +316,6 @@ impl Session {
                 Poll::Ready(Ok(c)) => c,
             };
             budget.made_progress();
-            let last = completion.last;
             let mut locked = self.lock();
             let incoming = if completion.opcode != RecvOpcode::Send {
                 locked.proto.handle_malformed(format!(
@@ -352,11 +351,6 @@ impl Session {
             }
             if let Some(at) = timer {
                 return Poll::Ready(Read::Timer(at));
-            }
-            // The transport said no other frame waits and the next one wakes this task: one
-            // poll (and its lock) fewer per frame. An end the frame brought is seen at once.
-            if last && !self.is_over() {
-                return Poll::Pending;
             }
         }
     }

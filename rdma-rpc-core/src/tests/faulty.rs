@@ -160,7 +160,6 @@ impl FaultyConnection {
                 opcode: RecvOpcode::Send,
                 imm: None,
                 write_len: 0,
-                last: false,
             }),
         )
     }
@@ -215,10 +214,8 @@ impl Connection for FaultyConnection {
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
-        let mut received = ready!(self.inner.poll_recv(cx));
-        if let Ok(c) = &mut received {
-            // Made-up frames may still come before the inner transport's next one.
-            c.last = false;
+        let received = ready!(self.inner.poll_recv(cx));
+        if let Ok(c) = &received {
             let frame = <Frame as prost::Message>::decode(c.buf.as_slice());
             if matches!(
                 frame,

@@ -74,11 +74,7 @@ impl RecvQueue {
             return Poll::Pending;
         }
         let mut st = self.state();
-        if let Some(mut c) = st.completed.pop_front() {
-            if st.completed.is_empty() && !st.closed {
-                st.waiters.register(cx.waker(), &self.quiet);
-                c.last = true;
-            }
+        if let Some(c) = st.completed.pop_front() {
             return Poll::Ready(Ok(c));
         }
         if st.closed {
@@ -309,7 +305,6 @@ mod tests {
             opcode: RecvOpcode::Send,
             imm: None,
             write_len: 0,
-            last: false,
         }
     }
 
@@ -320,9 +315,9 @@ mod tests {
         })
     }
 
-    fn got(p: Poll<crate::error::Result<RecvCompletion>>) -> (u8, bool) {
+    fn got(p: Poll<crate::error::Result<RecvCompletion>>) -> u8 {
         match p {
-            Poll::Ready(Ok(c)) => (c.buf.as_slice()[0], c.last),
+            Poll::Ready(Ok(c)) => c.buf.as_slice()[0],
             other => panic!("expected a completion, got {other:?}"),
         }
     }
@@ -342,14 +337,18 @@ mod tests {
         assert!(poll(&q, &w1).is_pending());
         q.push(completion(1));
         assert_eq!(one.count(), 1);
-        assert_eq!(got(poll(&q, &w1)), (1, true));
-        // The last completion left the reader registered: the next one wakes it.
+        assert!(
+            !q.quiet.holds(&w1),
+            "a completion waits: the next poll takes the lock"
+        );
+        assert_eq!(got(poll(&q, &w1)), 1);
         assert!(poll(&q, &w1).is_pending());
         q.push(completion(2));
         q.push(completion(3));
         assert_eq!(one.count(), 2);
-        assert_eq!(got(poll(&q, &w1)), (2, false));
-        assert_eq!(got(poll(&q, &w1)), (3, true));
+        assert_eq!(got(poll(&q, &w1)), 2);
+        assert_eq!(got(poll(&q, &w1)), 3);
+        assert!(poll(&q, &w1).is_pending());
         // A second reader: both are woken by the next completion.
         let (two, w2) = Wakes::new();
         assert!(poll(&q, &w2).is_pending());
@@ -357,7 +356,7 @@ mod tests {
         assert!(poll(&q, &w1).is_pending());
         q.push(completion(4));
         assert_eq!((one.count(), two.count()), (3, 1));
-        assert_eq!(got(poll(&q, &w2)), (4, true));
+        assert_eq!(got(poll(&q, &w2)), 4);
         // The end reaches a reader that was quiet.
         assert!(poll(&q, &w2).is_pending());
         q.close();

@@ -129,11 +129,6 @@ pub struct RecvCompletion {
     pub imm: Option<u32>,
     /// For [`RecvOpcode::WriteWithImm`]: the number of bytes the peer wrote.
     pub write_len: u64,
-    /// Set by `poll_recv` when no other completion was waiting and the polling task is
-    /// registered to be woken by the next one, as a `Pending` poll would have left it: the
-    /// receiver may stop polling once it handled this one (a poll, and a lock, fewer per
-    /// frame). `false` tells nothing: poll again.
-    pub last: bool,
 }
 
 /// Source bytes of a send or a write.
@@ -371,9 +366,7 @@ pub trait Connection: Send + Sync + fmt::Debug + 'static {
     fn post_recv(&self, buf: RegisteredBuf) -> Result<()>;
 
     /// The next completed receive, or `Pending` with the task registered to be woken when
-    /// one completes (every waiting task is woken). A completion may say it was the
-    /// [`last`](RecvCompletion::last) one waiting, with the task registered as if it had
-    /// polled again. Fails once the connection is in error and
+    /// one completes (every waiting task is woken). Fails once the connection is in error and
     /// its completions are drained. A completion is taken only when it is returned, so a
     /// receiver that stops polling loses nothing. Polled by the protocol on its hot path: no
     /// allocation per receive.

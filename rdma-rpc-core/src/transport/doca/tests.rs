@@ -81,9 +81,9 @@ async fn writes_land_before_later_sends() {
 }
 
 #[tokio::test]
-async fn the_last_completion_leaves_the_reader_registered() {
+async fn polls_that_find_nothing_keep_the_reader_registered() {
     let (a, b) = pair().await;
-    conformance::the_last_completion_leaves_the_task_registered(&a, &b).await;
+    conformance::polls_that_find_nothing_keep_the_reader_registered(&a, &b).await;
 }
 
 #[tokio::test]

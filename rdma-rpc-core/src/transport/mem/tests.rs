@@ -71,9 +71,9 @@ async fn peer_reports_the_violation(peer: &Arc<dyn Connection>) {
 }
 
 #[tokio::test]
-async fn the_last_completion_leaves_the_reader_registered() {
+async fn polls_that_find_nothing_keep_the_reader_registered() {
     let (a, b) = pair().await;
-    conformance::the_last_completion_leaves_the_task_registered(&a, &b).await;
+    conformance::polls_that_find_nothing_keep_the_reader_registered(&a, &b).await;
 }
 
 #[tokio::test]

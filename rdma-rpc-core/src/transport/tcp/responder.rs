@@ -173,7 +173,6 @@ async fn handle<R: AsyncRead + Unpin>(
                 opcode,
                 imm: h.imm,
                 write_len: 0,
-                last: false,
             });
             Ok(())
         }
@@ -209,7 +208,6 @@ async fn handle<R: AsyncRead + Unpin>(
                     opcode: RecvOpcode::WriteWithImm,
                     imm: Some(imm),
                     write_len: h.len,
-                    last: false,
                 });
                 return Ok(());
             }

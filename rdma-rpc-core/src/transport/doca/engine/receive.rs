@@ -207,7 +207,6 @@ impl ConnShared {
             opcode,
             imm,
             write_len: 0,
-            last: false,
         });
         Ok(())
     }

@@ -189,7 +189,6 @@ impl Link {
                     },
                     imm,
                     write_len: 0,
-                    last: false,
                 });
                 Ok(Output::Unit)
             }
@@ -216,7 +215,6 @@ impl Link {
                     opcode: RecvOpcode::WriteWithImm,
                     imm: Some(imm),
                     write_len,
-                    last: false,
                 });
                 Ok(Output::Unit)
             }
@@ -328,11 +326,7 @@ impl Link {
         let mut st = self.state();
         let st = &mut *st;
         let rx = &mut st.rx[end];
-        if let Some(mut c) = rx.completed.pop_front() {
-            if rx.completed.is_empty() && st.failed.is_none() {
-                rx.waiters.register(cx.waker(), &self.quiet[end]);
-                c.last = true;
-            }
+        if let Some(c) = rx.completed.pop_front() {
             return Poll::Ready(Ok(c));
         }
         if let Some(errors) = &st.failed {
