@@ -168,7 +168,7 @@ impl Drop for Watched<'_> {
 /// clock read serves both (a read costs about 40 ns on the development VM, a fiftieth of a
 /// small call).
 fn started(timeout: Option<Duration>) -> Option<Instant> {
-    (crate::observe::METRICS || timeout.is_some()).then(Instant::now)
+    (timeout.is_some() || crate::observe::recording()).then(Instant::now)
 }
 
 /// The status of a call still running when its timeout passed.
@@ -286,7 +286,7 @@ impl Client {
         if !crate::observe::METRICS {
             return;
         }
-        if let Some(started) = started {
+        if let Some(started) = started.filter(|_| crate::observe::recording()) {
             let code = result
                 .as_ref()
                 .map_or_else(Status::code, |_| crate::Code::Ok);
