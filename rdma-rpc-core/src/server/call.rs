@@ -141,10 +141,11 @@ pub(super) fn run(mut call: Call, events: Mailbox<ClientEvent>) -> impl Future<O
             {
                 response = fitted(&call, &events, response, max);
             }
-            // One clock read for both the call's duration and the state's time.
-            let answered_at = now();
-            let elapsed = answered_at.saturating_duration_since(call.arrived);
-            finished(&call, &response, elapsed, &watched);
+            // At most one clock read, for both the call's duration and the state's time, and
+            // none when neither wants it (no metrics recorder, no span, no idle timeout).
+            let mut answered_at = None;
+            let mut clock = || *answered_at.get_or_insert_with(now);
+            finished(&call, &response, &mut clock, &watched);
             // Slots freed by this call (or earlier ones) go back to the client with the
             // response; the call is over for the connection from here.
             let conn = &call.conn;
@@ -152,7 +153,7 @@ pub(super) fn run(mut call: Call, events: Mailbox<ClientEvent>) -> impl Future<O
                 .session
                 .lock()
                 .proto
-                .respond(response, answered_at, || conn.slot_window());
+                .respond(response, clock, || conn.slot_window());
             if let Err(e) = sent {
                 tracing::debug!(call = call.id, error = %e, "response not sent: connection gone");
             }
@@ -164,18 +165,20 @@ pub(super) fn run(mut call: Call, events: Mailbox<ClientEvent>) -> impl Future<O
     )
 }
 
-/// Records how the call ended: in its span, in a `DEBUG` event, and in metrics (nothing when
-/// nobody listens). `elapsed` runs from the request's arrival to its response.
+/// Records how the call ended: in its span, in a `DEBUG` event, and in metrics (nothing, and
+/// no clock read, when nobody listens). Its duration runs from the request's arrival to the
+/// instant `clock` gives.
 fn finished(
     call: &Call,
     response: &ResponseFrame,
-    elapsed: std::time::Duration,
+    clock: impl FnOnce() -> std::time::Instant,
     span: &tracing::Span,
 ) {
     let spanned = !span.is_disabled();
-    if !spanned && !crate::observe::METRICS {
+    if !spanned && !crate::observe::recording() {
         return;
     }
+    let elapsed = clock().saturating_duration_since(call.arrived);
     let code = response
         .status
         .as_ref()

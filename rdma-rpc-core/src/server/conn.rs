@@ -479,5 +479,5 @@ fn answer_panic(ctx: &ConnCtx, id: u64, ep: &crate::service::EndpointDef) {
         "handler panicked"
     );
     let frame = error_response(id, &Status::internal("the handler panicked"));
-    let _ = locked.proto.respond(frame, now(), || ctx.slot_window());
+    let _ = locked.proto.respond(frame, now, || ctx.slot_window());
 }

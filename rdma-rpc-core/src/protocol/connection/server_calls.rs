@@ -91,10 +91,12 @@ impl<H: Handles> super::Connection<H> {
     /// Answers call `id` with `response` (arming owed write slots with the windows `make`
     /// gives), and ends the call here: frames the client still sends about it change nothing.
     /// The connection ends after it if the server is shutting down and it was the last call.
+    /// `now` is asked only when the connection has an idle timeout and no call is left (the
+    /// idle time starts then).
     pub(crate) fn respond(
         &mut self,
         mut response: ResponseFrame,
-        now: Instant,
+        now: impl FnOnce() -> Instant,
         make: impl FnMut() -> Option<(H::Window, DescriptorFrame)>,
     ) -> Result<()> {
         let (core, s) = self.server_side();
@@ -112,7 +114,9 @@ impl<H: Handles> super::Connection<H> {
         response.slots = s.arm_slots(room, make);
         let sent = core.send(Kind::Response(response));
         if s.calls.is_empty() {
-            s.quiet_since = now;
+            if s.settings.idle_timeout.is_some() {
+                s.quiet_since = now();
+            }
             if s.stopping {
                 // The answers queued behind credits still go.
                 let status = Status::unavailable("the server is shutting down");

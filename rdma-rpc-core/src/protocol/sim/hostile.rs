@@ -306,7 +306,7 @@ fn run(seed: u64) -> Result<(), String> {
                         id,
                         ..Default::default()
                     },
-                    now,
+                    || now,
                     || None,
                 )
                 .map_err(|e| format!("{what}: {e}"))?;

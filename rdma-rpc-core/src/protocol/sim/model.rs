@@ -925,7 +925,8 @@ impl World {
             }
         };
         let mut make = slot_windows(self.journal.clone());
-        let _ = self.server.respond(response, self.now, &mut make);
+        let now = self.now;
+        let _ = self.server.respond(response, || now, &mut make);
         Ok(true)
     }
 

@@ -250,7 +250,7 @@ fn the_servers_timeouts_close_only_what_they_should() {
                 id,
                 ..Default::default()
             },
-            t2,
+            || t2,
             || None,
         )
         .unwrap();
