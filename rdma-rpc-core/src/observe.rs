@@ -43,18 +43,18 @@ mod on {
         metrics::with_recorder(|r| (r as *const dyn metrics::Recorder).cast::<()>() as usize)
     }
 
-    /// Whether what a call records may be kept: `false` only when the recorder in use is
-    /// known to be `metrics`' no-op one (no recorder installed), and then a call reads no
-    /// clock for its duration (a read costs about 40 ns on the development VM). A one-way
-    /// test: it compares the recorder's vtable with the no-op recorder's, which an optimized
-    /// build merges into one; where they are not merged (a debug build) it says `true` and
-    /// calls record as before, into the no-op handles.
-    pub(crate) fn recording() -> bool {
+    /// The recorder in use (as [`recorder`] names it), unless it is known to be `metrics`'
+    /// no-op one (no recorder installed): then nothing a call records would be kept, and a
+    /// call reads no clock for its duration (a read costs about 40 ns on the development VM).
+    /// A one-way test: it compares the recorder's vtable with the no-op recorder's, which an
+    /// optimized build merges into one; where they are not merged (a debug build) it names
+    /// the no-op recorder and calls record as before, into its handles.
+    pub(crate) fn recording() -> Option<usize> {
         metrics::with_recorder(|r| {
             let r: *const dyn metrics::Recorder = r;
             let noop: *const dyn metrics::Recorder = &metrics::NoopRecorder;
             // Same address: equal only if the vtables are.
-            !std::ptr::eq(r, noop.with_addr(r.addr()))
+            (!std::ptr::eq(r, noop.with_addr(r.addr()))).then(|| r.cast::<()>() as usize)
         })
     }
 
@@ -184,9 +184,10 @@ mod on {
             }
         }
 
-        pub(crate) fn answered(&self, code: Code, bytes: u64, elapsed: Duration) {
+        /// Records a call answered with `code`, into the series of recorder `now` (see
+        /// [`recording`]).
+        pub(crate) fn answered(&self, now: usize, code: Code, bytes: u64, elapsed: Duration) {
             let (service, method) = (self.service, self.endpoint.method);
-            let now = recorder();
             self.calls[code as usize].with(
                 now,
                 || {
@@ -323,9 +324,16 @@ mod on {
     const REMEMBERED: usize = 256;
 
     impl ClientEndpoints {
-        pub(crate) fn called(&self, endpoint: &EndpointDef, code: Code, elapsed: Duration) {
+        /// Records a call of `endpoint` that ended with `code`, into the series of recorder
+        /// `now` (see [`recording`]).
+        pub(crate) fn called(
+            &self,
+            now: usize,
+            endpoint: &EndpointDef,
+            code: Code,
+            elapsed: Duration,
+        ) {
             let key = (endpoint.path.as_ptr() as usize, endpoint.op.as_u32());
-            let now = recorder();
             for slot in &self.unlocked {
                 // A free slot is taken for this endpoint; a slot another call took at the
                 // same moment for another endpoint is passed by.
@@ -404,6 +412,7 @@ mod on {
     #[cfg(test)]
     mod tests {
         use std::cell::Cell;
+        use std::time::Duration;
 
         use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
@@ -461,7 +470,7 @@ mod on {
         #[test]
         fn an_installed_recorder_is_recording() {
             let recorder = DebuggingRecorder::new();
-            assert!(metrics::with_local_recorder(&recorder, super::recording));
+            assert!(metrics::with_local_recorder(&recorder, super::recording).is_some());
         }
 
         /// Every endpoint a client calls, the unlocked ones and those beyond, counts its
@@ -477,7 +486,8 @@ mod on {
             metrics::with_local_recorder(&recorder, || {
                 for (i, path) in PATHS.iter().enumerate() {
                     for _ in 0..=i {
-                        endpoints.called(&endpoint(path), Code::Ok, std::time::Duration::ZERO);
+                        let now = super::recorder();
+                        endpoints.called(now, &endpoint(path), Code::Ok, Duration::ZERO);
                     }
                 }
             });
@@ -530,7 +540,7 @@ mod on {
             ServerEndpoint
         }
 
-        pub(crate) fn answered(&self, _: Code, _: u64, _: Duration) {}
+        pub(crate) fn answered(&self, _: usize, _: Code, _: u64, _: Duration) {}
     }
 
     pub(crate) struct PoolGauge;
@@ -547,7 +557,7 @@ mod on {
     pub(crate) struct ClientEndpoints;
 
     impl ClientEndpoints {
-        pub(crate) fn called(&self, _: &EndpointDef, _: Code, _: Duration) {}
+        pub(crate) fn called(&self, _: usize, _: &EndpointDef, _: Code, _: Duration) {}
     }
 
     pub(crate) fn server_refused(_: Code) {}
@@ -556,15 +566,12 @@ mod on {
     pub(crate) fn connection_dropped(_: &'static str) {}
     pub(crate) fn reconnect(_: bool) {}
 
-    pub(crate) fn recording() -> bool {
-        false
+    pub(crate) fn recording() -> Option<usize> {
+        None
     }
 }
 
 pub(crate) use on::*;
-
-/// Whether metrics are recorded (the `metrics` feature).
-pub(crate) const METRICS: bool = cfg!(feature = "metrics");
 
 /// Counts a handshaken connection in the connections gauge until dropped.
 pub(crate) struct OpenConnection(());

@@ -175,7 +175,8 @@ fn finished(
     span: &tracing::Span,
 ) {
     let spanned = !span.is_disabled();
-    if !spanned && !crate::observe::recording() {
+    let recorder = crate::observe::recording();
+    if !spanned && recorder.is_none() {
         return;
     }
     let elapsed = clock().saturating_duration_since(call.arrived);
@@ -199,7 +200,9 @@ fn finished(
         span.record("round_trips", 1 + u32::from(call.grants));
     }
     tracing::debug!(elapsed_us = elapsed.as_micros() as u64, "call answered");
-    call.route.metrics.answered(code, bytes, elapsed);
+    if let Some(now) = recorder {
+        call.route.metrics.answered(now, code, bytes, elapsed);
+    }
 }
 
 /// Room kept in a frame for what wraps the response (the frame's own fields, credits, slots).
