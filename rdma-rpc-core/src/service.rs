@@ -276,10 +276,8 @@ pub struct Request<T> {
     message: T,
     timeout: Option<Duration>,
     metadata: Metadata,
-    peer: Option<Arc<str>>,
-    peer_identity: Option<Arc<PeerIdentity>>,
-    remote: Option<RemoteMemory>,
-    context: Option<CallContext>,
+    /// Server side: the call's connection and the call itself.
+    served: Option<Served>,
 }
 
 impl<T> Request<T> {
@@ -289,10 +287,7 @@ impl<T> Request<T> {
             message,
             timeout: None,
             metadata: Metadata::new(),
-            peer: None,
-            peer_identity: None,
-            remote: None,
-            context: None,
+            served: None,
         }
     }
 
@@ -340,13 +335,13 @@ impl<T> Request<T> {
 
     /// The peer's address (server side).
     pub fn peer(&self) -> Option<&str> {
-        self.peer.as_deref()
+        self.served.as_ref().map(|s| &*s.conn.peer)
     }
 
     /// Who the client proved to be (server side): its certificate, over `tls://` with client
     /// certificates (mutual TLS); `None` otherwise. See [`PeerIdentity`].
     pub fn peer_identity(&self) -> Option<&PeerIdentity> {
-        self.peer_identity.as_deref()
+        self.served.as_ref()?.conn.peer_identity.as_deref()
     }
 
     /// The connection's remote memory (server side): to use the [`RemoteBuf`]s of the request
@@ -354,20 +349,20 @@ impl<T> Request<T> {
     ///
     /// [`RemoteBuf`]: crate::RemoteBuf
     pub fn remote_memory(&self) -> Option<&RemoteMemory> {
-        self.remote.as_ref()
+        self.served.as_ref().map(Served::remote_memory)
     }
 
     /// What the handler can learn about its call while it runs (server side): whether it
     /// is over, its deadline, the size its response may have. See [`CallContext`].
     pub fn context(&self) -> Option<&CallContext> {
-        self.context.as_ref()
+        self.served.as_ref().map(|s| &s.context)
     }
 
     /// Resolves once the call is over early: the client cancelled it, its deadline passed, or
     /// its connection ended (server side; never on the client). See [`CallContext`].
     pub async fn cancelled(&self) {
-        match &self.context {
-            Some(context) => context.cancelled().await,
+        match &self.served {
+            Some(served) => served.context.cancelled().await,
             None => std::future::pending().await,
         }
     }
@@ -375,7 +370,7 @@ impl<T> Request<T> {
     /// The most bytes the response message may encode to (server side), to check before a
     /// handler changes state. See [`CallContext::max_response_len`].
     pub fn max_response_len(&self) -> Option<usize> {
-        self.context.as_ref().map(CallContext::max_response_len)
+        self.context().map(CallContext::max_response_len)
     }
 
     /// The message.
@@ -398,10 +393,7 @@ impl<T> Request<T> {
             message,
             timeout: raw.timeout,
             metadata: raw.metadata,
-            peer: Some(raw.peer),
-            peer_identity: raw.peer_identity,
-            remote: raw.remote,
-            context: Some(raw.context),
+            served: Some(raw.served),
         }
     }
 }
@@ -471,16 +463,82 @@ pub struct RawRequest {
     pub message: Bytes,
     /// The call's metadata, as the client sent it and the server's interceptors left it.
     pub metadata: Metadata,
-    /// The peer's address (shared by the calls of a connection).
-    pub peer: Arc<str>,
-    /// Who the peer proved to be (mutual TLS), shared by the calls of a connection.
-    pub peer_identity: Option<Arc<PeerIdentity>>,
     /// The time the client has left, if it set a deadline.
     pub timeout: Option<Duration>,
-    /// The connection's remote memory (see [`Request::remote_memory`]).
-    pub remote: Option<RemoteMemory>,
+    /// The call's connection (its peer, the peer's identity, its remote memory) and the call
+    /// itself (its end, its deadline, its response's limit).
+    served: Served,
+}
+
+impl RawRequest {
+    pub(crate) fn new(
+        message: Bytes,
+        metadata: Metadata,
+        timeout: Option<Duration>,
+        conn: Arc<CallConn>,
+        context: CallContext,
+    ) -> RawRequest {
+        RawRequest {
+            message,
+            metadata,
+            timeout,
+            served: Served {
+                conn,
+                context,
+                remote: std::sync::OnceLock::new(),
+            },
+        }
+    }
+
+    /// The peer's address.
+    pub fn peer(&self) -> &str {
+        &self.served.conn.peer
+    }
+
+    /// Who the peer proved to be (mutual TLS); `None` otherwise. See [`PeerIdentity`].
+    pub fn peer_identity(&self) -> Option<&PeerIdentity> {
+        self.served.conn.peer_identity.as_deref()
+    }
+
+    /// The connection's remote memory, its operations bounded by this call's deadline (see
+    /// [`Request::remote_memory`]).
+    pub fn remote_memory(&self) -> &RemoteMemory {
+        self.served.remote_memory()
+    }
+
     /// The call while it runs: its end, its deadline, its response's limit.
-    pub context: CallContext,
+    pub fn context(&self) -> &CallContext {
+        &self.served.context
+    }
+}
+
+/// What a request on a server knows of its call: the connection's part, shared by its
+/// calls (one reference to count per call, not one per field), and the call's own.
+#[derive(Debug, Clone)]
+struct Served {
+    conn: Arc<CallConn>,
+    context: CallContext,
+    /// The connection's remote memory as this call uses it, made when first asked for (most
+    /// calls never ask: making it costs two references counted).
+    remote: std::sync::OnceLock<RemoteMemory>,
+}
+
+impl Served {
+    fn remote_memory(&self) -> &RemoteMemory {
+        self.remote
+            .get_or_init(|| self.conn.remote.for_call(self.context.clone()))
+    }
+}
+
+/// What the calls of one server connection tell their handlers of it.
+#[derive(Debug)]
+pub(crate) struct CallConn {
+    /// The client's address.
+    pub(crate) peer: Arc<str>,
+    /// Who the client proved to be (TLS).
+    pub(crate) peer_identity: Option<Arc<PeerIdentity>>,
+    /// Offers both ways on this connection.
+    pub(crate) remote: RemoteMemory,
 }
 
 /// What a service's [`call`](Service::call) gets, by operation.

@@ -55,6 +55,9 @@ pub(super) struct CallGuard<'a> {
     inner: &'a Inner,
     id: u64,
     done: bool,
+    /// The payload went in the request (and the call no longer holds it): a grant for it is a
+    /// protocol violation. (Here, next to `done`, it costs the call's future no byte.)
+    pub(super) sent_inline: bool,
     /// Windows this call offered the server; kept open until its response.
     pub(super) windows: Vec<Grant>,
 }
@@ -409,7 +412,7 @@ impl Inner {
         call_metadata: crate::metadata::Metadata,
     ) -> Result<(Bytes, Received), Status> {
         let inner = self;
-        let (data, dst) = match payload {
+        let (mut data, dst) = match payload {
             Payload::Data(data) => (data.unwrap_or_default(), None),
             Payload::Into(dst) => (Bytes::new(), Some(dst)),
         };
@@ -438,6 +441,7 @@ impl Inner {
             inner,
             id,
             done: false,
+            sent_inline: false,
             windows: Vec::new(),
         };
         // Built and sent in a plain function: its locals (the request frame above all) are
@@ -447,7 +451,7 @@ impl Inner {
             opened,
             Sending {
                 message,
-                data: &data,
+                data: &mut data,
                 dst,
                 inline,
                 timeout,
@@ -474,6 +478,12 @@ impl Inner {
                     return Err(past_timeout(endpoint, timeout.unwrap_or_default()))
                 }
                 Some(ServerEvent::Grant(g)) => {
+                    if guard.sent_inline {
+                        return Err(call::violation(
+                            endpoint,
+                            "granted a window for a payload sent inline",
+                        ));
+                    }
                     let given =
                         into.then(|| guard.windows.last().map_or(0, |w| w.descriptor().len));
                     let step = call::on_grant(endpoint, data.len(), given, g)?;

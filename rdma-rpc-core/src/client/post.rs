@@ -20,7 +20,8 @@ use crate::transport::{BoxFuture, Fencing, SendData};
 /// What a call sends, for [`Inner::post_request`].
 pub(super) struct Sending<'a> {
     pub(super) message: Bytes,
-    pub(super) data: &'a Bytes,
+    /// The payload; taken when it travels inline (the call does not need it after).
+    pub(super) data: &'a mut Bytes,
     /// The caller's buffer for the result (receive and read into it).
     pub(super) dst: Option<RegisteredBuf>,
     pub(super) inline: bool,
@@ -54,7 +55,18 @@ impl Inner {
         let negotiated = &inner.negotiated;
         let conn = inner.session.transport();
         let route = inbound.then(|| outgoing(inline, slot.is_some(), negotiated.pull_writes));
-        let mut request = call::request(id, endpoint, message, data, route, timeout, call_metadata);
+        let payload_len = data.len();
+        let inline_payload = (route == Some(Outgoing::Inline)).then(|| std::mem::take(data));
+        guard.sent_inline = inline_payload.is_some();
+        let mut request = call::request(
+            id,
+            endpoint,
+            message,
+            payload_len,
+            inline_payload,
+            timeout,
+            call_metadata,
+        );
         let mut slot_write = None;
         match (route, slot) {
             (Some(Outgoing::Slot), Some((index, window))) => {

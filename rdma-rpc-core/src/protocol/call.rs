@@ -50,7 +50,7 @@ use super::connection::Negotiated;
 use super::frames::{
     AckFrame, DescriptorFrame, GrantFrame, MetadataEntry, RequestFrame, ResponseFrame, StatusFrame,
 };
-use super::route::{self, check_granted_window, check_result_window, Incoming, Outgoing};
+use super::route::{self, check_granted_window, check_result_window, Incoming};
 use crate::memory::Access;
 use crate::service::EndpointDef;
 use crate::status::Status;
@@ -136,14 +136,15 @@ pub(crate) fn learned(len: usize, negotiated: &Negotiated) -> usize {
     }
 }
 
-/// A call's request frame. `payload` is an inbound call's bytes (sent inline when `route` says
-/// so); windows and slots are added by the caller as it offers them.
+/// A call's request frame. `payload_len` is an inbound call's byte count, `inline_payload`
+/// those bytes when they travel in the frame (moved in, not shared: the call no longer needs
+/// them); windows and slots are added by the caller as it offers them.
 pub(crate) fn request(
     id: u64,
     endpoint: &EndpointDef,
     message: Bytes,
-    payload: &Bytes,
-    route: Option<Outgoing>,
+    payload_len: usize,
+    inline_payload: Option<Bytes>,
     timeout: Option<Duration>,
     call_metadata: Vec<MetadataEntry>,
 ) -> RequestFrame {
@@ -152,8 +153,8 @@ pub(crate) fn request(
         path: Bytes::from_static(endpoint.path.as_bytes()),
         op: endpoint.op.as_u32(),
         metadata: message,
-        payload_len: payload.len() as u64,
-        inline_payload: (route == Some(Outgoing::Inline)).then(|| payload.clone()),
+        payload_len: payload_len as u64,
+        inline_payload,
         timeout_us: timeout.map_or(0, |t| t.as_micros().max(1) as u64),
         call_metadata,
         ..Default::default()
@@ -170,7 +171,7 @@ pub(crate) enum GrantStep {
 }
 
 /// A protocol violation by the server about a call of `endpoint`: the call fails with it.
-fn violation(endpoint: &EndpointDef, what: &str) -> Status {
+pub(crate) fn violation(endpoint: &EndpointDef, what: &str) -> Status {
     Status::internal(format!(
         "protocol violation: the server {what} for {} {}",
         endpoint.op, endpoint.path

@@ -119,7 +119,7 @@ async fn wait_for_buffer(
 fn refused(call: &Call, status: &Status) {
     if let Some(line) = logs::line("call refused", status.code().as_str()) {
         tracing::warn!(
-            peer = %call.conn.peer,
+            peer = %call.conn.info.peer,
             reason = status.message(),
             suppressed = line.suppressed,
             "call refused"

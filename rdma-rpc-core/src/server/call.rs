@@ -100,7 +100,7 @@ pub(super) fn run(mut call: Call, events: Mailbox<ClientEvent>) -> impl Future<O
         method = call.route.endpoint.method,
         path = call.route.endpoint.path,
         op = %call.route.endpoint.op,
-        peer = %call.conn.peer,
+        peer = %call.conn.info.peer,
         id = call.id,
         status = tracing::field::Empty,
         bytes = tracing::field::Empty,
@@ -331,7 +331,7 @@ async fn await_push(call: &Call, pending: Pending) {
         Err(_) => {
             if let Some(line) = logs::line("connection dropped", "transfer_timeout") {
                 tracing::warn!(
-                    peer = %call.conn.peer,
+                    peer = %call.conn.info.peer,
                     suppressed = line.suppressed,
                     "a pushed result was not acknowledged within {:?} (transfer_timeout); \
                      connection dropped",

@@ -25,9 +25,10 @@ use crate::observe::logs::{self, Ending};
 use crate::protocol::connection::{Connection as Proto, Incoming, Negotiated, ServerSettings};
 use crate::protocol::mailbox::Mailbox;
 use crate::remote::RemoteMemory;
+use crate::service::CallConn;
 use crate::session::{now, Read, Runtime, Session};
 use crate::status::Status;
-use crate::transport::{Connection, Fencing, Grant, PeerIdentity};
+use crate::transport::{Connection, Fencing, Grant};
 
 /// Receives a refused client's Hello may use: two of 1 KiB (a Hello is tens of bytes).
 const REFUSAL_FRAME: usize = 1024;
@@ -136,12 +137,9 @@ pub(super) struct ConnCtx {
     pub(super) session: Arc<Session>,
     /// The memory of the connection's write slots.
     pub(super) slots: Slots,
-    /// The client's address, shared by every call's request.
-    pub(super) peer: Arc<str>,
-    /// Who the client proved to be (TLS), shared by every call's request.
-    pub(super) peer_identity: Option<Arc<PeerIdentity>>,
-    /// Offers both ways on this connection.
-    pub(super) remote: RemoteMemory,
+    /// The client's address, who it proved to be (TLS) and the offers both ways on this
+    /// connection: shared by every call's request.
+    pub(super) info: Arc<CallConn>,
     /// What the handshake settled.
     pub(super) negotiated: Negotiated,
     /// Longest wait for the client's ack of a transfer, and for its answer to an RDMA
@@ -171,7 +169,9 @@ impl ConnCtx {
 
 impl std::fmt::Debug for ConnCtx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConnCtx").field("peer", &self.peer).finish()
+        f.debug_struct("ConnCtx")
+            .field("peer", &self.info.peer)
+            .finish()
     }
 }
 
@@ -329,33 +329,29 @@ where
 
     /// A request the state admitted, or refused.
     fn incoming(&mut self, incoming: Incoming<Runtime>, cx: &mut std::task::Context<'_>) {
-        let ctx = match &self.ctx {
-            Some(ctx) => ctx.clone(),
-            None => {
-                let made = context(&self.shared, &self.session, &self.peer);
-                self.ctx = Some(made.clone());
-                made
-            }
-        };
+        // Borrowed: a call that starts takes its own reference (`start_call`).
+        let ctx: &Arc<ConnCtx> = self
+            .ctx
+            .get_or_insert_with(|| context(&self.shared, &self.session, &self.peer));
         let shared = &*self.shared;
         let admitted = match incoming {
             Incoming::Refused { id, status } => {
-                refused(shared, &ctx, id, &status);
+                refused(shared, ctx, id, &status);
                 return ctx.refuse(id, &status);
             }
             Incoming::Request(admitted) => admitted,
         };
         let id = admitted.request.id;
-        let (call, mailbox) = match start_call(shared, &ctx, admitted) {
+        let (call, mailbox) = match start_call(shared, ctx, admitted) {
             Ok(started) => started,
             Err(status) => {
-                refused(shared, &ctx, id, &status);
+                refused(shared, ctx, id, &status);
                 return ctx.refuse(id, &status);
             }
         };
         let ep = call.route.endpoint;
         let mut running = match Spare::take::<F>() {
-            Some(room) => room.put((self.run)(call, mailbox)),
+            Some(room) => room.put(|| (self.run)(call, mailbox)),
             None => Box::pin((self.run)(call, mailbox)),
         };
         let first = if shared.config.inline_handlers {
@@ -371,7 +367,7 @@ where
             }
             Inline::Panicked => {
                 drop(running);
-                answer_panic(&ctx, id, &ep);
+                answer_panic(ctx, id, &ep);
             }
         }
     }
@@ -389,9 +385,11 @@ fn context(shared: &Shared, session: &Arc<Session>, peer: &Arc<str>) -> Arc<Conn
         session: session.clone(),
         // Memory of this connection only, registered when its first large payload comes.
         slots: Slots::new(cfg.write_slots, cfg.slot_size),
-        peer: peer.clone(),
-        peer_identity: session.transport().peer_identity(),
-        remote: RemoteMemory::new(session.clone(), cfg.transfer_timeout),
+        info: Arc::new(CallConn {
+            peer: peer.clone(),
+            peer_identity: session.transport().peer_identity(),
+            remote: RemoteMemory::new(session.clone(), cfg.transfer_timeout),
+        }),
         negotiated,
         transfer_timeout: cfg.transfer_timeout,
         buffer_wait: cfg.buffer_wait,
@@ -405,7 +403,7 @@ fn refused(shared: &Shared, ctx: &ConnCtx, id: u64, status: &Status) {
     let code = status.code().as_str();
     if let Some(line) = shared.logs.line("call refused", code) {
         tracing::warn!(
-            peer = %ctx.peer,
+            peer = %ctx.info.peer,
             call = id,
             code,
             reason = %logs::shown_reason(status.message()),
@@ -475,7 +473,7 @@ fn answer_panic(ctx: &ConnCtx, id: u64, ep: &crate::service::EndpointDef) {
         method = ep.method,
         path = ep.path,
         op = %ep.op,
-        peer = &*ctx.peer,
+        peer = &*ctx.info.peer,
         "handler panicked"
     );
     let frame = error_response(id, &Status::internal("the handler panicked"));

@@ -46,8 +46,8 @@ pub(super) fn start_call(
         let mut call = IncomingCall {
             service: route.service.name(),
             endpoint: &ep,
-            peer: &ctx.peer,
-            peer_identity: ctx.peer_identity.as_deref(),
+            peer: &ctx.info.peer,
+            peer_identity: ctx.info.peer_identity.as_deref(),
             metadata: &mut metadata,
         };
         // A refusal is logged with the others, by the connection loop.
@@ -79,15 +79,13 @@ pub(super) fn start_call(
         route: route.clone(),
         holding: None,
         share_permit: None,
-        request: Some(RawRequest {
-            message: req.metadata,
+        request: Some(RawRequest::new(
+            req.metadata,
             metadata,
-            peer: ctx.peer.clone(),
-            peer_identity: ctx.peer_identity.clone(),
             timeout,
-            remote: Some(ctx.remote.for_call(context.clone())),
+            ctx.info.clone(),
             context,
-        }),
+        )),
         incoming,
         payload_len: req.payload_len,
         inline_payload: req.inline_payload,

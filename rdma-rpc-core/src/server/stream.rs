@@ -75,7 +75,7 @@ pub(super) async fn bulk(
         buffer_wait: call.conn.buffer_wait,
         transfer_timeout: call.conn.transfer_timeout,
         deadline,
-        peer: call.conn.peer.clone(),
+        peer: call.conn.info.peer.clone(),
     };
     let request = take_request(call)?;
     if call.route.endpoint.op.is_inbound() {

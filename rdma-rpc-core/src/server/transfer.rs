@@ -99,7 +99,7 @@ async fn pull(
                 call.conn.transfer_timeout
             ));
             if let Some(line) = logs::line("connection dropped", "transfer_timeout") {
-                tracing::warn!(peer = %call.conn.peer, reason = status.message(), suppressed = line.suppressed, "connection dropped");
+                tracing::warn!(peer = %call.conn.info.peer, reason = status.message(), suppressed = line.suppressed, "connection dropped");
             }
             Err(status)
         }

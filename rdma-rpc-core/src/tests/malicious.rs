@@ -191,6 +191,43 @@ async fn a_window_that_does_not_fit_the_payload_is_refused() {
     }
 }
 
+/// A grant for a payload the request carried inline is a protocol violation: the call ends,
+/// and the client writes nothing into the window (it no longer holds the bytes, and a server
+/// that has them needs no window).
+#[tokio::test]
+async fn a_grant_for_a_payload_sent_inline_is_refused() {
+    let server = RawServer::start(&tcp_backend()).await;
+    let (client, channel) = server.client(honest_ack()).await;
+    let call = tokio::spawn(async move { inbound(&client, MSG_SEND, 100, 1).await });
+    let r = request(&channel).await;
+    assert_eq!(
+        r.inline_payload.as_ref().map(Bytes::len),
+        Some(100),
+        "the payload went inline"
+    );
+    let target = crate::RegisteredBuf::new(100, Access::ALL).unwrap();
+    let grant = channel
+        .conn()
+        .grant(target, 0, 100, Access::REMOTE_WRITE)
+        .unwrap();
+    channel
+        .send(Kind::Grant(GrantFrame {
+            id: r.id,
+            window: Some(grant.descriptor().into()),
+            need_buffer: 0,
+        }))
+        .await
+        .unwrap();
+    let err = failure("a call given a grant for an inline payload", call).await;
+    assert_status(&err, Code::Internal, "payload sent inline");
+    let mut target = grant.revoke().await.unwrap();
+    target.set_len(100);
+    assert!(
+        target.as_slice().iter().all(|&b| b == 0),
+        "the client wrote into a window it had no use for"
+    );
+}
+
 /// A server that asks for a result window larger than the endpoint's buffer is refused before
 /// the client allocates anything for it.
 pub(crate) async fn a_result_window_larger_than_the_endpoint_is_refused_on(b: &Backend) {
