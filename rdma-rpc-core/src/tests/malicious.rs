@@ -153,6 +153,36 @@ async fn a_forged_window_ends_the_call_with_a_status() {
     a_forged_window_ends_the_call_with_a_status_on(&tcp_backend()).await;
 }
 
+/// Grants call `id` a real window of `len` bytes with `access` over zeroed memory of
+/// `capacity` bytes (a write into it would succeed if the client tried), and checks that the
+/// call fails with `INTERNAL` naming `words` and that the client wrote nothing into it.
+async fn refused_grant(
+    channel: &FrameChannel,
+    call: tokio::task::JoinHandle<Result<TestResponse, Status>>,
+    id: u64,
+    (len, access, capacity): (usize, Access, usize),
+    words: &str,
+) {
+    let target = crate::RegisteredBuf::new(capacity, Access::ALL).unwrap();
+    let grant = channel.conn().grant(target, 0, len, access).unwrap();
+    channel
+        .send(Kind::Grant(GrantFrame {
+            id,
+            window: Some(grant.descriptor().into()),
+            need_buffer: 0,
+        }))
+        .await
+        .unwrap();
+    let err = failure("a call given a window it must refuse", call).await;
+    assert_status(&err, Code::Internal, words);
+    let mut target = grant.revoke().await.unwrap();
+    target.set_len(capacity);
+    assert!(
+        target.as_slice().iter().all(|&b| b == 0),
+        "the client wrote into a window it had to refuse"
+    );
+}
+
 /// A grant whose window does not fit the payload (wrong length, or no write right) is a
 /// protocol violation: the client writes nothing into it.
 #[tokio::test]
@@ -166,28 +196,7 @@ async fn a_window_that_does_not_fit_the_payload_is_refused() {
         let (client, channel) = server.client(honest_ack()).await;
         let call = tokio::spawn(async move { inbound(&client, BLOB_WRITE, 100_000, 1).await });
         let r = request(&channel).await;
-        // A real window: a write into it would succeed if the client tried.
-        let target = crate::RegisteredBuf::new(100_001, Access::ALL).unwrap();
-        let grant = channel
-            .conn()
-            .grant(target, 0, len as usize, access)
-            .unwrap();
-        channel
-            .send(Kind::Grant(GrantFrame {
-                id: r.id,
-                window: Some(grant.descriptor().into()),
-                need_buffer: 0,
-            }))
-            .await
-            .unwrap();
-        let err = failure("a call given a window that does not fit", call).await;
-        assert_status(&err, Code::Internal, "does not fit");
-        let mut target = grant.revoke().await.unwrap();
-        target.set_len(100_001);
-        assert!(
-            target.as_slice().iter().all(|&b| b == 0),
-            "the client wrote into a window that does not fit"
-        );
+        refused_grant(&channel, call, r.id, (len, access, 100_001), "does not fit").await;
     }
 }
 
@@ -205,27 +214,8 @@ async fn a_grant_for_a_payload_sent_inline_is_refused() {
         Some(100),
         "the payload went inline"
     );
-    let target = crate::RegisteredBuf::new(100, Access::ALL).unwrap();
-    let grant = channel
-        .conn()
-        .grant(target, 0, 100, Access::REMOTE_WRITE)
-        .unwrap();
-    channel
-        .send(Kind::Grant(GrantFrame {
-            id: r.id,
-            window: Some(grant.descriptor().into()),
-            need_buffer: 0,
-        }))
-        .await
-        .unwrap();
-    let err = failure("a call given a grant for an inline payload", call).await;
-    assert_status(&err, Code::Internal, "payload sent inline");
-    let mut target = grant.revoke().await.unwrap();
-    target.set_len(100);
-    assert!(
-        target.as_slice().iter().all(|&b| b == 0),
-        "the client wrote into a window it had no use for"
-    );
+    let window = (100, Access::REMOTE_WRITE, 100);
+    refused_grant(&channel, call, r.id, window, "payload sent inline").await;
 }
 
 /// A server that asks for a result window larger than the endpoint's buffer is refused before
