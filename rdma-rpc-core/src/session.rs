@@ -470,8 +470,9 @@ impl Drop for Locked<'_> {
         }
         while let Some(t) = proto.poll_transmit() {
             if t.last {
-                *lock(&session.last) = Some(transport.send(SendData::Bytes(t.bytes), None));
-            } else if let Err(e) = transport.send_unsignaled(SendData::Bytes(t.bytes), None) {
+                let last = SendData::Bytes(bytes::Bytes::copy_from_slice(t.frame));
+                *lock(&session.last) = Some(transport.send(last, None));
+            } else if let Err(e) = transport.send_frame(t.frame) {
                 // A failure puts the connection in error, which the reader sees.
                 tracing::debug!(peer = transport.peer(), error = %e, "frame not sent");
             }

@@ -1,11 +1,12 @@
 //! Frames to bytes and back, without I/O.
 //!
-//! A frame is encoded once, when it is queued, into a block shared with the frames queued
-//! before and after it (no allocation per frame); the credits it returns are appended when it
-//! leaves, since they are known only then (`Frame.credits`, field 15, is a varint at the end,
-//! followed by `Frame.starved`, field 17, when set: protobuf fields may come in any order). A received frame is copied into a block of the same
-//! kind before it is decoded, so its byte fields (path, message, inline payload) are slices of
-//! that block rather than an allocation each.
+//! A frame is encoded once, when it is queued, into memory its side reuses (the sending half's
+//! queue: no allocation and no reference count per frame), followed by room for the credits it
+//! returns, which are written when it leaves, since they are known only then (`Frame.credits`,
+//! field 15, is a varint at the end, followed by `Frame.starved`, field 17, when set: protobuf
+//! fields may come in any order). The transport copies it from there. A received frame is
+//! copied into a block shared by consecutive frames before it is decoded, so its byte fields
+//! (path, message, inline payload) are slices of that block rather than an allocation each.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
@@ -23,69 +24,55 @@ const STARVED_FIELD: [u8; 3] = [0x88, 0x01, 0x01];
 /// its starved flag.
 pub(crate) const CREDITS_ROOM: usize = 6 + STARVED_FIELD.len();
 
-/// Frames are encoded into, and received frames copied into, blocks of this size shared by
-/// consecutive frames. A block is reused in place once every frame in it is dropped, or else a
-/// new one is taken; a slice a handler keeps keeps its block (at most this size, or one larger
-/// frame) alive.
+/// Received frames are copied into blocks of this size shared by consecutive frames. A block
+/// is reused in place once every frame in it is dropped, or else a new one is taken; a slice a
+/// handler keeps keeps its block (at most this size, or one larger frame) alive.
 const BLOCK: usize = 1024;
 
-/// Encodes frames into shared blocks.
-#[derive(Debug, Default)]
-pub(crate) struct Encoder {
-    block: BytesMut,
-}
-
-impl Encoder {
-    /// Encodes `kind` (a bare credit update when `None`) for a peer whose receives hold
-    /// `peer_max_frame` bytes, refusing it if it could not fit them once its credits are
-    /// appended. The frame keeps [`CREDITS_ROOM`] spare bytes of capacity for them.
-    pub(crate) fn encode(
-        &mut self,
-        kind: Option<&Kind>,
-        peer_max_frame: usize,
-    ) -> Result<BytesMut> {
-        // A frame is its one `kind` field (the credits come at send time): encoded from the
-        // caller's value, never moved into a `Frame` first; requests and responses by hand.
-        let hot = kind.and_then(super::hot::Hot::of);
-        let len = match &hot {
-            Some(hot) => hot.encoded_len(),
-            None => kind.map_or(0, Kind::encoded_len),
-        };
-        if len + CREDITS_ROOM > peer_max_frame {
-            return Err(Error::LimitExceeded {
-                limit: "max_frame",
-                max: peer_max_frame as u64,
-                actual: (len + CREDITS_ROOM) as u64,
-            });
-        }
-        let need = len + CREDITS_ROOM;
-        if self.block.capacity() < need {
-            self.block.reserve(BLOCK.max(need));
-        }
-        // The frame is written into a zeroed slice of the block of exactly its length: a
-        // slice's one-byte writes are stores, where `BytesMut`'s each check capacity and call
-        // `memcpy` (about 30 calls per small call's two frames). The spare bytes after it stay
-        // in this frame's capacity: appending the credits never reallocates.
-        self.block.put_bytes(0, need);
-        let mut out = self.block.split();
-        let mut slice: &mut [u8] = &mut out[..len];
-        match (&hot, kind) {
-            (Some(hot), _) => hot.encode(&mut slice),
-            (None, Some(kind)) => kind.encode(&mut slice),
-            (None, None) => {}
-        }
-        debug_assert!(slice.is_empty(), "the encoded length was computed exactly");
-        out.truncate(len);
-        Ok(out)
+/// Appends `kind` (a bare credit update when `None`), encoded, to `out`, followed by
+/// [`CREDITS_ROOM`] bytes of room for the credits it will carry ([`put_credits`]). Returns the
+/// frame's length (without the room). Refused, with `out` untouched, if the frame could not fit
+/// the receives of a peer whose receives hold `peer_max_frame` bytes once its credits are
+/// written.
+pub(crate) fn encode_frame(
+    kind: Option<&Kind>,
+    peer_max_frame: usize,
+    out: &mut Vec<u8>,
+) -> Result<usize> {
+    // A frame is its one `kind` field (the credits come at send time): encoded from the
+    // caller's value, never moved into a `Frame` first; requests and responses by hand.
+    let hot = kind.and_then(super::hot::Hot::of);
+    let len = match &hot {
+        Some(hot) => hot.encoded_len(),
+        None => kind.map_or(0, Kind::encoded_len),
+    };
+    if len + CREDITS_ROOM > peer_max_frame {
+        return Err(Error::LimitExceeded {
+            limit: "max_frame",
+            max: peer_max_frame as u64,
+            actual: (len + CREDITS_ROOM) as u64,
+        });
     }
+    // Written into a zeroed slice of exactly its length: a slice's one-byte writes are stores,
+    // where a growing buffer's each check capacity (about 30 calls per small call's two
+    // frames).
+    let start = out.len();
+    out.resize(start + len + CREDITS_ROOM, 0);
+    let mut slice: &mut [u8] = &mut out[start..start + len];
+    match (&hot, kind) {
+        (Some(hot), _) => hot.encode(&mut slice),
+        (None, Some(kind)) => kind.encode(&mut slice),
+        (None, None) => {}
+    }
+    debug_assert!(slice.is_empty(), "the encoded length was computed exactly");
+    Ok(len)
 }
 
-/// Appends `credits` (nothing for 0) and `starved` (nothing for `false`) to an encoded frame
-/// and freezes it.
-pub(crate) fn with_credits(mut frame: BytesMut, credits: u32, starved: bool) -> Bytes {
-    // Written on the stack, then appended with one copy (see `Encoder::encode`).
-    let mut tail = [0u8; CREDITS_ROOM];
-    let mut rest: &mut [u8] = &mut tail;
+/// Writes `credits` (nothing for 0) and `starved` (nothing for `false`) into `room`, the
+/// [`CREDITS_ROOM`] bytes after an encoded frame: how many bytes it wrote.
+pub(crate) fn put_credits(room: &mut [u8], credits: u32, starved: bool) -> usize {
+    let total = room.len();
+    let mut rest = room;
     if credits > 0 {
         rest.put_u8(CREDITS_KEY);
         prost::encoding::encode_varint(u64::from(credits), &mut rest);
@@ -93,9 +80,18 @@ pub(crate) fn with_credits(mut frame: BytesMut, credits: u32, starved: bool) -> 
     if starved {
         rest.put_slice(&STARVED_FIELD);
     }
-    let written = CREDITS_ROOM - rest.len();
-    frame.extend_from_slice(&tail[..written]);
-    frame.freeze()
+    total - rest.len()
+}
+
+/// `kind` as a whole frame carrying `credits` and `starved`, in bytes of its own (tests and
+/// the simulation's hostile peer).
+#[cfg(test)]
+pub(crate) fn frame_bytes(kind: Option<&Kind>, credits: u32, starved: bool) -> Bytes {
+    let mut out = Vec::new();
+    let len = encode_frame(kind, usize::MAX, &mut out).expect("no limit");
+    let written = put_credits(&mut out[len..], credits, starved);
+    out.truncate(len + written);
+    Bytes::from(out)
 }
 
 /// Copies received frames into shared blocks and decodes them.
@@ -142,53 +138,54 @@ mod tests {
     use crate::protocol::frames::{CallId, RequestFrame};
 
     #[test]
-    fn credits_appended_at_send_time_decode_with_the_frame() {
-        let mut enc = Encoder::default();
+    fn credits_written_at_send_time_decode_with_the_frame() {
         let kind = Kind::Request(RequestFrame {
             id: 7,
             path: Bytes::from_static(b"/a"),
             metadata: Bytes::from_static(b"hello"),
             ..Default::default()
         });
-        let bytes = with_credits(enc.encode(Some(&kind), 1024).unwrap(), 300, true);
+        let bytes = frame_bytes(Some(&kind), 300, true);
         let frame = Decoder::default().decode(&bytes).unwrap();
         assert_eq!(frame.kind, Some(kind));
         assert_eq!(frame.credits, 300);
         assert!(frame.starved);
-        let bare = with_credits(enc.encode(None, 1024).unwrap(), 0, false);
+        let bare = frame_bytes(None, 0, false);
         assert_eq!(Decoder::default().decode(&bare).unwrap(), Frame::default());
     }
 
     #[test]
     fn a_frame_the_peer_could_not_receive_is_refused_before_anything_is_spent() {
-        let mut enc = Encoder::default();
         let big = Kind::Cancel(CallId { id: u64::MAX });
-        let err = enc.encode(Some(&big), 8).unwrap_err().to_string();
+        let mut out = vec![1, 2, 3];
+        let err = encode_frame(Some(&big), 8, &mut out)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("max_frame"), "{err}");
+        assert_eq!(out, [1, 2, 3], "nothing written");
     }
 
     #[test]
-    fn consecutive_frames_share_a_block() {
-        let mut enc = Encoder::default();
-        let a = enc
-            .encode(Some(&Kind::Cancel(CallId { id: 1 })), 1024)
-            .unwrap();
-        let b = enc
-            .encode(Some(&Kind::Cancel(CallId { id: 2 })), 1024)
-            .unwrap();
-        let gap = b.as_ptr() as usize - a.as_ptr() as usize;
-        assert_eq!(gap, a.len() + CREDITS_ROOM, "one block, back to back");
+    fn frames_are_appended_back_to_back_each_with_room_for_its_credits() {
+        let mut out = Vec::new();
+        let a = encode_frame(Some(&Kind::Cancel(CallId { id: 1 })), 1024, &mut out).unwrap();
+        let b = encode_frame(Some(&Kind::Cancel(CallId { id: 2 })), 1024, &mut out).unwrap();
+        assert_eq!(out.len(), a + CREDITS_ROOM + b + CREDITS_ROOM);
+        // The largest credits and the starved flag fill the room exactly.
+        assert_eq!(
+            put_credits(&mut out[a..a + CREDITS_ROOM], u32::MAX, true),
+            CREDITS_ROOM
+        );
+        let second = &out[a + CREDITS_ROOM..a + CREDITS_ROOM + b];
+        let frame = Decoder::default().decode(second).unwrap();
+        assert_eq!(frame.kind, Some(Kind::Cancel(CallId { id: 2 })));
     }
 
     #[test]
     fn a_frame_encoded_from_its_kind_is_the_frame_prost_encodes() {
         for starved in [false, true] {
             let kind = Kind::Cancel(CallId { id: 77 });
-            let ours = with_credits(
-                Encoder::default().encode(Some(&kind), 1024).unwrap(),
-                9,
-                starved,
-            );
+            let ours = frame_bytes(Some(&kind), 9, starved);
             let theirs = Frame {
                 kind: Some(kind),
                 credits: 9,

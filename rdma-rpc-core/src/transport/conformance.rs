@@ -85,22 +85,29 @@ pub(crate) async fn polls_that_find_nothing_keep_the_reader_registered(
     }
 }
 
-/// Two unsignaled sends (every protocol frame is one) land in order in posted receives of
-/// `max_recv`, the second with immediate data.
+/// Unsignaled sends (every protocol frame is one) land in order in posted receives of
+/// `max_recv`, the last with immediate data; a frame sent from memory its sender reuses at
+/// once (`send_frame`, as the protocol does) lands as it was when sent.
 pub(crate) async fn unsignaled_sends_in_order(
     a: &Arc<dyn Connection>,
     b: &Arc<dyn Connection>,
     max_recv: usize,
 ) {
-    b.post_recv(recv_buf(max_recv)).unwrap();
-    b.post_recv(recv_buf(max_recv)).unwrap();
+    for _ in 0..3 {
+        b.post_recv(recv_buf(max_recv)).unwrap();
+    }
     a.send_unsignaled(SendData::Bytes(Bytes::from_static(b"one")), None)
         .unwrap();
+    let mut frame = *b"frame";
+    a.send_frame(&frame).unwrap();
+    frame.copy_from_slice(b"XXXXX");
     a.send_unsignaled(SendData::Bytes(Bytes::from_static(b"two")), Some(2))
         .unwrap();
     assert_eq!(b.recv().await.unwrap().buf.as_slice(), b"one");
     let second = b.recv().await.unwrap();
-    assert_eq!((second.buf.as_slice(), second.imm), (&b"two"[..], Some(2)));
+    assert_eq!((second.buf.as_slice(), second.imm), (&b"frame"[..], None));
+    let third = b.recv().await.unwrap();
+    assert_eq!((third.buf.as_slice(), third.imm), (&b"two"[..], Some(2)));
 }
 
 /// Writes then reads back every size up to 16 MiB through a window, with no code on the

@@ -390,6 +390,15 @@ pub trait Connection: Send + Sync + fmt::Debug + 'static {
         Ok(())
     }
 
+    /// Sends a copy of `frame` as [`send_unsignaled`](Self::send_unsignaled) does: the
+    /// protocol's frames, encoded into memory the protocol reuses as soon as this returns.
+    /// Transports that copy what they send anyway (into the peer's posted receive, into
+    /// registered staging) copy straight from here, with no allocation and no reference
+    /// count; the default copies into bytes of their own first.
+    fn send_frame(&self, frame: &[u8]) -> Result<()> {
+        self.send_unsignaled(SendData::Bytes(Bytes::copy_from_slice(frame)), None)
+    }
+
     /// Writes `src` into the peer's window at `dst` (which must be at least as long);
     /// completes when the bytes are in the peer's memory. With `imm`, the peer's next posted
     /// receive completes as [`RecvOpcode::WriteWithImm`].

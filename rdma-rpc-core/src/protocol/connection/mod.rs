@@ -491,7 +491,7 @@ impl<H: Handles> Connection<H> {
     }
 
     /// The next frame to send, if one may go now.
-    pub(crate) fn poll_transmit(&mut self) -> Option<Transmit> {
+    pub(crate) fn poll_transmit(&mut self) -> Option<Transmit<'_>> {
         let core = &mut self.core;
         if core.tx.queued() == 0 && !core.tx.is_closing() {
             // Confirmations of the peer's revocations go after the frames queued before them.

@@ -7,34 +7,40 @@
 
 use std::collections::VecDeque;
 
-use bytes::{Bytes, BytesMut};
-
 use crate::error::Result;
-use crate::protocol::codec::{with_credits, Encoder};
+use crate::protocol::codec::{encode_frame, put_credits, CREDITS_ROOM};
 use crate::protocol::credits::{Credits, Need};
 use crate::protocol::frames::Kind;
 
-/// A frame ready to go to the transport.
+/// A frame ready to go to the transport (which copies it).
 #[derive(Debug)]
-pub(crate) struct Transmit {
-    pub(crate) bytes: Bytes,
+pub(crate) struct Transmit<'a> {
+    pub(crate) frame: &'a [u8],
     /// The connection's last frame: send it signaled, wait until the peer has it (and so every
     /// frame before it), then close.
     pub(crate) last: bool,
 }
 
+/// A frame waiting in [`Transmits::frames`]: where it starts, and its length without the room
+/// for its credits after it.
 #[derive(Debug)]
 struct Queued {
-    frame: BytesMut,
+    start: usize,
+    len: usize,
     need: Need,
 }
+
+/// Sent frames at the front of the buffer are given back once they are this many bytes and
+/// at least half of it (a queue that never empties, short of credits, does not grow forever).
+const RECLAIM: usize = 4096;
 
 /// The sending half of one side. See the module docs.
 #[derive(Debug)]
 pub(crate) struct Transmits {
     pub(super) credits: Credits,
+    /// Frames encoded, each followed by [`CREDITS_ROOM`] bytes for its credits.
+    frames: Vec<u8>,
     queue: VecDeque<Queued>,
-    encoder: Encoder,
     /// Receives re-posted here make a credit update due (no frame carried their credits).
     update_due: bool,
     /// A frame waited for a credit since the last frame went: the next one says so.
@@ -45,16 +51,17 @@ pub(crate) struct Transmits {
     /// what is queued still goes as the peer's credits come back, then the last frame.
     /// Otherwise what cannot go at once never goes.
     draining: bool,
-    /// The last frame, sent after the queue if a credit allows it.
-    last: Option<BytesMut>,
+    /// The last frame (with its room) and its length, sent after the queue if a credit allows
+    /// it.
+    last: Option<(Vec<u8>, usize)>,
 }
 
 impl Transmits {
     pub(super) fn new(credits: Credits) -> Transmits {
         Transmits {
             credits,
+            frames: Vec::new(),
             queue: VecDeque::new(),
-            encoder: Encoder::default(),
             update_due: false,
             starved: false,
             closing: false,
@@ -66,9 +73,28 @@ impl Transmits {
     /// Queues `kind` for a peer whose receives hold `peer_max_frame` bytes. A frame the peer
     /// could not receive is refused here, before anything is spent on it.
     pub(super) fn queue(&mut self, kind: &Kind, need: Need, peer_max_frame: usize) -> Result<()> {
-        let frame = self.encoder.encode(Some(kind), peer_max_frame)?;
-        self.queue.push_back(Queued { frame, need });
+        self.reclaim();
+        let start = self.frames.len();
+        let len = encode_frame(Some(kind), peer_max_frame, &mut self.frames)?;
+        self.queue.push_back(Queued { start, len, need });
         Ok(())
+    }
+
+    /// Gives back the memory of frames already sent: all of it when none waits, or the sent
+    /// front once it is large (see [`RECLAIM`]). No frame handed out is borrowed any more when
+    /// this runs (`poll` and `queue` take `&mut self`).
+    fn reclaim(&mut self) {
+        match self.queue.front() {
+            None => self.frames.clear(),
+            Some(head) if head.start >= RECLAIM && head.start * 2 >= self.frames.len() => {
+                let sent = head.start;
+                self.frames.drain(..sent);
+                for q in &mut self.queue {
+                    q.start -= sent;
+                }
+            }
+            Some(_) => {}
+        }
     }
 
     /// Starts the end: the queue still goes while credits allow (as they come back, when
@@ -80,7 +106,11 @@ impl Transmits {
         }
         self.closing = true;
         self.draining = drain;
-        self.last = last.and_then(|kind| self.encoder.encode(Some(&kind), peer_max_frame).ok());
+        self.last = last.and_then(|kind| {
+            let mut frame = Vec::new();
+            let len = encode_frame(Some(&kind), peer_max_frame, &mut frame).ok()?;
+            Some((frame, len))
+        });
     }
 
     pub(super) fn is_closing(&self) -> bool {
@@ -106,11 +136,12 @@ impl Transmits {
     }
 
     /// The next frame that may go now.
-    pub(super) fn poll(&mut self, peer_max_frame: usize) -> Option<Transmit> {
+    pub(super) fn poll(&mut self, peer_max_frame: usize) -> Option<Transmit<'_>> {
+        self.reclaim();
         if let Some(head) = self.queue.front() {
             if self.credits.try_take(head.need) {
                 let head = self.queue.pop_front().expect("a head was seen");
-                return Some(self.send(head.frame, false));
+                return Some(self.send(head.start, head.len, false));
             }
             self.starved = true;
             if self.closing && !self.draining {
@@ -120,8 +151,10 @@ impl Transmits {
         }
         if self.closing && self.queue.is_empty() {
             if self.last.is_some() && self.credits.try_take(Need::Priority) {
-                let last = self.last.take().expect("a last frame was seen");
-                return Some(self.send(last, true));
+                let (frame, len) = self.last.take().expect("a last frame was seen");
+                let start = self.frames.len();
+                self.frames.extend_from_slice(&frame);
+                return Some(self.send(start, len, true));
             }
             if !self.draining {
                 // No credit for the last frame: the end goes without it.
@@ -134,17 +167,23 @@ impl Transmits {
         // A side short of credits (a draining end too) still returns the peer's: the peer may
         // be waiting for them to send what this side waits for.
         if self.update_due && self.credits.try_take(Need::Priority) {
-            let bare = self.encoder.encode(None, peer_max_frame).ok()?;
-            return Some(self.send(bare, false));
+            // After the frames still queued, if any: given back with them.
+            let start = self.frames.len();
+            let len = encode_frame(None, peer_max_frame, &mut self.frames).ok()?;
+            return Some(self.send(start, len, false));
         }
         None
     }
 
-    fn send(&mut self, frame: BytesMut, last: bool) -> Transmit {
+    /// The frame at `start` (`len` bytes), with the credits owed written after it.
+    fn send(&mut self, start: usize, len: usize, last: bool) -> Transmit<'_> {
         let owed = self.credits.take_owed();
         self.update_due = false;
+        let end = start + len;
+        let starved = std::mem::take(&mut self.starved);
+        let written = put_credits(&mut self.frames[end..end + CREDITS_ROOM], owed, starved);
         Transmit {
-            bytes: with_credits(frame, owed, std::mem::take(&mut self.starved)),
+            frame: &self.frames[start..end + written],
             last,
         }
     }
@@ -157,5 +196,75 @@ impl Transmits {
     /// Whether [`poll`](Self::poll) may have something to give.
     pub(super) fn has_output(&self) -> bool {
         !self.queue.is_empty() || self.update_due || self.last.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::codec::Decoder;
+    use crate::protocol::frames::{CallId, Frame};
+
+    fn cancel(id: u64) -> Kind {
+        Kind::Cancel(CallId { id })
+    }
+
+    /// A side whose peer granted it `n` credits (one of them the reserve).
+    fn with_credits(n: u32) -> Transmits {
+        let mut credits = Credits::new(4, 4, false);
+        credits.handshake(n, 64);
+        Transmits::new(credits)
+    }
+
+    fn decoded(t: Transmit<'_>) -> Frame {
+        Decoder::default().decode(t.frame).unwrap()
+    }
+
+    /// Frames go in order, each with the credits owed when it leaves; once none waits, the
+    /// next one is written where the first was (the memory is reused, not grown).
+    #[test]
+    fn frames_go_in_order_and_the_memory_is_reused() {
+        let mut tx = with_credits(8);
+        tx.queue(&cancel(1), Need::Ordinary, 1024).unwrap();
+        tx.queue(&cancel(2), Need::Ordinary, 1024).unwrap();
+        tx.credits.reposted();
+        let first = decoded(tx.poll(1024).unwrap());
+        assert_eq!((first.kind, first.credits), (Some(cancel(1)), 1));
+        let second = decoded(tx.poll(1024).unwrap());
+        assert_eq!((second.kind, second.credits), (Some(cancel(2)), 0));
+        assert!(tx.poll(1024).is_none());
+        let used = tx.frames.capacity();
+        for id in 3..1000 {
+            tx.queue(&cancel(id), Need::Ordinary, 1024).unwrap();
+            let frame = decoded(tx.poll(1024).unwrap());
+            assert_eq!(frame.kind, Some(cancel(id)));
+            tx.credits.returned(1);
+        }
+        assert_eq!(
+            tx.frames.capacity(),
+            used,
+            "the same memory, frame after frame"
+        );
+    }
+
+    /// A queue that never empties (a frame always waits for a credit) gives back the memory
+    /// of what it sent: it stays within a bound, and what waits is intact.
+    #[test]
+    fn a_queue_that_never_empties_gives_back_what_it_sent() {
+        let mut tx = with_credits(2);
+        tx.queue(&cancel(0), Need::Ordinary, 1024).unwrap();
+        for id in 1..10_000 {
+            tx.queue(&cancel(id), Need::Ordinary, 1024).unwrap();
+            let frame = decoded(tx.poll(1024).expect("a credit was returned"));
+            assert_eq!(frame.kind, Some(cancel(id - 1)));
+            assert!(tx.poll(1024).is_none(), "one credit, one frame");
+            tx.credits.returned(1);
+            assert!(
+                tx.frames.len() <= 2 * RECLAIM + 64,
+                "{} bytes",
+                tx.frames.len()
+            );
+        }
+        assert_eq!(tx.queued(), 1);
     }
 }

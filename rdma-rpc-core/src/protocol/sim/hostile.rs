@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use super::link::{Link, Sim, SimCall};
 use super::rng::Rng;
-use crate::protocol::codec::{with_credits, Encoder};
+use crate::protocol::codec::frame_bytes;
 use crate::protocol::connection::{ClientSettings, Connection, Incoming, ServerSettings};
 use crate::protocol::frames::{
     AckFrame, CallId, ChunksFrame, Frame, GrantFrame, Hello, Kind, Offers, RequestFrame,
@@ -68,13 +68,7 @@ fn client() -> Connection<Sim> {
 
 /// Encodes a frame as a client that ignores the rules would.
 fn raw(kind: Option<Kind>, credits: u32) -> Bytes {
-    with_credits(
-        Encoder::default()
-            .encode(kind.as_ref(), 1 << 20)
-            .expect("no limit here"),
-        credits,
-        false,
-    )
+    frame_bytes(kind.as_ref(), credits, false)
 }
 
 /// Random bytes that are no frame (an invalid wire type first).

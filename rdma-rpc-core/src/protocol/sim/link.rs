@@ -170,7 +170,7 @@ impl Link {
             conn.grew();
         }
         while let Some(t) = conn.poll_transmit() {
-            self.in_flight[1 - side].push_back(t.bytes);
+            self.in_flight[1 - side].push_back(Bytes::copy_from_slice(t.frame));
         }
         if conn.should_close() {
             self.closed_by[side] = true;

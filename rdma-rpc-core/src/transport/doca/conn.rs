@@ -79,17 +79,43 @@ impl DocaConnection {
             SendData::Bytes(bytes) => match crate::memory::frozen_view(&bytes) {
                 // Frozen bytes of a memory region: sent from where they are.
                 Some(view) => (view, false),
-                None => {
-                    let mut buf = self.engine().staging.acquire(bytes.len())?;
-                    buf.fill_from(&bytes)?;
-                    // A one-off buffer (past the staging budget) has no pool and no slab.
-                    let staged = buf.is_pooled();
-                    (buf, staged)
-                }
+                None => return self.staged(&bytes),
             },
             #[allow(unreachable_patterns)]
             _ => return Err(Error::InvalidArgument("unsupported send data".into())),
         };
+        let mmap = mmap_for(&self.engine().dev, &buf, local_bits(&buf))?;
+        Ok(Local { buf, mmap, staged })
+    }
+
+    /// Submits an unsignaled send from `src`; a source that could not be made fails the
+    /// connection, as a failed unsignaled send does.
+    fn post_unsignaled(&self, src: Result<Local>, imm: Option<u32>) -> Result<()> {
+        match src {
+            Ok(src) => self.submit(Op::Send {
+                src,
+                imm,
+                done: None,
+            }),
+            Err(e) => {
+                self.engine().send(Cmd::Close {
+                    id: self.shared.id,
+                    err: Error::ConnectionClosed {
+                        peer: self.shared.peer.clone(),
+                        reason: format!("a message could not be posted: {e}"),
+                    },
+                });
+                Err(e)
+            }
+        }
+    }
+
+    /// A copy of `bytes` in a registered staging buffer of the transport's pool.
+    fn staged(&self, bytes: &[u8]) -> Result<Local> {
+        let mut buf = self.engine().staging.acquire(bytes.len())?;
+        buf.fill_from(bytes)?;
+        // A one-off buffer (past the staging budget) has no pool and no slab.
+        let staged = buf.is_pooled();
         let mmap = mmap_for(&self.engine().dev, &buf, local_bits(&buf))?;
         Ok(Local { buf, mmap, staged })
     }
@@ -200,23 +226,11 @@ impl Connection for DocaConnection {
     /// failed operation does; one found here (no staging buffer, no mmap) fails it too, so
     /// a lost frame never goes unnoticed.
     fn send_unsignaled(&self, data: SendData, imm: Option<u32>) -> Result<()> {
-        match self.source(data) {
-            Ok(src) => self.submit(Op::Send {
-                src,
-                imm,
-                done: None,
-            }),
-            Err(e) => {
-                self.engine().send(Cmd::Close {
-                    id: self.shared.id,
-                    err: Error::ConnectionClosed {
-                        peer: self.shared.peer.clone(),
-                        reason: format!("a message could not be posted: {e}"),
-                    },
-                });
-                Err(e)
-            }
-        }
+        self.post_unsignaled(self.source(data), imm)
+    }
+
+    fn send_frame(&self, frame: &[u8]) -> Result<()> {
+        self.post_unsignaled(self.staged(frame), None)
     }
 
     fn write(

@@ -151,6 +151,11 @@ impl Connection for MemConnection {
             .map(drop)
     }
 
+    fn send_frame(&self, frame: &[u8]) -> Result<()> {
+        self.check_len(frame.len() as u64)?;
+        self.link.post_frame(self.me, frame)
+    }
+
     fn write(
         &self,
         src: SendData,

@@ -156,6 +156,26 @@ async fn send_waits_for_a_late_receive_within_the_rnr_budget() {
     assert_eq!(b.recv().await.unwrap().buf.as_slice(), b"late");
 }
 
+/// A frame sent before any receive is posted waits as a copy of its own (its sender's memory
+/// is reused at once), behind nothing, and lands once a receive is posted.
+#[tokio::test]
+async fn a_frame_waits_for_a_late_receive_as_a_copy() {
+    let (a, b) = patient_pair().await;
+    let mut frame = *b"early";
+    a.send_frame(&frame).unwrap();
+    frame.copy_from_slice(b"XXXXX");
+    let mut later = a.send(bytes(b"later"), None);
+    assert!(
+        poll_once(&mut later).is_pending(),
+        "it waits behind the frame"
+    );
+    b.post_recv(recv_buf(16)).unwrap();
+    b.post_recv(recv_buf(16)).unwrap();
+    assert_eq!(b.recv().await.unwrap().buf.as_slice(), b"early");
+    assert!(matches!(poll_once(&mut later), Poll::Ready(Ok(()))));
+    assert_eq!(b.recv().await.unwrap().buf.as_slice(), b"later");
+}
+
 #[tokio::test]
 async fn message_larger_than_the_posted_receive_fails_the_connection() {
     let (a, b) = pair().await;

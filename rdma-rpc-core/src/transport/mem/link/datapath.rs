@@ -162,35 +162,46 @@ impl Link {
         }
     }
 
+    /// Posts an unsignaled send of a copy of `frame` from end `from` (see
+    /// [`Connection::send_frame`](crate::transport::Connection::send_frame)): copied straight
+    /// into the peer's next posted receive; one that must wait (no receive posted, or sends
+    /// before it waiting) waits as a copy of its own.
+    pub(in crate::transport::mem) fn post_frame(
+        self: &Arc<Self>,
+        from: usize,
+        frame: &[u8],
+    ) -> Result<()> {
+        let to = 1 - from;
+        let mut st = self.state();
+        if let Some(errors) = &st.failed {
+            return Err(errors[from].duplicate());
+        }
+        if st.rx[to].stalled.is_empty() {
+            let rx = &mut st.rx[to];
+            match land(rx, frame.len(), None, |dst| dst.copy_from_slice(frame)) {
+                Some(Ok(())) => {
+                    let woken = rx.waiters.take(&self.quiet[to]);
+                    drop(st);
+                    woken.wake();
+                    return Ok(());
+                }
+                Some(Err(fault)) => return Err(self.fail_with(st, from, fault)),
+                None => {}
+            }
+        }
+        let data = SendData::Bytes(bytes::Bytes::copy_from_slice(frame));
+        self.enqueue(st, from, Action::Send { data, imm: None }, false)
+            .map(drop)
+    }
+
     /// Carries out `action` at end `to`, whose receives are `rx` (the link is locked).
     pub(super) fn carry(&self, to: usize, rx: &mut Rx, action: Action) -> Result<Output, Refused> {
         match action {
             Action::Send { data, imm } => {
-                let Some(buf) = rx.posted.front() else {
-                    return Err(Refused::NoReceive(Action::Send { data, imm }));
-                };
-                let (len, capacity) = (data.len(), buf.capacity());
-                if len > capacity {
-                    return Err(Fault::TooSmall {
-                        len: len as u64,
-                        capacity: capacity as u64,
-                    }
-                    .into());
+                match land(rx, data.len(), imm, |dst| data.copy_to(dst)) {
+                    Some(landed) => Ok(landed.map(|()| Output::Unit)?),
+                    None => Err(Refused::NoReceive(Action::Send { data, imm })),
                 }
-                let mut buf = rx.posted.pop_front().expect("checked above");
-                data.copy_to(&mut buf.as_mut_capacity()[..len]);
-                buf.set_len(len);
-                rx.completed.push_back(RecvCompletion {
-                    buf,
-                    opcode: if imm.is_some() {
-                        RecvOpcode::SendWithImm
-                    } else {
-                        RecvOpcode::Send
-                    },
-                    imm,
-                    write_len: 0,
-                });
-                Ok(Output::Unit)
             }
             Action::WriteImm {
                 src,
@@ -351,4 +362,35 @@ impl Link {
         }
         Ok(self.ends[end].windows.grant(buf, offset, len, access))
     }
+}
+
+/// Lands a send of `len` bytes, which `write` puts into the receive's first `len` bytes, in the
+/// next receive posted at `rx`: `None` when none is posted (the link is locked).
+fn land(
+    rx: &mut Rx,
+    len: usize,
+    imm: Option<u32>,
+    write: impl FnOnce(&mut [u8]),
+) -> Option<Result<(), Fault>> {
+    let capacity = rx.posted.front()?.capacity();
+    if len > capacity {
+        return Some(Err(Fault::TooSmall {
+            len: len as u64,
+            capacity: capacity as u64,
+        }));
+    }
+    let mut buf = rx.posted.pop_front().expect("checked above");
+    write(&mut buf.as_mut_capacity()[..len]);
+    buf.set_len(len);
+    rx.completed.push_back(RecvCompletion {
+        buf,
+        opcode: if imm.is_some() {
+            RecvOpcode::SendWithImm
+        } else {
+            RecvOpcode::Send
+        },
+        imm,
+        write_len: 0,
+    });
+    Some(Ok(()))
 }
