@@ -34,6 +34,10 @@ struct Queued {
 /// at least half of it (a queue that never empties, short of credits, does not grow forever).
 const RECLAIM: usize = 4096;
 
+/// Memory the buffer keeps once nothing waits in it: a burst of large frames does not stay
+/// allocated for the connection's life.
+const KEEP: usize = 16 * 1024;
+
 /// The sending half of one side. See the module docs.
 #[derive(Debug)]
 pub(crate) struct Transmits {
@@ -80,20 +84,38 @@ impl Transmits {
         Ok(())
     }
 
-    /// Gives back the memory of frames already sent: all of it when none waits, or the sent
-    /// front once it is large (see [`RECLAIM`]). No frame handed out is borrowed any more when
-    /// this runs (`poll` and `queue` take `&mut self`).
+    /// Gives back the memory of frames already sent: all of it when none waits (keeping at
+    /// most [`KEEP`] bytes allocated), or the sent front once it is large (see [`RECLAIM`]).
+    /// No frame handed out is borrowed any more when this runs (`poll` and `queue` take
+    /// `&mut self`).
+    #[inline(always)]
     fn reclaim(&mut self) {
         match self.queue.front() {
-            None => self.frames.clear(),
-            Some(head) if head.start >= RECLAIM && head.start * 2 >= self.frames.len() => {
-                let sent = head.start;
-                self.frames.drain(..sent);
-                for q in &mut self.queue {
-                    q.start -= sent;
+            None => {
+                self.frames.clear();
+                if self.frames.capacity() > KEEP {
+                    self.shrink();
                 }
             }
+            Some(head) if head.start >= RECLAIM && head.start * 2 >= self.frames.len() => {
+                self.compact();
+            }
             Some(_) => {}
+        }
+    }
+
+    #[cold]
+    fn shrink(&mut self) {
+        self.frames.shrink_to(KEEP);
+    }
+
+    /// Drops the sent front of the buffer (the bytes before the first frame waiting).
+    #[cold]
+    fn compact(&mut self) {
+        let sent = self.queue.front().map_or(0, |head| head.start);
+        self.frames.drain(..sent);
+        for q in &mut self.queue {
+            q.start -= sent;
         }
     }
 
@@ -244,6 +266,28 @@ mod tests {
             tx.frames.capacity(),
             used,
             "the same memory, frame after frame"
+        );
+    }
+
+    /// A burst of large frames, once sent, leaves no more than `KEEP` bytes allocated.
+    #[test]
+    fn a_burst_of_large_frames_does_not_stay_allocated() {
+        let mut tx = with_credits(64);
+        let large = Kind::Response(crate::protocol::frames::ResponseFrame {
+            id: 1,
+            inline_payload: Some(bytes::Bytes::from(vec![7u8; 8 * 1024])),
+            ..Default::default()
+        });
+        for _ in 0..20 {
+            tx.queue(&large, Need::Ordinary, 1 << 20).unwrap();
+        }
+        assert!(tx.frames.capacity() >= 20 * 8 * 1024);
+        while tx.poll(1 << 20).is_some() {}
+        tx.queue(&cancel(2), Need::Ordinary, 1 << 20).unwrap();
+        assert!(
+            tx.frames.capacity() <= KEEP,
+            "{} bytes kept",
+            tx.frames.capacity()
         );
     }
 
