@@ -152,9 +152,7 @@ impl Link {
         };
         match self.carry(to, &mut st.rx[to], action) {
             Ok(out) => {
-                let woken = st.rx[to].waiters.take(&self.quiet[to]);
-                drop(st);
-                woken.wake();
+                self.wake_receiver(st, to);
                 Ok(Posted::Done(out))
             }
             Err(Refused::NoReceive(action)) => self.enqueue(st, from, action, signaled),
@@ -177,12 +175,11 @@ impl Link {
             return Err(errors[from].duplicate());
         }
         if st.rx[to].stalled.is_empty() {
-            let rx = &mut st.rx[to];
-            match land(rx, frame.len(), None, |dst| dst.copy_from_slice(frame)) {
+            match land(&mut st.rx[to], frame.len(), None, |dst| {
+                dst.copy_from_slice(frame)
+            }) {
                 Some(Ok(())) => {
-                    let woken = rx.waiters.take(&self.quiet[to]);
-                    drop(st);
-                    woken.wake();
+                    self.wake_receiver(st, to);
                     return Ok(());
                 }
                 Some(Err(fault)) => return Err(self.fail_with(st, from, fault)),

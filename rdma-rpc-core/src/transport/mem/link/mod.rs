@@ -180,6 +180,15 @@ impl Link {
         }
     }
 
+    /// Unlocks the link and wakes whoever waits for end `to`'s receives (something landed
+    /// there).
+    #[inline]
+    fn wake_receiver(&self, mut st: MutexGuard<'_, LinkState>, to: usize) {
+        let woken = st.rx[to].waiters.take(&self.quiet[to]);
+        drop(st);
+        woken.wake();
+    }
+
     /// Fails the connection with the fault of an operation of end `from`; returns the error
     /// that operation completes with.
     fn fail_with(&self, st: MutexGuard<'_, LinkState>, from: usize, fault: Fault) -> Error {

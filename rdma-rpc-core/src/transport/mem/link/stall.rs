@@ -149,9 +149,7 @@ impl Link {
                 }
             }
         }
-        let woken = st.rx[to].waiters.take(&self.quiet[to]);
-        drop(st);
-        woken.wake();
+        self.wake_receiver(st, to);
     }
 
     /// The RNR timer of operation `seq` (waiting for a receive of end `end`) expired: fails
