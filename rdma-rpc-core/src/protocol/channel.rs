@@ -13,23 +13,15 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use bytes::{BufMut, Bytes, BytesMut};
-use prost::Message;
+use bytes::Bytes;
 use tokio::sync::Notify;
 
+use super::codec::{encode_frame, put_credits, Decoder};
 use super::credits::{Credits, Need};
 use super::frames::{Frame, Kind};
 use crate::error::{Error, Result};
 use crate::memory::{Access, RegisteredBuf};
 use crate::transport::{BoxFuture, Connection, RecvOpcode, SendData};
-
-/// Protobuf key of `Frame.credits` (field 15, varint).
-const CREDITS_KEY: u8 = 15 << 3;
-
-/// Frames are encoded into blocks of this size, each shared by consecutive frames, instead of
-/// an allocation per frame; received frames are copied into blocks of the same size
-/// ([`FrameChannel::land`]).
-const SCRATCH: usize = 1024;
 
 pub(crate) struct FrameChannel {
     conn: Arc<dyn Connection>,
@@ -39,10 +31,14 @@ pub(crate) struct FrameChannel {
     peer_max_frame: AtomicUsize,
     /// Size of each receive posted.
     max_frame: usize,
-    /// Where frames are encoded (see [`SCRATCH`]).
-    scratch: Mutex<BytesMut>,
-    /// Where received frames are copied before they are decoded (see [`FrameChannel::land`]).
-    landing: Mutex<BytesMut>,
+    /// Decodes received frames as a connection's state does (`codec`).
+    decoder: Mutex<Decoder>,
+}
+
+/// A frame encoded with room for its credits after its `len` bytes.
+struct Encoded {
+    bytes: Vec<u8>,
+    len: usize,
 }
 
 impl std::fmt::Debug for FrameChannel {
@@ -87,8 +83,7 @@ impl FrameChannel {
             // build posts.
             peer_max_frame: AtomicUsize::new(super::FRAME_OVERHEAD * 2),
             max_frame,
-            scratch: Mutex::new(BytesMut::new()),
-            landing: Mutex::new(BytesMut::new()),
+            decoder: Mutex::new(Decoder::default()),
         })
     }
 
@@ -155,48 +150,24 @@ impl FrameChannel {
         }
     }
 
-    /// Encodes a frame, refusing it before using a credit if the peer could not receive it.
-    fn encode(&self, kind: Option<Kind>) -> Result<BytesMut> {
-        let frame = Frame {
-            kind,
-            ..Frame::default()
-        };
-        let len = frame.encoded_len();
-        let max = self.peer_max_frame();
-        // 6 bytes: the credits field appended at send time (key + varint of a u32).
-        if len + 6 > max {
-            return Err(Error::LimitExceeded {
-                limit: "max_frame",
-                max: max as u64,
-                actual: (len + 6) as u64,
-            });
-        }
-        let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
-        if scratch.capacity() < len + 6 {
-            // Reclaims the space of earlier frames once all of them were sent and dropped;
-            // otherwise a new block, shared by the next frames.
-            scratch.reserve(SCRATCH.max(len + 6));
-        }
-        frame.encode(&mut *scratch).expect("reserved above");
-        // The 6 bytes for the credits stay in this frame's capacity: appending them at send
-        // time never reallocates.
-        scratch.put_bytes(0, 6);
-        let mut out = scratch.split();
-        out.truncate(len);
-        Ok(out)
+    /// Encodes a frame as a connection's state does (`codec`), refusing it before using a
+    /// credit if the peer could not receive it; its credits are written when it leaves.
+    fn encode(&self, kind: Option<Kind>) -> Result<Encoded> {
+        let mut bytes = Vec::new();
+        let len = encode_frame(kind.as_ref(), self.peer_max_frame(), &mut bytes)?;
+        Ok(Encoded { bytes, len })
     }
 
-    /// Appends the credits owed to the peer.
-    fn with_credits(&self, mut out: BytesMut) -> SendData {
+    /// Writes the credits owed to the peer into the frame's room for them.
+    fn with_credits(&self, encoded: Encoded) -> SendData {
+        let Encoded { mut bytes, len } = encoded;
         let owed = self.credits().take_owed();
-        if owed > 0 {
-            out.put_u8(CREDITS_KEY);
-            prost::encoding::encode_varint(u64::from(owed), &mut out);
-        }
-        SendData::Bytes(out.freeze())
+        let written = put_credits(&mut bytes[len..], owed, false);
+        bytes.truncate(len + written);
+        SendData::Bytes(Bytes::from(bytes))
     }
 
-    fn send_encoded(&self, out: BytesMut) {
+    fn send_encoded(&self, out: Encoded) {
         // No completion is needed: a failure puts the connection in error, which every
         // waiter sees through `recv` or `closed`.
         if let Err(e) = self.conn.send_unsignaled(self.with_credits(out), None) {
@@ -261,9 +232,13 @@ impl FrameChannel {
                 completion.opcode
             )));
         }
-        let decoded = Frame::decode(self.land(completion.buf.as_slice()));
+        let decoded = self
+            .decoder
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .decode(completion.buf.as_slice());
         let reposted = self.conn.post_recv(completion.buf);
-        let frame = decoded.map_err(|e| self.malformed(format!("undecodable frame: {e}")))?;
+        let frame = decoded.map_err(|e| self.malformed(e))?;
         if reposted.is_err() {
             // The connection ended after this frame arrived (a peer's goaway and close):
             // the frame is still the peer's word, and the next `recv` reports the end.
@@ -287,20 +262,6 @@ impl FrameChannel {
             }
         }
         Ok(frame)
-    }
-
-    /// A copy of a received frame in a block shared with the frames received before and
-    /// after it. Decoded from it, the frame's byte fields (path, metadata, inline payload)
-    /// are slices of the block rather than an allocation each; the block is reused in place
-    /// once every frame in it is dropped, or else a new one is taken. A slice a handler keeps
-    /// keeps its block (at most [`SCRATCH`] bytes, or one larger frame) alive.
-    fn land(&self, frame: &[u8]) -> Bytes {
-        let mut landing = self.landing.lock().unwrap_or_else(|e| e.into_inner());
-        if landing.capacity() < frame.len() {
-            landing.reserve(SCRATCH.max(frame.len()));
-        }
-        landing.extend_from_slice(frame);
-        landing.split().freeze()
     }
 
     /// Posts one more receive; whether it was posted (the peer gets a credit for it with the

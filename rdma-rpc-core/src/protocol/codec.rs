@@ -40,31 +40,37 @@ pub(crate) fn encode_frame(
     out: &mut Vec<u8>,
 ) -> Result<usize> {
     // A frame is its one `kind` field (the credits come at send time): encoded from the
-    // caller's value, never moved into a `Frame` first; requests and responses by hand.
+    // caller's value, never moved into a `Frame` first; requests and responses in their fixed
+    // layout (`hot`).
     let hot = kind.and_then(super::hot::Hot::of);
     let len = match &hot {
         Some(hot) => hot.encoded_len(),
         None => kind.map_or(0, Kind::encoded_len),
     };
-    if len + CREDITS_ROOM > peer_max_frame {
+    // A receive is never larger than a `u32` (`Hello.max_frame`), nor then any length a
+    // fixed frame writes.
+    let max = peer_max_frame.min(u32::MAX as usize);
+    if len + CREDITS_ROOM > max {
         return Err(Error::LimitExceeded {
             limit: "max_frame",
-            max: peer_max_frame as u64,
+            max: max as u64,
             actual: (len + CREDITS_ROOM) as u64,
         });
     }
-    // Written into a zeroed slice of exactly its length: a slice's one-byte writes are stores,
-    // where a growing buffer's each check capacity (about 30 calls per small call's two
-    // frames).
+    // Written into a zeroed slice of exactly its length: a slice's writes are stores, where a
+    // growing buffer's each check capacity.
     let start = out.len();
     out.resize(start + len + CREDITS_ROOM, 0);
-    let mut slice: &mut [u8] = &mut out[start..start + len];
+    let frame = &mut out[start..start + len];
     match (&hot, kind) {
-        (Some(hot), _) => hot.encode(&mut slice),
-        (None, Some(kind)) => kind.encode(&mut slice),
+        (Some(hot), _) => hot.encode(frame),
+        (None, Some(kind)) => {
+            let mut slice: &mut [u8] = frame;
+            kind.encode(&mut slice);
+            debug_assert!(slice.is_empty(), "the encoded length was computed exactly");
+        }
         (None, None) => {}
     }
-    debug_assert!(slice.is_empty(), "the encoded length was computed exactly");
     Ok(len)
 }
 

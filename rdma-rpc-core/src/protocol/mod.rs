@@ -65,10 +65,11 @@ impl std::hash::Hasher for PathHasher {
 
 /// The protocol version this build speaks (2: write slots, pushed results, pulled payloads;
 /// 3: remote buffers and their revocation, call metadata, pings; 4: message and bulk
-/// streams; 5: receives grow on the peer's demand, `Frame.starved`). Peers of different
+/// streams; 5: receives grow on the peer's demand, `Frame.starved`; 6: requests and responses
+/// in a fixed layout, `protocol/hot.rs`). Peers of different
 /// versions refuse each other in the handshake: a version 2 server would drop a call's
 /// metadata (an auth token) without a word.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Sizes of control frames apart from their metadata and inline payload (generous upper
 /// bound of the prost overhead of a request or response frame).

@@ -11,6 +11,7 @@ use super::e2e::req;
 use super::raw::RawClient;
 use super::service::TestRequest;
 use super::{bounded, tcp_backend, Harness};
+use crate::protocol::codec::{frame_bytes, Decoder};
 use crate::protocol::frames::{Frame, Hello, Kind, RequestFrame};
 use crate::protocol::INITIAL_RECEIVES;
 use crate::server::ServerConfig;
@@ -27,12 +28,8 @@ struct Peer {
 
 impl Peer {
     async fn send(&mut self, kind: Kind, starved: bool) {
-        let frame = Frame {
-            kind: Some(kind),
-            credits: std::mem::take(&mut self.owed),
-            starved,
-        };
-        self.raw.send(&prost::Message::encode_to_vec(&frame)).await;
+        let frame = frame_bytes(Some(&kind), std::mem::take(&mut self.owed), starved);
+        self.raw.send(&frame).await;
     }
 
     async fn next(&mut self) -> Frame {
@@ -42,7 +39,7 @@ impl Peer {
                 .expect("the server closed the connection");
             if kind == SEND {
                 self.owed += 1;
-                return prost::Message::decode(&payload[..]).expect("a frame");
+                return Decoder::default().decode(&payload).expect("a frame");
             }
         }
     }
@@ -160,7 +157,7 @@ async fn a_client_that_returns_no_credits_holds_a_shutting_down_server_only_brie
         match bounded("the end of the connection", peer.raw.next()).await {
             None => break,
             Some((kind, payload)) if kind == SEND => {
-                let frame: Frame = prost::Message::decode(&payload[..]).expect("a frame");
+                let frame = Decoder::default().decode(&payload).expect("a frame");
                 assert!(
                     !matches!(frame.kind, Some(Kind::Response(_))),
                     "an answer went without a credit: {frame:?}"
