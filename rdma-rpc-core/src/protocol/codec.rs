@@ -127,9 +127,9 @@ impl Decoder {
         }
         self.block.extend_from_slice(received);
         let landed: Bytes = self.block.split().freeze();
-        match super::hot::decode_into(&landed, frame) {
-            Ok(true) => Ok(()),
-            Ok(false) => {
+        match super::hot::decode_into(landed, frame) {
+            Ok(None) => Ok(()),
+            Ok(Some(landed)) => {
                 *frame = Frame::decode(landed).map_err(|e| format!("undecodable frame: {e}"))?;
                 Ok(())
             }
