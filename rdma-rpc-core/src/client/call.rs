@@ -405,7 +405,7 @@ impl Inner {
     async fn call_inner(
         &self,
         endpoint: &EndpointDef,
-        message: Bytes,
+        mut message: Bytes,
         payload: Payload,
         timeout: Option<Duration>,
         bound: Option<&Bound>,
@@ -420,7 +420,7 @@ impl Inner {
         let into = dst.is_some();
         let inbound = endpoint.op.is_inbound();
         // Moved into the request: no entry is copied.
-        let call_metadata = call_metadata.into_frames();
+        let mut call_metadata = call_metadata.into_frames();
         let negotiated = &inner.negotiated;
         let inline = call::inline(
             data.len(),
@@ -428,37 +428,56 @@ impl Inner {
             negotiated,
             inner.session.peer_max_frame(),
         );
-        let opened = inner
-            .open(
+        let deadline = bound.map(|b| b.at.into_std());
+        // A payload that travels in the request goes as the call opens, under one lock, when
+        // the window has room now.
+        let sent = match inbound && inline {
+            true => inner.try_send_inline(
                 endpoint,
-                (inbound && !inline).then_some(data.len()),
-                None,
-                bound.map(|b| b.at.into_std()),
-            )
-            .await?;
-        let id = opened.id;
-        let mut guard = CallGuard {
-            inner,
-            id,
-            done: false,
-            sent_inline: false,
-            windows: Vec::new(),
-        };
-        // Built and sent in a plain function: its locals (the request frame above all) are
-        // not kept in this future across the waits below.
-        let slot_write = inner.post_request(
-            endpoint,
-            opened,
-            Sending {
-                message,
-                data: &mut data,
-                dst,
-                inline,
+                deadline,
+                &mut message,
+                &mut data,
                 timeout,
-                call_metadata,
-            },
-            &mut guard,
-        )?;
+                &mut call_metadata,
+            )?,
+            false => None,
+        };
+        let (mut guard, slot_write) = match sent {
+            Some(id) => {
+                let guard = CallGuard {
+                    inner,
+                    id,
+                    done: false,
+                    sent_inline: true,
+                    windows: Vec::new(),
+                };
+                (guard, None)
+            }
+            None => {
+                let slot_len = (inbound && !inline).then_some(data.len());
+                let opened = inner.open(endpoint, slot_len, None, deadline).await?;
+                let mut guard = CallGuard {
+                    inner,
+                    id: opened.id,
+                    done: false,
+                    sent_inline: false,
+                    windows: Vec::new(),
+                };
+                // Built and sent in a plain function: its locals (the request frame above
+                // all) are not kept in this future across the waits below.
+                let sending = Sending {
+                    message,
+                    data: &mut data,
+                    dst,
+                    inline,
+                    timeout,
+                    call_metadata,
+                };
+                let slot_write = inner.post_request(endpoint, opened, sending, &mut guard)?;
+                (guard, slot_write)
+            }
+        };
+        let id = guard.id;
         if let Some(write) = slot_write {
             write
                 .await

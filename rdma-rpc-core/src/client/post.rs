@@ -30,6 +30,42 @@ pub(super) struct Sending<'a> {
 }
 
 impl Inner {
+    /// Opens a call and sends its request, the payload in it, under one lock of the
+    /// connection's state, if the window has room now for a caller not in line: the call's
+    /// id. `None`: nothing was taken or opened, the call waits its turn ([`open`], then
+    /// [`post_request`](Self::post_request)).
+    ///
+    /// [`open`]: Inner::open
+    pub(super) fn try_send_inline(
+        &self,
+        endpoint: &EndpointDef,
+        deadline: Option<std::time::Instant>,
+        message: &mut Bytes,
+        data: &mut Bytes,
+        timeout: Option<Duration>,
+        call_metadata: &mut Vec<MetadataEntry>,
+    ) -> Result<Option<u64>, Status> {
+        let mut locked = self.session.lock();
+        let proto = &mut locked.proto;
+        if !proto.room_now()? {
+            return Ok(None);
+        }
+        let id = proto.open_call(None, deadline);
+        let payload = std::mem::take(data);
+        let request = call::request(
+            id,
+            endpoint,
+            std::mem::take(message),
+            payload.len(),
+            Some(payload),
+            timeout,
+            std::mem::take(call_metadata),
+        );
+        // On failure the state forgets the call it opened.
+        proto.send_request(id, request).map_err(Status::from)?;
+        Ok(Some(id))
+    }
+
     /// Builds the request of call `opened`, offers what it needs (the payload's window to
     /// read, the result's to write: kept in `guard` until the response) or starts the write of
     /// its payload into the write slot it took, and sends it. Returns that write, to await

@@ -640,6 +640,32 @@ pub(crate) async fn well_behaved_clients_wait_instead_of_exceeding_the_in_flight
     for (i, call) in calls.into_iter().enumerate() {
         assert_eq!(call.await.unwrap().unwrap(), pattern(20_000, i as u32));
     }
+    // Small sends too, held in their handlers until all are made: a call that finds room
+    // opens and sends its request under one lock, the others wait their turn in line.
+    let sends: Vec<_> = (0..10)
+        .map(|i| {
+            let client = client.clone();
+            let mut held = req(64, i);
+            held.gated = true;
+            let data = Bytes::from(pattern(64, i));
+            let send = &ENDPOINTS[MSG_SEND];
+            tokio::spawn(async move {
+                call_inbound::<_, TestResponse>(&client, send, Request::new(held), data).await
+            })
+        })
+        .collect();
+    // Handler runs are counted from the start: the 10 reads above, then 2 sends. A third
+    // send the client let out would be refused by the server (its `unwrap` below fails).
+    h.service.entered(12).await;
+    assert_eq!(
+        h.service.entered_now(),
+        12,
+        "two sends in flight, the others wait"
+    );
+    h.service.open_gate();
+    for send in sends {
+        assert!(send.await.unwrap().unwrap().exact);
+    }
 }
 
 #[tokio::test]

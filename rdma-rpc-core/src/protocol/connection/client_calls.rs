@@ -78,6 +78,17 @@ impl<H: Handles> super::Connection<H> {
         }
     }
 
+    /// Whether a caller that is not in line may open a call now: nobody waits for room before
+    /// it and the window has room ([`poll_room`](Self::poll_room) would be ready at once).
+    /// `Err` once the connection refuses calls.
+    pub(crate) fn room_now(&mut self) -> std::result::Result<bool, Status> {
+        let (_, c) = self.client_side();
+        match &c.over {
+            Some(status) => Err(status.clone()),
+            None => Ok(c.room.waiting.is_empty() && c.in_flight < c.window),
+        }
+    }
+
     /// Waits for room in the window for one more call; `ticket` keeps the caller's place in
     /// line (release it with [`leave_line`](Self::leave_line) if the caller gives up).
     pub(crate) fn poll_room(

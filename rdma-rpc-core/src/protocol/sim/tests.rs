@@ -3,6 +3,14 @@
 
 use super::model::{run, Scenario};
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::link::{Link, Sim, SimCall};
+use crate::protocol::codec::Decoder;
+use crate::protocol::connection::{ClientSettings, Connection, ServerSettings};
+use crate::protocol::frames::Kind;
+
 /// Seeds per scenario: `SIM_SEEDS`, or a default that keeps the suite quick.
 fn seeds(default: u64) -> std::ops::Range<u64> {
     if let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
@@ -150,14 +158,6 @@ fn hostile_clients_lose_their_connection_and_nothing_else() {
 /// idle.
 #[test]
 fn the_servers_timeouts_close_only_what_they_should() {
-    use crate::protocol::codec::Decoder;
-    use crate::protocol::connection::{ClientSettings, Connection, ServerSettings};
-    use crate::protocol::frames::Kind;
-    use std::sync::Arc;
-    use std::time::{Duration, Instant};
-
-    use super::link::{Link, Sim, SimCall};
-
     let settings = ServerSettings {
         max_frame: 4096,
         initial_receives: 4,
@@ -191,34 +191,8 @@ fn the_servers_timeouts_close_only_what_they_should() {
 
     // An honest client: idle only without calls in flight.
     let mut server: Connection<Sim> = Connection::server(settings, Arc::from("c"), t0);
-    let mut client: Connection<Sim> = Connection::client(
-        ClientSettings {
-            max_frame: 4096,
-            initial_receives: 4,
-            recv_credits: 4,
-            max_in_flight: 4,
-            inline_threshold: 1024,
-            stream_window: 0,
-            token: 7,
-        },
-        Arc::from("s"),
-    );
-    let mut link = Link {
-        posted: [4, 4],
-        ..Link::default()
-    };
-    let settle = |link: &mut Link, c: &mut Connection<Sim>, s: &mut Connection<Sim>, at| {
-        let mut requests = Vec::new();
-        for _ in 0..16 {
-            link.flush(0, c);
-            link.flush(1, s);
-            if let Some(incoming) = link.deliver(1, s, at).unwrap() {
-                requests.push(incoming);
-            }
-            link.deliver(0, c, at).unwrap();
-        }
-        requests
-    };
+    let mut client = pair_client(4);
+    let mut link = pair_link();
     settle(&mut link, &mut client, &mut server, t0);
     assert!(client.is_open() && server.is_open());
     let idle_at = server.poll_timeout().expect("an idle timer");
@@ -267,4 +241,126 @@ fn the_servers_timeouts_close_only_what_they_should() {
         matches!(frame.kind, Some(Kind::Goaway(g)) if g.message.contains("idle_timeout"))
     });
     assert!(said, "a goaway naming idle_timeout");
+}
+
+/// A client that wants `max_in_flight` calls in flight, for [`settle`] with a server.
+fn pair_client(max_in_flight: u32) -> Connection<Sim> {
+    Connection::client(
+        ClientSettings {
+            max_frame: 4096,
+            initial_receives: 4,
+            recv_credits: 4,
+            max_in_flight,
+            inline_threshold: 1024,
+            stream_window: 0,
+            token: 7,
+        },
+        Arc::from("s"),
+    )
+}
+
+/// A link whose two ends posted the 4 receives [`pair_client`] and the servers here announce.
+fn pair_link() -> Link {
+    Link {
+        posted: [4, 4],
+        ..Link::default()
+    }
+}
+
+/// Moves frames both ways until nothing is left to move: the requests the server got.
+fn settle(
+    link: &mut Link,
+    c: &mut Connection<Sim>,
+    s: &mut Connection<Sim>,
+    at: Instant,
+) -> Vec<crate::protocol::connection::Incoming<Sim>> {
+    let mut requests = Vec::new();
+    for _ in 0..16 {
+        link.flush(0, c);
+        link.flush(1, s);
+        if let Some(incoming) = link.deliver(1, s, at).unwrap() {
+            requests.push(incoming);
+        }
+        link.deliver(0, c, at).unwrap();
+    }
+    requests
+}
+
+/// A call that finds room in the window opens at once, in the same lock as its request
+/// (`Connection::room_now`), only when nobody waits for room before it: callers in line keep
+/// their turn, and a connection that refuses calls says so.
+#[test]
+fn a_caller_not_in_line_opens_at_once_only_when_nobody_waits() {
+    use crate::protocol::connection::Incoming;
+    use crate::protocol::frames::{RequestFrame, ResponseFrame};
+    use std::task::{Context, Poll};
+
+    let t0 = Instant::now();
+    let settings = ServerSettings {
+        max_frame: 4096,
+        initial_receives: 4,
+        recv_credits: 4,
+        max_in_flight: 2,
+        inline_threshold: 1024,
+        pull_writes: false,
+        stream_window: 0,
+        token: 9,
+        write_slots: 0,
+        handshake_timeout: Duration::from_secs(5),
+        idle_timeout: None,
+        max_pings_per_second: 0,
+        refusal: None,
+    };
+    let mut server: Connection<Sim> = Connection::server(settings, Arc::from("c"), t0);
+    let mut client = pair_client(2);
+    let mut link = pair_link();
+    settle(&mut link, &mut client, &mut server, t0);
+    assert!(client.is_open());
+    assert_eq!(client.room_now(), Ok(true));
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let id = client.open_call(None, None);
+        let request = RequestFrame {
+            id,
+            path: bytes::Bytes::from_static(b"/x"),
+            op: 1,
+            ..Default::default()
+        };
+        client.send_request(id, request).unwrap();
+        ids.push(id);
+    }
+    assert_eq!(client.room_now(), Ok(false), "the window (2) is full");
+    // A caller waits in line.
+    let waker = std::task::Waker::noop();
+    let mut ticket = None;
+    let cx = Context::from_waker(waker);
+    assert!(client.poll_room(&mut ticket, &cx).is_pending());
+    // One call is answered: room for one, which is the waiting caller's.
+    for incoming in settle(&mut link, &mut client, &mut server, t0) {
+        if let Incoming::Request(a) = incoming {
+            server.start_call(a.request.id, SimCall::default(), None, None);
+        }
+    }
+    let answer = ResponseFrame {
+        id: ids[0],
+        ..Default::default()
+    };
+    server.respond(answer, || t0, || None).unwrap();
+    settle(&mut link, &mut client, &mut server, t0);
+    assert!(client.poll_event(ids[0], &cx).is_ready());
+    assert_eq!(
+        client.room_now(),
+        Ok(false),
+        "the room is the waiting caller's"
+    );
+    assert_eq!(client.poll_room(&mut ticket, &cx), Poll::Ready(Ok(())));
+    assert_eq!(
+        client.room_now(),
+        Ok(true),
+        "nobody waits, one call in flight of 2"
+    );
+    // Once the connection refuses calls: why.
+    client.leave();
+    assert!(client.room_now().is_err());
+    assert!(client.poll_room(&mut None, &cx).is_ready());
 }
