@@ -158,21 +158,7 @@ fn hostile_clients_lose_their_connection_and_nothing_else() {
 /// idle.
 #[test]
 fn the_servers_timeouts_close_only_what_they_should() {
-    let settings = ServerSettings {
-        max_frame: 4096,
-        initial_receives: 4,
-        recv_credits: 4,
-        max_in_flight: 4,
-        inline_threshold: 1024,
-        pull_writes: false,
-        stream_window: 0,
-        token: 9,
-        write_slots: 0,
-        handshake_timeout: Duration::from_secs(5),
-        idle_timeout: Some(Duration::from_secs(30)),
-        max_pings_per_second: 0,
-        refusal: None,
-    };
+    let settings = pair_server(4, Some(Duration::from_secs(30)));
     let t0 = Instant::now();
 
     // No Hello: closed at the handshake timeout, not before.
@@ -243,6 +229,26 @@ fn the_servers_timeouts_close_only_what_they_should() {
     assert!(said, "a goaway naming idle_timeout");
 }
 
+/// A server's settings for [`settle`] with a [`pair_client`]: 4 receives of 4 KiB, a 5 s
+/// handshake timeout.
+fn pair_server(max_in_flight: u32, idle_timeout: Option<Duration>) -> ServerSettings {
+    ServerSettings {
+        max_frame: 4096,
+        initial_receives: 4,
+        recv_credits: 4,
+        max_in_flight,
+        inline_threshold: 1024,
+        pull_writes: false,
+        stream_window: 0,
+        token: 9,
+        write_slots: 0,
+        handshake_timeout: Duration::from_secs(5),
+        idle_timeout,
+        max_pings_per_second: 0,
+        refusal: None,
+    }
+}
+
 /// A client that wants `max_in_flight` calls in flight, for [`settle`] with a server.
 fn pair_client(max_in_flight: u32) -> Connection<Sim> {
     Connection::client(
@@ -296,21 +302,7 @@ fn a_caller_not_in_line_opens_at_once_only_when_nobody_waits() {
     use std::task::{Context, Poll};
 
     let t0 = Instant::now();
-    let settings = ServerSettings {
-        max_frame: 4096,
-        initial_receives: 4,
-        recv_credits: 4,
-        max_in_flight: 2,
-        inline_threshold: 1024,
-        pull_writes: false,
-        stream_window: 0,
-        token: 9,
-        write_slots: 0,
-        handshake_timeout: Duration::from_secs(5),
-        idle_timeout: None,
-        max_pings_per_second: 0,
-        refusal: None,
-    };
+    let settings = pair_server(2, None);
     let mut server: Connection<Sim> = Connection::server(settings, Arc::from("c"), t0);
     let mut client = pair_client(2);
     let mut link = pair_link();
