@@ -1,4 +1,5 @@
-//! Control frames, encoded with prost. One frame per two-sided send.
+//! Control frames, encoded with prost, apart from requests and responses, which travel in a
+//! fixed layout (`hot.rs`) and decode into the same types. One frame per two-sided send.
 
 use bytes::Bytes;
 

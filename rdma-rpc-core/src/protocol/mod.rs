@@ -1,10 +1,11 @@
 //! The wire protocol: what the control frames mean and how they flow.
 //!
-//! Control frames (prost, `frames.rs`) travel as two-sided sends into receives each side
-//! posted in advance; credits returned in every frame keep a side from ever sending into a
-//! peer with no receive posted. Bulk bytes move by one-sided RDMA write and read: into the
-//! connection's write slots (announced with a response once the connection needs them), from and into windows the client
-//! offers in its request, or, in grant mode, into a window the server grants for one call.
+//! Control frames (prost, `frames.rs`; requests and responses in a fixed layout, `hot.rs`)
+//! travel as two-sided sends into receives each side posted in advance; credits returned in
+//! every frame keep a side from ever sending into a peer with no receive posted. Bulk bytes
+//! move by one-sided RDMA write and read: into the connection's write slots (announced with a
+//! response once the connection needs them), from and into windows the client offers in its
+//! request, or, in grant mode, into a window the server grants for one call.
 //! The per-operation sequences are in the README ("Protocol") and in `server/call.rs`
 //! (server side) and `client/call.rs` (client side).
 
