@@ -145,6 +145,19 @@ async fn a_data_path_per_core(scheme: &str) {
     assert_eq!(by_core.iter().sum::<u64>(), 160, "{by_core:?}");
     // Each core's 4 transactions take blocks as they finish: both cores serve I/O.
     assert!(by_core.iter().all(|&n| n > 0), "{by_core:?}");
+    // Each core's I/Os took their staging from that core's lane only.
+    let lanes = cluster.service.staging_by_lane();
+    assert_eq!(lanes.len(), 2, "staging per lane");
+    for (lane, (by_core, elsewhere)) in lanes.iter().enumerate() {
+        assert_eq!(*elsewhere, 0, "lane {lane}: {by_core:?}");
+        for (core, &n) in by_core.iter().enumerate() {
+            assert_eq!(
+                n > 0,
+                core == lane,
+                "lane {lane}'s staging on core {core}: {lanes:?}"
+            );
+        }
+    }
     // And each target moved its halves on the core threads of its listeners: data 1 in every
     // write and read, data 2 in the reads that do not recover, the parity in those that do.
     for (target, moved) in cluster.targets.iter().zip([160, 80 + 64, 80 + 16]) {

@@ -219,19 +219,26 @@ mod pin {
     }
 }
 
-/// How many of something (I/Os, halves moved) ran on each core's thread, and elsewhere: what
-/// shows that a data path stayed on its core.
+/// How many of something (I/Os, halves moved, claims held) ran on each core's thread, and
+/// elsewhere: what shows that a data path stayed on its core, counted without a line both
+/// cores write.
 #[derive(Debug, Default)]
 pub struct PerCore {
-    by_core: Vec<Padded>,
-    elsewhere: Padded,
+    by_core: Vec<Padded<AtomicU64>>,
+    elsewhere: Padded<AtomicU64>,
 }
 
-/// A counter on a cache line (pair) of its own, so that cores counting side by side do not
-/// take the line from each other.
+/// A value on a cache line (pair) of its own, so that cores using their own values side by
+/// side do not take the line from each other.
 #[derive(Debug, Default)]
 #[repr(align(128))]
-struct Padded(AtomicU64);
+pub struct Padded<T>(pub T);
+
+/// The index of the calling thread's own entry among `cores` per-core entries and one more
+/// for threads that are no core's (or a core beyond them).
+pub fn own_index(cores: usize) -> usize {
+    current().filter(|&core| core < cores).unwrap_or(cores)
+}
 
 impl PerCore {
     /// Counters for cores `0..cores`.
@@ -242,13 +249,27 @@ impl PerCore {
         }
     }
 
-    /// Counts one for the calling thread's core: elsewhere on a thread that is no core's, or
-    /// a core beyond those counted.
+    /// The calling thread's counter: its core's, or the one for elsewhere on a thread that is
+    /// no core's (or a core beyond those counted).
+    pub fn counter(&self) -> &AtomicU64 {
+        match self.by_core.get(own_index(self.by_core.len())) {
+            Some(counter) => &counter.0,
+            None => &self.elsewhere.0,
+        }
+    }
+
+    /// Counts one for the calling thread's core ([`PerCore::counter`]).
     pub fn count(&self) {
-        let counter = current()
-            .and_then(|core| self.by_core.get(core))
-            .unwrap_or(&self.elsewhere);
-        counter.0.fetch_add(1, Ordering::Relaxed);
+        self.counter().fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// All counters together, each read with `order`.
+    pub fn sum(&self, order: Ordering) -> u64 {
+        self.by_core
+            .iter()
+            .chain(std::iter::once(&self.elsewhere))
+            .map(|n| n.0.load(order))
+            .sum()
     }
 
     /// The counts, by core, and elsewhere.

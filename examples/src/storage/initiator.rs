@@ -4,7 +4,7 @@
 //! service reaches it with one RDMA read (write) or one RDMA write (read). One connection per
 //! core, each with its transactions in flight.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -195,6 +195,10 @@ impl Report {
     }
 }
 
+/// Blocks a transaction takes at once from its phase's counter: the cores take that counter's
+/// line from each other once per this many I/Os, not on every one.
+const CLAIM: u64 = 4;
+
 /// Distinct block contents; block `index` is template [`template_of`]`(index)` with its
 /// index in the first 8 bytes, so that contents are made once and every block still differs.
 const TEMPLATES: u64 = 64;
@@ -381,6 +385,7 @@ pub async fn run_on(clients: Vec<Client>, config: &InitiatorConfig) -> Result<Re
         bar.set_prefix(if write { "write" } else { "read" });
         let next = Arc::new(AtomicU64::new(0));
         let done_count = Arc::new(AtomicU64::new(0));
+        let warmed = Arc::new(AtomicBool::new(false));
         let warm: Arc<std::sync::Mutex<Option<Counters>>> = Arc::default();
         let started = Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
@@ -388,8 +393,12 @@ pub async fn run_on(clients: Vec<Client>, config: &InitiatorConfig) -> Result<Re
             let lane = w % lanes.len();
             let stub = lanes[lane].0.clone();
             let (next, bar, contents) = (next.clone(), bar.clone(), contents.clone());
-            let (done_count, warm, counters) =
-                (done_count.clone(), warm.clone(), config.counters.clone());
+            let (done_count, warmed, warm, counters) = (
+                done_count.clone(),
+                warmed.clone(),
+                warm.clone(),
+                config.counters.clone(),
+            );
             let offset = w * config.block_size;
             let mut buf = memory
                 .lease(offset, config.block_size)
@@ -400,11 +409,22 @@ pub async fn run_on(clients: Vec<Client>, config: &InitiatorConfig) -> Result<Re
                 let stale = [0u8; 8];
                 // The template the I/O memory holds from this worker's last write.
                 let mut held = None;
+                let mut claimed = 0..0;
+                // Progress not yet shown.
+                let mut unshown = 0;
                 loop {
-                    let block = next.fetch_add(1, Ordering::Relaxed);
-                    if block >= blocks {
-                        return Ok::<_, Status>(seen);
-                    }
+                    let block = match claimed.next() {
+                        Some(block) => block,
+                        None => {
+                            let first = next.fetch_add(CLAIM, Ordering::Relaxed);
+                            if first >= blocks {
+                                bar.inc(unshown);
+                                return Ok::<_, Status>(seen);
+                            }
+                            claimed = first + 1..(first + CLAIM).min(blocks);
+                            first
+                        }
+                    };
                     if write {
                         held = Some(contents.fill(block, &mut buf, held)?);
                     } else {
@@ -429,12 +449,21 @@ pub async fn run_on(clients: Vec<Client>, config: &InitiatorConfig) -> Result<Re
                             "block {block} read back differs from what was written"
                         )));
                     }
-                    if done_count.fetch_add(1, Ordering::Relaxed) + 1 == warm_up {
+                    // Counted until the warm-up is over, then only read: a line both cores
+                    // wrote on every I/O otherwise.
+                    if !warmed.load(Ordering::Relaxed)
+                        && done_count.fetch_add(1, Ordering::Relaxed) + 1 == warm_up
+                    {
                         if let Some(read) = &counters {
                             *warm.lock().unwrap_or_else(|e| e.into_inner()) = read();
                         }
+                        warmed.store(true, Ordering::Relaxed);
                     }
-                    bar.inc(1);
+                    unshown += 1;
+                    if unshown == CLAIM * 4 {
+                        bar.inc(unshown);
+                        unshown = 0;
+                    }
                 }
             };
             match &config.threads {

@@ -34,29 +34,39 @@ pub const IO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// One I/O's hold on its block: cleared when dropped.
 struct Claim<'a> {
-    target: &'a Target,
     flag: &'a AtomicBool,
+    /// The busy count of the core that claimed the block.
+    counted: &'a AtomicU64,
 }
 
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
         self.flag.store(false, Ordering::Release);
-        self.target.busy_count.fetch_sub(1, Ordering::SeqCst);
+        self.counted.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 /// Halves stored so far, and the waiters for a count ([`Target::stored`]): a write wakes
-/// anyone only while someone waits, so the I/O path pays one atomic add and one load.
-#[derive(Debug, Default)]
+/// anyone only while someone waits, so the I/O path pays one atomic add, on its own core's
+/// counter, and one load.
+#[derive(Debug)]
 struct Written {
-    count: AtomicU64,
+    count: PerCore,
     waiters: AtomicUsize,
     changed: Notify,
 }
 
 impl Written {
+    fn new(cores: usize) -> Written {
+        Written {
+            count: PerCore::new(cores),
+            waiters: AtomicUsize::new(0),
+            changed: Notify::new(),
+        }
+    }
+
     fn add(&self) {
-        self.count.fetch_add(1, Ordering::SeqCst);
+        self.count.counter().fetch_add(1, Ordering::SeqCst);
         // Sequentially consistent with `reach`: either this sees its waiter, or the waiter
         // sees this count.
         if self.waiters.load(Ordering::SeqCst) > 0 {
@@ -78,7 +88,7 @@ impl Written {
             let mut changed = std::pin::pin!(changed);
             // Registered before the count is read: a write after the read wakes it.
             changed.as_mut().enable();
-            if self.count.load(Ordering::SeqCst) >= n {
+            if self.count.sum(Ordering::SeqCst) >= n {
                 return;
             }
             changed.await;
@@ -119,8 +129,8 @@ pub struct Target {
     stored: Vec<AtomicU32>,
     /// Per block: an I/O is running on it (one at a time).
     busy: Vec<AtomicBool>,
-    /// Blocks with an I/O running.
-    busy_count: AtomicUsize,
+    /// Blocks with an I/O running, counted per core.
+    busy_count: PerCore,
     /// The service's staging memory, one handle per connection it came on (`init`).
     service_memory: ConnectionHandles,
     /// Halves stored so far (each write counts once).
@@ -176,9 +186,9 @@ impl Target {
             busy: (0..config.half_count)
                 .map(|_| AtomicBool::new(false))
                 .collect(),
-            busy_count: AtomicUsize::new(0),
-            service_memory: ConnectionHandles::new(MAX_SERVICE_CONNECTIONS),
-            writes: Arc::default(),
+            busy_count: PerCore::new(config.cores.max(1)),
+            service_memory: ConnectionHandles::new(MAX_SERVICE_CONNECTIONS, config.cores.max(1)),
+            writes: Arc::new(Written::new(config.cores.max(1))),
             started: AtomicBool::new(false),
             by_core: PerCore::new(config.cores.max(1)),
             shutdown: watch::channel(false).0,
@@ -199,7 +209,7 @@ impl Target {
 
     /// Halves with an I/O in flight now (their slots are leased).
     pub fn busy(&self) -> usize {
-        self.busy_count.load(Ordering::SeqCst)
+        self.busy_count.sum(Ordering::SeqCst) as usize
     }
 
     /// Bytes of each half it stores.
@@ -272,8 +282,9 @@ impl Target {
                 "block {block} busy with another I/O"
             )));
         }
-        self.busy_count.fetch_add(1, Ordering::SeqCst);
-        Ok(Claim { target: self, flag })
+        let counted = self.busy_count.counter();
+        counted.fetch_add(1, Ordering::SeqCst);
+        Ok(Claim { flag, counted })
     }
 
     /// The bytes of the shard a write says carry data, checked against the half's size.

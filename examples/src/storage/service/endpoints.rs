@@ -78,7 +78,7 @@ impl StorageService for Arc<Service> {
             State::Ready(staging) if staging.transactions >= transactions as usize => {}
             State::Ready(_) | State::Created => {
                 let staging = self.make_staging(transactions as usize).await?;
-                *self.state.lock().unwrap() = State::Ready(Arc::new(staging));
+                self.set_state(State::Ready(Arc::new(staging)));
             }
         }
         self.initiators.remember(&initiator, handle)?;
@@ -97,7 +97,7 @@ impl StorageService for Arc<Service> {
                         describe(status)
                     )));
                 }
-                *self.state.lock().unwrap() = State::Running(staging);
+                self.set_state(State::Running(staging));
                 Ok(())
             }
             (StorageCommand::Start, State::Running(_)) => {
@@ -108,13 +108,13 @@ impl StorageService for Arc<Service> {
             )),
             (StorageCommand::Stop, State::Running(staging)) => {
                 let _ = self.control_targets(Command::Stop).await;
-                *self.state.lock().unwrap() = State::Ready(staging);
+                self.set_state(State::Ready(staging));
                 Ok(())
             }
             (StorageCommand::Stop, _) => Err(Status::failed_precondition("storage is not running")),
             (StorageCommand::Shutdown, _) => {
                 let _ = self.control_targets(Command::Shutdown).await;
-                *self.state.lock().unwrap() = State::ShutDown;
+                self.set_state(State::ShutDown);
                 self.shutdown.send_replace(true);
                 Ok(())
             }
@@ -148,9 +148,9 @@ impl StorageService for Arc<Service> {
         let (compressed_len, used) = compressed_len;
         drop(block);
         let (r1, r2, rp) = tokio::join!(
-            self.store(0, io.block, slot.index, used[0]),
-            self.store(1, io.block, slot.index, used[1]),
-            self.store(2, io.block, slot.index, used[2])
+            self.store(&staging, 0, io.block, slot.index, used[0]),
+            self.store(&staging, 1, io.block, slot.index, used[1]),
+            self.store(&staging, 2, io.block, slot.index, used[2])
         );
         let outcomes = [r1, r2, rp];
         for (link, outcome) in self.links.iter().zip(&outcomes) {
@@ -198,7 +198,7 @@ impl StorageService for Arc<Service> {
         let at = slot.index;
         let (len, recovered) = if planned {
             // A planned recovery read: data 1 and the parity.
-            let used = self.fetch(0, io.block, at).await?;
+            let used = self.fetch(&staging, 0, io.block, at).await?;
             let mut d1 = Vec::new();
             self.copy_half_out(&staging, at, 0, used, &mut d1, &mut 0)?;
             let out = area.as_mut_slice();
@@ -207,7 +207,10 @@ impl StorageService for Arc<Service> {
                 .await?;
             (len, true)
         } else {
-            let (r1, r2) = tokio::join!(self.fetch(0, io.block, at), self.fetch(1, io.block, at));
+            let (r1, r2) = tokio::join!(
+                self.fetch(&staging, 0, io.block, at),
+                self.fetch(&staging, 1, io.block, at)
+            );
             match (r1, r2) {
                 (Ok(u1), Ok(u2)) => {
                     let decoded = SCRATCH.with(|scratch| {

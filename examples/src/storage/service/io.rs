@@ -1,6 +1,6 @@
 //! The pieces of the I/O path the endpoints combine: checking a request, having a target
-//! store or fetch its half of a staging slot (over the lane of the core it runs on, or the one
-//! its slot picks), and recovering a block from the surviving data half and the parity.
+//! store or fetch its half of a staging slot (over the lane whose staging the slot is in), and
+//! recovering a block from the surviving data half and the parity.
 
 use std::sync::Arc;
 
@@ -13,17 +13,16 @@ use crate::generated::storage_service::BlockIo;
 use crate::generated::storage_target::{HalfDone, HalfIo};
 
 impl Service {
-    /// The lane of target `t` that staging slot `slot` uses: on a core thread, that core's
-    /// lane (it was dialed there); elsewhere the slot's.
-    fn lane(&self, t: usize, slot: usize) -> &Lane {
-        let lanes = &self.links[t].lanes;
-        &lanes[super::super::cores::current().unwrap_or(slot) % lanes.len()]
+    /// Lane `lane` of target `t`: the connection that was offered that lane's staging.
+    fn lane(&self, t: usize, lane: usize) -> &Lane {
+        &self.links[t].lanes[lane]
     }
 
     /// Has target `t` fetch its half of `block` from the staging slot (its first `used` bytes
     /// and the trailer staged after them, by one RDMA read of the target).
     pub(super) async fn store(
         &self,
+        staging: &Staging,
         t: usize,
         block: u64,
         slot: usize,
@@ -35,19 +34,29 @@ impl Service {
             length: self.half_size as u32,
             used: used as u32,
         };
-        self.lane(t, slot).stub.write_half(io).await.map(drop)
+        self.lane(t, staging.lane)
+            .stub
+            .write_half(io)
+            .await
+            .map(drop)
     }
 
     /// Has target `t` write its half of `block` into the staging slot (its data and trailer,
     /// by one RDMA write of the target): the bytes of the shard that carry data.
-    pub(super) async fn fetch(&self, t: usize, block: u64, slot: usize) -> Result<usize, Status> {
+    pub(super) async fn fetch(
+        &self,
+        staging: &Staging,
+        t: usize,
+        block: u64,
+        slot: usize,
+    ) -> Result<usize, Status> {
         let io = HalfIo {
             block,
             offset: self.half_offset(slot, t) as u64,
             length: self.half_size as u32,
             used: 0,
         };
-        let done: HalfDone = self.lane(t, slot).stub.read_half(io).await?;
+        let done: HalfDone = self.lane(t, staging.lane).stub.read_half(io).await?;
         if !done.stored {
             return Err(Status::not_found(format!(
                 "the {} target does not hold block {block}",
@@ -113,7 +122,7 @@ impl Service {
         surviving_is: Half,
         out: &mut [u8],
     ) -> Result<usize, Status> {
-        let used = self.fetch(2, block, slot).await.map_err(|s| {
+        let used = self.fetch(staging, 2, block, slot).await.map_err(|s| {
             Status::new(
                 s.code(),
                 format!(

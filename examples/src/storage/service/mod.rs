@@ -2,9 +2,9 @@
 //!
 //! Memory is registered and offered once, as in NVIDIA's storage application: the initiator
 //! offers its whole I/O memory on each of its connections at `init_storage`, and the service
-//! offers its whole staging memory (the halves of every transaction) to each target
-//! connection at its `init`; every I/O message then carries a block index and offsets, and no
-//! I/O offers, revokes, registers or imports memory.
+//! offers each lane's whole staging memory (the halves of that lane's transactions) to the
+//! lane's connection to each target at its `init`; every I/O message then carries a block
+//! index and offsets, and no I/O offers, revokes, registers or imports memory.
 //!
 //! A write fetches the block from the initiator's memory with one RDMA read into a private
 //! staging area, encodes it ([`super::codec::Codec`]) into its three halves in the shared
@@ -19,8 +19,9 @@
 //! A data path per core: the service keeps `cores` connections to each target (lanes). With
 //! [`ServiceConfig::threads`], lane `k` is dialed on core `k`'s thread, and a handler running
 //! on core `k` (the service listens once per core there) calls over lane `k`: an I/O stays on
-//! one thread ([`super::cores`]). Without, a transaction's staging slot picks its lane, so
-//! that the calls of different transactions run on different connections.
+//! one thread ([`super::cores`]), with staging memory of that lane's own. Without, I/Os take
+//! the lanes in turn, so that the calls of different transactions run on different
+//! connections.
 
 // This file holds the service, its configuration and its connections to the targets;
 // `staging` the staging memory, `io` the pieces of the I/O path, `endpoints` what the
@@ -30,7 +31,7 @@ mod endpoints;
 mod io;
 mod staging;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -41,7 +42,7 @@ use tokio::sync::watch;
 
 use super::auth::Secret;
 use super::codec::{Codec, CpuCodec, Slot};
-use super::cores::{CoreThreads, PerCore};
+use super::cores::{CoreThreads, Padded, PerCore};
 use super::handles::ConnectionHandles;
 use crate::generated::storage_service::StorageServiceServer;
 use crate::generated::storage_target::{
@@ -49,7 +50,7 @@ use crate::generated::storage_target::{
 };
 
 pub use staging::shards_used;
-use staging::Staging;
+use staging::{Staging, StagingSet};
 
 /// A server of `service` as every storage process runs it: the receives the storage
 /// connections post ([`super::RECEIVES`]), and calls taken only from the initiator that
@@ -76,7 +77,7 @@ pub struct ServiceConfig {
     /// What the service presents to the targets (they take calls from their service only).
     pub target_secret: Secret,
     /// A thread per core: lane `k` to each target is dialed on core `k`, and handlers on core
-    /// `k` use it. `None`: lanes are dialed on the caller's runtime and picked by staging slot.
+    /// `k` use it. `None`: lanes are dialed on the caller's runtime and I/Os take them in turn.
     pub threads: Option<Arc<CoreThreads>>,
 }
 
@@ -124,7 +125,8 @@ impl Link {
     }
 
     fn came_back(&self) {
-        if self.down.swap(false, Ordering::Relaxed) {
+        // Read first: a swap on every write would take the line from the other cores.
+        if self.down.load(Ordering::Relaxed) && self.down.swap(false, Ordering::Relaxed) {
             tracing::warn!(target_slot = %self.slot, "the {} target takes writes again", self.slot);
         }
     }
@@ -135,10 +137,13 @@ enum State {
     /// Waiting for `init_storage`.
     Created,
     /// Initialized; I/O once started.
-    Ready(Arc<Staging>),
-    Running(Arc<Staging>),
+    Ready(Arc<StagingSet>),
+    Running(Arc<StagingSet>),
     ShutDown,
 }
+
+/// One lane's staging while storage runs, on cache lines of its own.
+type LaneRunning = Padded<Mutex<Option<Arc<Staging>>>>;
 
 /// The service.
 pub struct Service {
@@ -149,6 +154,11 @@ pub struct Service {
     half_size: usize,
     block_count: u64,
     state: Mutex<State>,
+    /// Per lane, the lane's staging while storage runs: what an I/O reads instead of
+    /// `state`, whose lock and `Arc` every core's I/Os would take from each other.
+    running: Box<[LaneRunning]>,
+    /// The lane of the next I/O that runs on no core's thread.
+    next_lane: AtomicUsize,
     /// The I/O memory each initiator connection offered at `init_storage`.
     initiators: ConnectionHandles,
     reads: AtomicU64,
@@ -273,6 +283,7 @@ impl Service {
         }
         let links: [Link; 3] = super::cluster::three(links);
         let by_core = PerCore::new(config.cores.max(1));
+        let lanes = links[0].lanes.len();
         Ok(Service {
             config,
             codec,
@@ -281,7 +292,9 @@ impl Service {
             half_size: g.half_size as usize,
             block_count: g.half_count,
             state: Mutex::new(State::Created),
-            initiators: ConnectionHandles::new(MAX_INITIATOR_CONNECTIONS),
+            running: (0..lanes).map(|_| Padded::default()).collect(),
+            next_lane: AtomicUsize::new(0),
+            initiators: ConnectionHandles::new(MAX_INITIATOR_CONNECTIONS, lanes),
             reads: AtomicU64::new(0),
             by_core,
             shutdown: watch::channel(false).0,
@@ -292,6 +305,18 @@ impl Service {
     /// on no core thread (all of them without [`ServiceConfig::threads`]).
     pub fn ios_by_core(&self) -> (Vec<u64>, u64) {
         self.by_core.get()
+    }
+
+    /// Per lane, the staging slots its I/Os took, by the core thread they ran on, and
+    /// elsewhere: with a thread per core, lane `k`'s staging is used on core `k` only. Empty
+    /// before `init_storage`.
+    pub fn staging_by_lane(&self) -> Vec<(Vec<u64>, u64)> {
+        match &*self.state.lock().unwrap() {
+            State::Ready(set) | State::Running(set) => {
+                set.lanes.iter().map(|s| s.taken_on.get()).collect()
+            }
+            State::Created | State::ShutDown => Vec::new(),
+        }
     }
 
     /// [`Service::ios_by_core`] as the binaries print it.
@@ -307,9 +332,19 @@ impl Service {
         }
     }
 
+    /// The staging of the lane an I/O uses, while storage runs: on a core's thread that
+    /// core's lane (its connections live there), elsewhere the lanes in turn.
     fn running(&self) -> Result<Arc<Staging>, Status> {
+        let lanes = self.running.len();
+        let lane = match super::cores::current() {
+            Some(core) => core % lanes,
+            None => self.next_lane.fetch_add(1, Ordering::Relaxed) % lanes,
+        };
+        if let Some(staging) = &*self.running[lane].0.lock().unwrap() {
+            return Ok(staging.clone());
+        }
         match &*self.state.lock().unwrap() {
-            State::Running(staging) => Ok(staging.clone()),
+            State::Running(set) => Ok(set.lanes[lane].clone()),
             State::Created => Err(Status::failed_precondition(
                 "storage is not initialized: call init_storage, then start",
             )),
@@ -318,6 +353,18 @@ impl Service {
             )),
             State::ShutDown => Err(Status::failed_precondition("storage was shut down")),
         }
+    }
+
+    /// Sets the state, and what each lane's I/O reads of it.
+    fn set_state(&self, state: State) {
+        let mut current = self.state.lock().unwrap();
+        for (lane, running) in self.running.iter().enumerate() {
+            *running.0.lock().unwrap() = match &state {
+                State::Running(set) => Some(set.lanes[lane].clone()),
+                _ => None,
+            };
+        }
+        *current = state;
     }
 
     async fn control_targets(&self, command: Command) -> Vec<(Slot, Status)> {

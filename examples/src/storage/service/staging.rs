@@ -1,7 +1,13 @@
-//! The service's staging memory: per transaction, a private block area and three halves in
-//! memory shared and offered once to every target connection; the slots transactions take,
-//! where each half is, the copies to and from the shared halves (whose bytes local code only
-//! copies, since the targets may write them), and which bytes of a half carry data.
+//! The service's staging memory: per lane (a data path per core), per transaction, a private
+//! block area and three halves in memory shared and offered once to that lane's target
+//! connections; the slots transactions take, where each half is, the copies to and from the
+//! shared halves (whose bytes local code only copies, since the targets may write them), and
+//! which bytes of a half carry data.
+//!
+//! Each lane has staging of its own, as each of the seed's data-path threads has its own
+//! buffers: an I/O on one core takes its slot, leases its areas and counts its permits without
+//! touching a line that an I/O on another core writes. With one staging for all lanes, its
+//! free list, permits and the regions' lease tables moved between the two cores on every I/O.
 
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
@@ -10,20 +16,33 @@ use rdma_rpc_core::{Access, MemoryRegion, RegionOffer, Share, SharedRegion, Stat
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::super::codec::{HEADER_LEN, TRAILER_LEN};
+use super::super::cores::PerCore;
 use super::{describe, Service};
 use crate::generated::storage_target::TargetInit;
 
-/// Staging memory for the I/O in flight: per transaction, a private block area (the
-/// initiator's block lands there, a read's block is decoded there) and three halves in memory
-/// shared and offered once to every target connection.
+/// The staging of every lane.
+pub(super) struct StagingSet {
+    /// Lane `k`'s staging, offered on lane `k`'s target connections only.
+    pub(super) lanes: Vec<Arc<Staging>>,
+    /// Transactions in flight it takes, all lanes together.
+    pub(super) transactions: usize,
+}
+
+/// One lane's staging memory for the I/O in flight: per transaction, a private block area
+/// (the initiator's block lands there, a read's block is decoded there) and three halves in
+/// memory shared and offered once to the lane's connection to each target.
 pub(super) struct Staging {
+    /// The lane: the connection to each target that was offered these halves.
+    pub(super) lane: usize,
     pub(super) blocks: MemoryRegion,
     halves: SharedRegion,
-    /// The share and whole-region offer of `halves` per target lane, held while staging lives.
+    /// The share and whole-region offer of `halves` per target, held while staging lives.
     _offers: Vec<(Share, RegionOffer)>,
-    pub(super) transactions: usize,
     free: Mutex<Vec<usize>>,
     permits: Arc<Semaphore>,
+    /// Slots taken, by the core thread that took them (all on the lane's own core, with a
+    /// thread per core).
+    pub(super) taken_on: PerCore,
 }
 
 /// A staging slot, back in the free list when dropped.
@@ -41,6 +60,7 @@ impl Drop for StagingSlot<'_> {
 
 impl Staging {
     pub(super) async fn slot(&self) -> StagingSlot<'_> {
+        self.taken_on.count();
         let permit = self
             .permits
             .clone()
@@ -91,21 +111,26 @@ thread_local! {
 }
 
 impl Service {
-    /// Staging for `n` transactions: the halves' memory shared with and offered once to every
-    /// lane of every target (one registration and export per connection, here and never per
-    /// I/O), and each target told its handle.
-    pub(super) async fn make_staging(&self, n: usize) -> Result<Staging, Status> {
-        let halves = SharedRegion::new(n * 3 * self.half_size).map_err(Status::from)?;
+    /// Staging for `n` transactions, split evenly over the lanes: each lane's halves memory
+    /// shared with and offered once to that lane's connection to every target (one
+    /// registration and export per connection, here and never per I/O), and each target
+    /// told its handle.
+    pub(super) async fn make_staging(&self, n: usize) -> Result<StagingSet, Status> {
+        let lanes = self.links[0].lanes.len();
+        let per_lane = n.div_ceil(lanes).max(1);
         let rw = Access::REMOTE_READ | Access::REMOTE_WRITE;
-        let mut offers = Vec::new();
-        for link in &self.links {
-            for lane in &link.lanes {
-                let share = lane.client.remote_memory().share(&halves, rw)?;
+        let mut set = Vec::new();
+        for lane in 0..lanes {
+            let halves = SharedRegion::new(per_lane * 3 * self.half_size).map_err(Status::from)?;
+            let mut offers = Vec::new();
+            for link in &self.links {
+                let to = &link.lanes[lane];
+                let share = to.client.remote_memory().share(&halves, rw)?;
                 let offer = share.offer_all(rw)?;
                 let init = TargetInit {
                     memory: Some(offer.handle()),
                 };
-                tokio::time::timeout(self.config.control_timeout, lane.stub.init(init))
+                tokio::time::timeout(self.config.control_timeout, to.stub.init(init))
                     .await
                     .unwrap_or_else(|_| {
                         Err(Status::deadline_exceeded("no answer (control_timeout)"))
@@ -119,14 +144,19 @@ impl Service {
                     })?;
                 offers.push((share, offer));
             }
+            set.push(Arc::new(Staging {
+                lane,
+                blocks: MemoryRegion::new(per_lane * self.block_size).map_err(Status::from)?,
+                halves,
+                _offers: offers,
+                free: Mutex::new((0..per_lane).collect()),
+                permits: Arc::new(Semaphore::new(per_lane)),
+                taken_on: PerCore::new(lanes),
+            }));
         }
-        Ok(Staging {
-            blocks: MemoryRegion::new(n * self.block_size).map_err(Status::from)?,
-            halves,
-            _offers: offers,
-            transactions: n,
-            free: Mutex::new((0..n).collect()),
-            permits: Arc::new(Semaphore::new(n)),
+        Ok(StagingSet {
+            lanes: set,
+            transactions: per_lane * lanes,
         })
     }
 
