@@ -228,6 +228,20 @@ where
     })
 }
 
+/// Memory the system can give this process now (`MemAvailable`), in bytes (Linux; `None`
+/// elsewhere).
+pub fn available_memory() -> Option<u64> {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with("MemAvailable:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse::<u64>()
+        .ok()
+        .map(|kb| kb * 1024)
+}
+
 /// Peak resident set size of this process so far, in MiB (Linux; 0 elsewhere).
 pub fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")

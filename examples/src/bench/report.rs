@@ -39,8 +39,9 @@ pub struct OpRow {
     pub imports_per_call: Option<f64>,
     /// Several calls in flight on one connection.
     pub one_connection: Throughput,
-    /// Many connections, one call in flight each.
-    pub many_connections: Throughput,
+    /// Many connections, one call in flight each; `None` where they would not fit in memory
+    /// ([`Results::many_skipped_above`]).
+    pub many_connections: Option<Throughput>,
 }
 
 /// Registrations and imports per call of one kind of call, once warm.
@@ -147,6 +148,10 @@ pub struct Results {
     pub depth: usize,
     /// Connections in the many-connection runs.
     pub connections: usize,
+    /// Payload sizes above this many bytes had no many-connection run: `connections` calls in
+    /// flight of that size would not fit in half the memory available when the run started
+    /// (`None`: every size ran).
+    pub many_skipped_above: Option<usize>,
     /// Raw TCP 64-byte ping-pong round trip.
     pub tcp_round_trip: Latency,
     /// Raw TCP bulk stream of 4 MiB writes, GB/s.
@@ -237,7 +242,7 @@ impl Results {
             let per_call = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
             let _ = writeln!(
                 out,
-                "{:<8} {:>7} {:>4.1} {:>5} {:>5} {:>9.1} {:>9.1} {:>8} {:>8} {:>9.3} {:>10.0} {:>8} {:>8} {:>9.3}",
+                "{:<8} {:>7} {:>4.1} {:>5} {:>5} {:>9.1} {:>9.1} {:>8} {:>8} {:>9.3} {:>10.0} {:>8} {:>8} {:>9}",
                 r.op,
                 size(r.size),
                 r.round_trips,
@@ -251,7 +256,16 @@ impl Results {
                 r.one_connection.calls_per_s,
                 ratio(r.one_connection.gb_per_s, self.tcp_bulk_gb_per_s),
                 grpc.map_or("-".into(), |(_, t)| ratio(r.one_connection.gb_per_s, t.gb_per_s)),
-                r.many_connections.gb_per_s,
+                r.many_connections.map_or("-".into(), |t| format!("{:.3}", t.gb_per_s)),
+            );
+        }
+        if let Some(above) = self.many_skipped_above {
+            let _ = writeln!(
+                out,
+                "\nGB/s Nc: not run above {} ({} calls in flight of that size would not fit in \
+                 half the memory available at the start)",
+                size(above),
+                self.connections
             );
         }
         if let Some(c) = &self.read_into {

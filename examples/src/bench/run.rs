@@ -89,6 +89,19 @@ pub(super) fn calls(size: usize, quick: bool) -> (usize, usize) {
     }
 }
 
+/// The payload size above which `connections` calls in flight, each holding about twice its
+/// payload, would not fit in `budget` bytes (`None`: every size of `sizes` fits).
+fn many_skipped_above(connections: usize, sizes: &[usize], budget: u64) -> Option<usize> {
+    let fits = |size: usize| (connections as u64).saturating_mul(size as u64 * 2) <= budget;
+    let largest = sizes
+        .iter()
+        .copied()
+        .filter(|&s| fits(s))
+        .max()
+        .unwrap_or(0);
+    sizes.iter().any(|&s| s > largest).then_some(largest)
+}
+
 /// Runs every phase of the benchmark, the serving side on `server`, and checks the figures
 /// against their targets.
 pub async fn run(o: &Settings, server: &Handle) -> Result<Results, BenchError> {
@@ -153,6 +166,13 @@ pub async fn run(o: &Settings, server: &Handle) -> Result<Results, BenchError> {
         warm.await.map_err(|e| format!("warming: {e}"))??;
     }
 
+    // The many-connection figure keeps one call of the size in flight per connection: its
+    // payloads, results and their staging take about twice that, on top of the pools. Sizes
+    // that would not fit in half the memory available now are not run (1,000 connections of
+    // 16 MiB calls would need 32 GiB; the kernel ends such a run, or the pool waits time out).
+    let many_budget = super::measure::available_memory().unwrap_or(8 << 30) / 2;
+    let many_skipped_above = many_skipped_above(o.connections, &SIZES, many_budget);
+    let fits = |size: usize| many_skipped_above.is_none_or(|above| size <= above);
     let mut rows = Vec::new();
     for &size in &SIZES {
         let data = Bytes::from(vec![0x5a; size]);
@@ -182,16 +202,22 @@ pub async fn run(o: &Settings, server: &Handle) -> Result<Results, BenchError> {
                 "rdma-rpc {op} {size} B: {} connections",
                 o.connections
             ));
-            // Several calls per connection, so that the figure is not one cold call each.
-            let many_calls = tput_calls.max(o.connections * if o.quick { 1 } else { 4 });
-            let many = throughput(many_calls, size, o.connections, |w| {
-                let (others, data) = (others.clone(), data.clone());
-                move || {
-                    let (client, data) = (others[w].clone(), data.clone());
-                    async move { call(&client, op, &data).await }
-                }
-            })
-            .await?;
+            let many = if fits(size) {
+                // Several calls per connection, so that the figure is not one cold call each.
+                let many_calls = tput_calls.max(o.connections * if o.quick { 1 } else { 4 });
+                Some(
+                    throughput(many_calls, size, o.connections, |w| {
+                        let (others, data) = (others.clone(), data.clone());
+                        move || {
+                            let (client, data) = (others[w].clone(), data.clone());
+                            async move { call(&client, op, &data).await }
+                        }
+                    })
+                    .await?,
+                )
+            } else {
+                None
+            };
             rows.push(OpRow {
                 op,
                 size,
@@ -328,6 +354,7 @@ pub async fn run(o: &Settings, server: &Handle) -> Result<Results, BenchError> {
         quick: o.quick,
         depth: o.depth,
         connections: o.connections,
+        many_skipped_above,
         tcp_round_trip,
         tcp_bulk_gb_per_s: tcp_bulk,
         copy,
@@ -342,4 +369,22 @@ pub async fn run(o: &Settings, server: &Handle) -> Result<Results, BenchError> {
     };
     results.targets = targets(&results);
     Ok(results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::many_skipped_above;
+
+    #[test]
+    fn many_connection_runs_stop_at_the_largest_size_that_fits() {
+        const GIB: u64 = 1 << 30;
+        let sizes = [64, 4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20];
+        // 64 connections of 16 MiB: 2 GiB with their copies.
+        assert_eq!(many_skipped_above(64, &sizes, 11 * GIB), None);
+        // 1,000 of 4 MiB need 8 GiB, of 16 MiB 32 GiB.
+        assert_eq!(many_skipped_above(1000, &sizes, 11 * GIB), Some(4 << 20));
+        assert_eq!(many_skipped_above(1000, &sizes, 40 * GIB), None);
+        // Not even the smallest fits: every size is skipped.
+        assert_eq!(many_skipped_above(1 << 40, &sizes, GIB), Some(0));
+    }
 }

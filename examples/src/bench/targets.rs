@@ -149,7 +149,7 @@ pub(super) fn targets(r: &Results) -> Vec<Target> {
             .rows
             .iter()
             .filter(|x| x.op == op)
-            .map(|x| x.many_connections.gb_per_s)
+            .filter_map(|x| x.many_connections.map(|t| t.gb_per_s))
             .fold(0.0, f64::max);
         if peak > 0.0 {
             let ratio = many / peak;

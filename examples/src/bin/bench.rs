@@ -49,7 +49,8 @@ struct Options {
     /// Calls in flight on one connection (and stream windows in flight).
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = at_least_one)]
     depth: usize,
-    /// Connections of the many-connection figures.
+    /// Connections of the many-connection figures (sizes whose calls, one in flight per
+    /// connection, would not fit in half the available memory are not run, and say so).
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = at_least_one)]
     connections: usize,
     /// How client and server share threads.
