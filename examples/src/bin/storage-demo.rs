@@ -45,18 +45,18 @@ struct Args {
     #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = flags::size)]
     block_size: usize,
     /// Blocks written, then read back.
-    #[arg(long, value_name = "N", default_value_t = 8000)]
+    #[arg(long, value_name = "N", default_value_t = 8000, value_parser = flags::at_least_one::<u64>)]
     blocks: u64,
     /// Data paths: initiator connections, and service connections to each target (default:
     /// this machine's cores).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = flags::at_least_one::<usize>)]
     cores: Option<usize>,
     /// Pins a data path's thread to CPU N (repeatable: one data path per --cpu, as NVIDIA's
     /// application runs one per --cpu; --cores then defaults to their number).
     #[arg(long = "cpu", value_name = "N")]
     cpu: Vec<usize>,
     /// I/O in flight per core.
-    #[arg(long, value_name = "N", default_value_t = 8)]
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = flags::at_least_one::<u32>)]
     transactions_per_core: u32,
     /// Every part on the demo's one multi-threaded runtime instead of a thread per core (the
     /// data paths then share its workers; for comparison).

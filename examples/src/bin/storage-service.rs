@@ -68,7 +68,7 @@ struct Args {
     control_timeout: Duration,
     /// Cores, each with a thread, a runtime, a listener and a connection to each target
     /// (default: this machine's, or one per --listen address).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = flags::at_least_one::<usize>)]
     cores: Option<usize>,
     /// Pins a data path's thread to CPU N (repeatable: one data path per --cpu, as NVIDIA's
     /// application runs one per --cpu; --cores then defaults to their number).

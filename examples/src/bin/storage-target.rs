@@ -31,7 +31,7 @@ struct Args {
     listen: Vec<String>,
     /// Cores, each with a thread, a runtime and a listener (default: this machine's, or one
     /// per --listen address).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = flags::at_least_one::<usize>)]
     cores: Option<usize>,
     /// Pins a data path's thread to CPU N (repeatable: one data path per --cpu, as NVIDIA's
     /// application runs one per --cpu; --cores then defaults to their number).
@@ -44,7 +44,7 @@ struct Args {
     #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = flags::size)]
     block_size: usize,
     /// How many halves it holds.
-    #[arg(long, value_name = "N", default_value_t = 4096)]
+    #[arg(long, value_name = "N", default_value_t = 4096, value_parser = flags::at_least_one::<u64>)]
     block_count: u64,
     /// The secret its service presents (or STORAGE_TARGET_SECRET).
     #[arg(long, value_name = "S")]

@@ -13,6 +13,20 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use super::cores::{serve_on, CoreThreads};
 
+/// A count that must be at least 1 (clap parser): `--cores 0` or `--blocks 0` is refused at
+/// once rather than run as something else.
+pub fn at_least_one<T>(v: &str) -> Result<T, String>
+where
+    T: std::str::FromStr + Default + PartialEq,
+    T::Err: std::fmt::Display,
+{
+    match v.parse::<T>() {
+        Ok(n) if n == T::default() => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// The exit of binary `name`: 0, or 1 with `name: error` on stderr.
 pub fn exit(name: &str, result: Result<(), String>) -> ExitCode {
     match result {
@@ -233,6 +247,15 @@ mod tests {
             assert!(size(bad).unwrap_err().contains("not a size"), "{bad}");
         }
         assert!(duration("5").unwrap_err().contains("not a duration"));
+    }
+
+    #[test]
+    fn counts_start_at_one() {
+        assert_eq!(at_least_one::<usize>("2").unwrap(), 2);
+        assert_eq!(at_least_one::<u64>("8000").unwrap(), 8000);
+        assert_eq!(at_least_one::<u32>("0").unwrap_err(), "must be at least 1");
+        assert!(at_least_one::<usize>("-1").is_err());
+        assert!(at_least_one::<u64>("many").is_err());
     }
 
     #[test]
