@@ -29,6 +29,7 @@ use std::process::ExitCode;
 use examples::bench::measure::BenchError;
 use examples::bench::report::Results;
 use examples::bench::run::{run, Settings};
+use examples::storage::flags::at_least_one;
 use rdma_rpc_core::transport::doca::ProgressMode;
 use tokio::runtime::Builder;
 
@@ -47,11 +48,11 @@ struct Options {
     #[arg(long, value_name = "DIR", default_value = "bench-results")]
     out: PathBuf,
     /// Calls in flight on one connection (and stream windows in flight).
-    #[arg(long, value_name = "N", default_value_t = 8, value_parser = at_least_one)]
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = at_least_one::<usize>)]
     depth: usize,
     /// Connections of the many-connection figures (sizes whose calls, one in flight per
     /// connection, would not fit in half the available memory are not run, and say so).
-    #[arg(long, value_name = "N", default_value_t = 64, value_parser = at_least_one)]
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = at_least_one::<usize>)]
     connections: usize,
     /// How client and server share threads.
     #[arg(long, value_enum, default_value_t = RuntimeMode::Split)]
@@ -62,14 +63,6 @@ struct Options {
 }
 
 /// A count of at least 1.
-fn at_least_one(v: &str) -> Result<usize, String> {
-    match v.parse::<usize>() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum RuntimeMode {
     Split,

@@ -58,6 +58,7 @@ use clap::Parser;
 use examples::bench::measure::{throughput, BenchError};
 use examples::bench::scale::calls_per_second;
 use examples::bench::service::{Bench, BenchClient, BenchServer, Len, Sink};
+use examples::storage::flags::at_least_one;
 use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport};
 use rdma_rpc_core::transport::mem::MemTransport;
 use rdma_rpc_core::transport::Transport;
@@ -69,7 +70,7 @@ use rdma_rpc_core::{Client, RegisteredBuf, Request, Server, Status};
 #[command(name = "callcost")]
 struct Options {
     /// Timed calls in all (after one untimed call per caller).
-    #[arg(long, value_name = "N", default_value_t = 400_000)]
+    #[arg(long, value_name = "N", default_value_t = 400_000, value_parser = at_least_one::<usize>)]
     calls: usize,
     /// Calls in flight on the one connection.
     #[arg(long, value_name = "DEPTH", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]

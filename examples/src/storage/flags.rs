@@ -1,6 +1,7 @@
 //! What the storage binaries share on their command lines (parsed by clap): sizes with binary
-//! units (`64KiB`), durations (`5s`), the machine's cores, and what every one of them does at
-//! the end (exit codes, serving until told to stop).
+//! units (`64KiB`), durations (`5s`), counts of at least one (which `bench` and `callcost`
+//! use too), the machine's cores, and what every one of them does at the end (exit codes,
+//! serving until told to stop).
 
 use std::future::Future;
 use std::process::ExitCode;
