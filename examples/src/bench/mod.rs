@@ -4,6 +4,7 @@
 
 pub mod copy_baseline;
 pub mod grpc;
+pub mod machine;
 pub mod measure;
 mod rdma_rpc;
 pub mod report;

@@ -138,6 +138,8 @@ pub struct Target {
 /// Everything one run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Results {
+    /// The machine the run was measured on.
+    pub machine: super::machine::Machine,
     /// The rdma-rpc transport used.
     pub transport: String,
     /// How client and server sides were run.
@@ -197,6 +199,7 @@ impl Results {
     /// The plain-text report.
     pub fn table(&self) -> String {
         let mut out = String::new();
+        let _ = writeln!(out, "machine: {}", self.machine);
         let _ = writeln!(
             out,
             "baselines: raw TCP 64 B round trip p50 {:.1} us, p99 {:.1} us; raw TCP bulk (4 MiB writes) {:.2} GB/s",

@@ -344,6 +344,7 @@ pub async fn run(o: &Settings, server: &Handle) -> Result<Results, BenchError> {
     progress.finish();
 
     let mut results = Results {
+        machine: super::machine::Machine::this(),
         transport: match o.doca_progress {
             Some(ProgressMode::BusyPoll) => format!("{addr} (DOCA progress: busy poll)"),
             Some(ProgressMode::Spin) => format!("{addr} (DOCA progress: spin)"),

@@ -130,6 +130,7 @@ async fn run(args: Args) -> Result<(), String> {
     let cluster = Cluster::start(transport, bind, &config)
         .await
         .map_err(|s| s.to_string())?;
+    println!("machine: {}", examples::bench::machine::Machine::this());
     println!(
         "targets {} | service {} | {blocks} blocks of {block_size} bytes | {}",
         cluster.target_addrs.join(", "),
