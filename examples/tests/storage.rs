@@ -94,6 +94,17 @@ async fn round_trip(scheme: &str, sizes: &[usize], blocks: u64) {
         assert_eq!(report.recovery_reads, blocks / 5, "every 5th read recovers");
         assert_eq!(report.degraded_writes, 0);
         assert!(report.compression_ratio() > 1.2, "{}", report.table());
+        // What each phase cost in CPU is measured and shown next to it.
+        #[cfg(unix)]
+        for phase in [&report.write, &report.read] {
+            assert!(
+                phase.cpu.is_some_and(|cpu| !cpu.total().is_zero()),
+                "{}",
+                report.table()
+            );
+        }
+        #[cfg(unix)]
+        assert!(report.table().contains("CPU of this process per I/O"));
     }
 }
 

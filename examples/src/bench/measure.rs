@@ -242,6 +242,67 @@ pub fn available_memory() -> Option<u64> {
         .map(|kb| kb * 1024)
 }
 
+/// CPU time this process has used so far, every thread together, in user space and in the
+/// kernel (`getrusage`; `None` off Unix). Differences of two readings say what a stretch of
+/// work cost in CPU: a steadier figure than its wall time on a machine shared with others.
+pub fn process_cpu() -> Option<CpuTime> {
+    #[cfg(unix)]
+    {
+        // SAFETY: `getrusage` fills the `rusage` it is given (all-zero is a valid value of
+        // that plain C struct) and reads nothing else.
+        let usage = unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            (libc::getrusage(libc::RUSAGE_SELF, &mut usage) == 0).then_some(usage)
+        }?;
+        let time = |t: libc::timeval| {
+            Duration::from_secs(t.tv_sec.max(0) as u64)
+                + Duration::from_micros(t.tv_usec.clamp(0, 999_999) as u64)
+        };
+        Some(CpuTime {
+            user: time(usage.ru_utime),
+            kernel: time(usage.ru_stime),
+        })
+    }
+    #[cfg(not(unix))]
+    None
+}
+
+/// What this process used since `before` (a reading of [`process_cpu`]), or `None` where
+/// either reading is missing.
+pub fn process_cpu_since(before: Option<CpuTime>) -> Option<CpuTime> {
+    Some(process_cpu()?.since(&before?))
+}
+
+/// CPU time, in user space and in the kernel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuTime {
+    /// In user space.
+    pub user: Duration,
+    /// In the kernel (system calls, page faults, and over TCP the network stack).
+    pub kernel: Duration,
+}
+
+impl CpuTime {
+    /// What was used between `earlier` and this reading.
+    pub fn since(&self, earlier: &CpuTime) -> CpuTime {
+        CpuTime {
+            user: self.user.saturating_sub(earlier.user),
+            kernel: self.kernel.saturating_sub(earlier.kernel),
+        }
+    }
+
+    /// Both together.
+    pub fn total(&self) -> Duration {
+        self.user + self.kernel
+    }
+
+    /// Microseconds per unit of `n` units of work: (total, user, kernel).
+    pub fn per_us(&self, n: u64) -> (f64, f64, f64) {
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / n.max(1) as f64;
+        (per(self.total()), per(self.user), per(self.kernel))
+    }
+}
+
 /// Peak resident set size of this process so far, in MiB (Linux; 0 elsewhere).
 pub fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
@@ -296,6 +357,49 @@ impl Progress {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cpu_time_is_split_per_unit_of_work() {
+        let ms = std::time::Duration::from_millis;
+        let before = CpuTime {
+            user: ms(100),
+            kernel: ms(40),
+        };
+        let after = CpuTime {
+            user: ms(400),
+            kernel: ms(240),
+        };
+        let spent = after.since(&before);
+        assert_eq!(spent.total(), ms(500));
+        assert_eq!(spent.per_us(1000), (500.0, 300.0, 200.0));
+        // An earlier reading taken as the later one gives nothing, not a wrap.
+        assert_eq!(before.since(&after), CpuTime::default());
+        assert_eq!(CpuTime::default().per_us(0), (0.0, 0.0, 0.0));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_process_cpu_time_grows_with_work() {
+        let before = process_cpu().expect("getrusage");
+        let spent = || process_cpu().expect("getrusage").since(&before).total();
+        // Work the optimizer cannot drop, until the clock (10 ms ticks at worst) sees 20 ms
+        // of it, or 10 s have passed on the wall clock.
+        let started = std::time::Instant::now();
+        let mut x = 1u64;
+        while spent() < std::time::Duration::from_millis(20)
+            && started.elapsed() < std::time::Duration::from_secs(10)
+        {
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+            }
+        }
+        assert!(
+            spent() >= std::time::Duration::from_millis(20),
+            "10 s of spinning showed {:?} of CPU time",
+            spent()
+        );
+        std::hint::black_box(x);
+    }
+
     use super::*;
 
     /// Within the histogram's precision (3 significant digits).

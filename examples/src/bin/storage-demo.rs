@@ -21,6 +21,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use examples::bench::measure::{process_cpu, process_cpu_since};
 use examples::generated::storage_service::{StorageCommand, StorageServiceClient};
 use examples::storage::auth::Secret;
 use examples::storage::cluster::{Cluster, ClusterConfig};
@@ -217,12 +218,20 @@ async fn baselines(
 ) -> Result<String, String> {
     let codec_after = codec_alone(block_size, blocks).await?;
     let mean = |f: fn(&Baseline) -> f64| (f(&codec_before) + f(&codec_after)) / 2.0 / 1e9;
-    // A plain TCP stream of 4 MiB writes, and one thread copying memory.
-    let bulk =
-        examples::bench::tcp_baseline::bulk_stream(&tokio::runtime::Handle::current(), 4 << 20, 64)
-            .await
-            .map_err(|e| format!("measuring raw TCP bulk: {e}"))?
-            / 1e9;
+    // A plain TCP stream of 4 MiB writes (and the CPU it took, both ends), and one thread
+    // copying memory.
+    let (chunk, chunks) = (4 << 20, 64);
+    let cpu_before = process_cpu();
+    let bulk = examples::bench::tcp_baseline::bulk_stream(
+        &tokio::runtime::Handle::current(),
+        chunk,
+        chunks,
+    )
+    .await
+    .map_err(|e| format!("measuring raw TCP bulk: {e}"))?
+        / 1e9;
+    let blocks_moved = (chunk * chunks / block_size.max(1)) as u64;
+    let bulk_cpu = process_cpu_since(cpu_before).map(|cpu| cpu.per_us(blocks_moved).0);
     let copy = examples::bench::copy_baseline::measure(8, 64, 1 << 30);
     let (write, read) = (report.write.gb_per_s(), report.read.gb_per_s());
     let (codec_write, codec_read) = (
@@ -243,7 +252,20 @@ async fn baselines(
         codec_after.write_bytes_per_sec / 1e9,
         codec_after.read_bytes_per_sec / 1e9
     ));
-    out.push_str(&format!("  raw TCP bulk: {bulk:.2}\n"));
+    // The codec's time per block, to read against the storage path's CPU per I/O.
+    let per_block = |bytes_per_sec: f64| block_size as f64 / (bytes_per_sec * 1e9) * 1e6;
+    out.push_str(&format!(
+        "    per block: write {:.1} us, read {:.1} us of one core's time (against the CPU per \
+         I/O above, every part and the transport included)\n",
+        per_block(codec_write),
+        per_block(codec_read)
+    ));
+    match bulk_cpu {
+        Some(us) => out.push_str(&format!(
+            "  raw TCP bulk: {bulk:.2} ({us:.1} us of CPU per block's bytes, both ends)\n"
+        )),
+        None => out.push_str(&format!("  raw TCP bulk: {bulk:.2}\n")),
+    }
     out.push_str(&format!(
         "  memory copy, one thread: {:.2} among 8 MiB, {:.2} among 64 MiB\n",
         copy.few_gb_per_s, copy.many_gb_per_s

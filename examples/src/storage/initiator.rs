@@ -13,7 +13,7 @@ use rdma_rpc_core::transport::doca::Counters;
 use rdma_rpc_core::{Access, Client, SharedBuf, SharedRegion, Status};
 
 use super::cores::CoreThreads;
-use crate::bench::measure::Latencies;
+use crate::bench::measure::{process_cpu, process_cpu_since, CpuTime, Latencies};
 use crate::generated::storage_service::{
     BlockIo, InitStorage, StorageCommand, StorageControl, StorageServiceClient,
 };
@@ -102,6 +102,10 @@ pub struct OpReport {
     pub bytes: u64,
     /// Wall time of the phase.
     pub elapsed: Duration,
+    /// CPU time this process used during the phase, every thread together (`None` where it
+    /// cannot be read). When the process runs every part (`storage-demo`), this is what the
+    /// whole storage path cost.
+    pub cpu: Option<CpuTime>,
     /// Each I/O's latency.
     pub latencies: Latencies,
 }
@@ -177,6 +181,14 @@ impl Report {
         ));
         if let Some(why) = &self.first_degraded {
             out.push_str(&format!("first degraded write: {why}\n"));
+        }
+        if let (Some(w), Some(r)) = (self.write.cpu, self.read.cpu) {
+            let ((w, wu, wk), (r, ru, rk)) =
+                (w.per_us(self.write.count), r.per_us(self.read.count));
+            out.push_str(&format!(
+                "CPU of this process per I/O, every thread: write {w:.1} us (user {wu:.1}, \
+                 kernel {wk:.1}), read {r:.1} us (user {ru:.1}, kernel {rk:.1})\n"
+            ));
         }
         for (name, cost) in [("write", &self.write_cost), ("read", &self.read_cost)] {
             if let Some(c) = cost {
@@ -388,6 +400,7 @@ pub async fn run_on(clients: Vec<Client>, config: &InitiatorConfig) -> Result<Re
         let warmed = Arc::new(AtomicBool::new(false));
         let warm: Arc<std::sync::Mutex<Option<Counters>>> = Arc::default();
         let started = Instant::now();
+        let cpu_before = process_cpu();
         let mut tasks = tokio::task::JoinSet::new();
         for w in 0..workers {
             let lane = w % lanes.len();
@@ -492,6 +505,7 @@ pub async fn run_on(clients: Vec<Client>, config: &InitiatorConfig) -> Result<Re
             }
         }
         op.elapsed = started.elapsed();
+        op.cpu = process_cpu_since(cpu_before);
         let from = *warm.lock().unwrap_or_else(|e| e.into_inner());
         let cost = match (from, config.counters.as_ref().and_then(|read| read())) {
             (Some(from), Some(to)) => {
