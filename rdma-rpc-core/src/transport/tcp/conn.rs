@@ -110,6 +110,8 @@ impl TcpConnection {
             unsignaled: AtomicUsize::new(0),
             #[cfg(test)]
             rnr_waits: AtomicUsize::new(0),
+            #[cfg(test)]
+            writes: AtomicUsize::new(0),
         });
         let closed_rx = shared.closed.subscribe();
         tokio::spawn(writer(
@@ -140,6 +142,12 @@ impl TcpConnection {
     #[cfg(test)]
     pub(super) fn rnr_waits(&self) -> usize {
         self.shared.rnr_waits.load(Ordering::Relaxed)
+    }
+
+    /// Batches of packets the writer wrote to the socket.
+    #[cfg(test)]
+    pub(super) fn writes(&self) -> usize {
+        self.shared.writes.load(Ordering::Relaxed)
     }
 
     fn new_key(&self) -> u32 {

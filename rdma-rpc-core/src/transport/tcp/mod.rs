@@ -4,8 +4,9 @@
 //! A reader task per connection plays the part of the RDMA NIC on the receiving side: it
 //! places sends into posted receives, and serves one-sided writes, reads and atomics from the
 //! windows this side granted, with no application code involved. A writer task sends
-//! whatever packets are queued together: over plain TCP in one vectored write (`writev`) per
-//! batch of up to 64, payloads from where they are; over TLS through a buffer. Payloads move
+//! whatever packets are queued together, once the tasks that were ready when it woke have run
+//! (so that what they queue joins the batch): over plain TCP in one vectored write (`writev`)
+//! per batch of up to 64, payloads from where they are; over TLS through a buffer. Payloads move
 //! between the socket and registered memory without staging copies.
 //!
 //! Addresses: `tcp://host:port` or `host:port`. With the `tls` feature, `tls` runs the same

@@ -121,6 +121,9 @@ pub(super) struct Shared {
     /// tests that must see a send wait before they post its receive).
     #[cfg(test)]
     pub(super) rnr_waits: AtomicUsize,
+    /// Batches the writer wrote (for tests of how packets are batched).
+    #[cfg(test)]
+    pub(super) writes: AtomicUsize,
 }
 
 impl Shared {

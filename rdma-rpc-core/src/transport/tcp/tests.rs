@@ -81,6 +81,43 @@ async fn send_waits_for_a_late_receive_within_the_rnr_budget() {
     assert_eq!(b.recv().await.unwrap().buf.as_slice(), b"late");
 }
 
+/// The writer lets the tasks that became ready after it run before it writes: a packet one of
+/// them queues leaves with the packet that woke the writer, in one write. The test runs on one
+/// thread, where the runtime runs ready tasks in the order they were woken: the writer (woken
+/// by the first send) comes before the task the first send's caller wakes next.
+#[tokio::test]
+async fn packets_queued_by_tasks_woken_after_the_writer_leave_in_its_write() {
+    let t = transport();
+    let listener = t.listen("tcp://127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr();
+    let (a, b) = tokio::join!(t.connect_tcp(&addr), listener.accept());
+    let (a, b) = (a.unwrap(), b.unwrap());
+    for _ in 0..2 {
+        b.post_recv(recv_buf(16)).unwrap();
+    }
+    let go = Arc::new(tokio::sync::Notify::new());
+    let (waiting, waits) = tokio::sync::oneshot::channel();
+    let second = tokio::spawn({
+        let (a, go) = (a.clone(), go.clone());
+        async move {
+            let mut woken = std::pin::pin!(go.notified());
+            woken.as_mut().enable();
+            waiting.send(()).unwrap();
+            woken.await;
+            a.send_unsignaled(SendData::Bytes(Bytes::from_static(b"second")), None)
+        }
+    });
+    waits.await.unwrap();
+    let before = a.writes();
+    a.send_unsignaled(SendData::Bytes(Bytes::from_static(b"first")), None)
+        .unwrap();
+    go.notify_one();
+    second.await.unwrap().unwrap();
+    assert_eq!(b.recv().await.unwrap().buf.as_slice(), b"first");
+    assert_eq!(b.recv().await.unwrap().buf.as_slice(), b"second");
+    assert_eq!(a.writes() - before, 1, "both packets in one write");
+}
+
 #[tokio::test]
 async fn message_larger_than_the_posted_receive_fails_the_connection() {
     let (a, b) = pair().await;
