@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{TcpConfig, TcpTransport};
+use super::{TcpConfig, TcpConnection, TcpTransport};
 use crate::error::{AccessViolation, Error};
 use crate::memory::{Access, RegisteredBuf};
 use crate::tests::bounded;
@@ -19,6 +19,15 @@ fn transport() -> TcpTransport {
 
 async fn pair() -> (Arc<dyn Connection>, Arc<dyn Connection>) {
     conformance::pair_on(&transport(), "tcp://127.0.0.1:0").await
+}
+
+/// A connection of `t` as this transport's own type (for what only tests see of it), and the
+/// other end, accepted.
+async fn connected_pair(t: &TcpTransport) -> (Arc<TcpConnection>, Arc<dyn Connection>) {
+    let listener = t.listen("tcp://127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr();
+    let (connected, accepted) = tokio::join!(t.connect_tcp(&addr), listener.accept());
+    (connected.unwrap(), accepted.unwrap())
 }
 
 #[tokio::test]
@@ -65,10 +74,7 @@ async fn send_waits_for_a_late_receive_within_the_rnr_budget() {
         rnr_timeout: Duration::from_secs(3600),
         ..TcpConfig::default()
     });
-    let listener = t.listen("tcp://127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr();
-    let (b, a) = tokio::join!(t.connect_tcp(&addr), listener.accept());
-    let (a, b) = (a.unwrap(), b.unwrap());
+    let (b, a) = connected_pair(&t).await;
     let send = a.send(SendData::Bytes(Bytes::from_static(b"late")), None);
     bounded("the send waits for a receive", async {
         while b.rnr_waits() == 0 {
@@ -87,11 +93,7 @@ async fn send_waits_for_a_late_receive_within_the_rnr_budget() {
 /// by the first send) comes before the task the first send's caller wakes next.
 #[tokio::test]
 async fn packets_queued_by_tasks_woken_after_the_writer_leave_in_its_write() {
-    let t = transport();
-    let listener = t.listen("tcp://127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr();
-    let (a, b) = tokio::join!(t.connect_tcp(&addr), listener.accept());
-    let (a, b) = (a.unwrap(), b.unwrap());
+    let (a, b) = connected_pair(&transport()).await;
     for _ in 0..2 {
         b.post_recv(recv_buf(16)).unwrap();
     }
