@@ -38,10 +38,7 @@ impl Machine {
                 (key.trim() == name).then(|| value.trim().to_string())
             })
         };
-        let memory_kib = meminfo.lines().find_map(|line| {
-            let rest = line.strip_prefix("MemTotal:")?;
-            rest.split_whitespace().next()?.parse::<u64>().ok()
-        });
+        let memory_kib = super::measure::meminfo_kib(meminfo, "MemTotal");
         Machine {
             cpu: field("model name").filter(|name| !name.is_empty()),
             cpus,

@@ -231,15 +231,16 @@ where
 /// Memory the system can give this process now (`MemAvailable`), in bytes (Linux; `None`
 /// elsewhere).
 pub fn available_memory() -> Option<u64> {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()?
-        .lines()
-        .find(|l| l.starts_with("MemAvailable:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse::<u64>()
-        .ok()
-        .map(|kb| kb * 1024)
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    meminfo_kib(&meminfo, "MemAvailable").map(|kib| kib * 1024)
+}
+
+/// The field `key` of a `/proc/meminfo` text, in KiB (as the file gives it).
+pub fn meminfo_kib(meminfo: &str, key: &str) -> Option<u64> {
+    meminfo.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        (name == key).then(|| value.split_whitespace().next()?.parse().ok())?
+    })
 }
 
 /// CPU time this process has used so far, every thread together, in user space and in the
