@@ -4,14 +4,12 @@
 //! handshake, admission, refusals, pings, idle, draining, frames a client must not send) is
 //! the state's.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::call::{self, error_response, ClientEvent};
@@ -196,11 +194,7 @@ async fn run(
     let _counted = crate::observe::OpenConnection::new();
     let mut serving = Serving {
         run: call::run,
-        tasks: CallTasks {
-            set: JoinSet::new(),
-            ids: HashMap::new(),
-            session: session.clone(),
-        },
+        _ends_calls: EndsCalls(session.clone()),
         shared: shared.clone(),
         session: session.clone(),
         peer,
@@ -286,7 +280,7 @@ async fn run(
     }
 }
 
-/// What the connection loop serves with: its calls' tasks, and what it starts calls with.
+/// What the connection loop serves with: what it starts calls with, and what ends them.
 /// (`R` is [`call::run`], whose future's type has no name.)
 struct Serving<R, F> {
     /// Runs a call.
@@ -296,7 +290,8 @@ struct Serving<R, F> {
     peer: Arc<str>,
     /// What the calls share, once the first request came.
     ctx: Option<Arc<ConnCtx>>,
-    tasks: CallTasks,
+    /// Ends the calls still in flight on tasks of their own when this goes.
+    _ends_calls: EndsCalls,
     /// Runs calls in memory kept per thread (see [`Spare`]).
     spare: std::marker::PhantomData<fn() -> F>,
 }
@@ -306,25 +301,12 @@ where
     R: Fn(call::Call, Mailbox<ClientEvent>) -> F,
     F: Future<Output = ()> + Send + 'static,
 {
-    /// Reads the connection, starting each call the state admits where its request lands,
-    /// and collects the calls that ran on tasks of their own; ready when the state wants to
-    /// hear of time at another instant, or when the connection is over.
+    /// Reads the connection, starting each call the state admits where its request lands;
+    /// ready when the state wants to hear of time at another instant, or when the connection
+    /// is over.
     fn poll(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Read> {
         let session = self.session.clone();
-        let read = session.poll_frames(cx, &mut |incoming, cx| self.incoming(incoming, cx));
-        // After the frames: a call they started on a task of its own is watched from now on.
-        while let Poll::Ready(Some(done)) = self.tasks.set.poll_join_next_with_id(cx) {
-            let (task, panicked) = match done {
-                Ok((task, ())) => (task, false),
-                Err(e) => (e.id(), e.is_panic()),
-            };
-            if let Some((id, ep)) = self.tasks.ids.remove(&task) {
-                if let (true, Some(ctx)) = (panicked, &self.ctx) {
-                    answer_panic(ctx, id, &ep);
-                }
-            }
-        }
-        read
+        session.poll_frames(cx, &mut |incoming, cx| self.incoming(incoming, cx))
     }
 
     /// A request the state admitted, or refused.
@@ -361,14 +343,15 @@ where
         };
         match first {
             Inline::Done => Spare::keep(running),
-            Inline::Waiting => {
-                let handle = self.tasks.set.spawn(running);
-                self.tasks.ids.insert(handle.id(), (id, ep));
-            }
-            Inline::Panicked => {
-                drop(running);
-                answer_panic(ctx, id, &ep);
-            }
+            // Detached: the task ends with its call, which ends with the connection at the
+            // latest (see `EndsCalls`).
+            Inline::Waiting => drop(tokio::spawn(Waited {
+                call: Some(running),
+                id,
+                ep,
+                ctx: ctx.clone(),
+            })),
+            Inline::Panicked => panicked(running, ctx, id, &ep),
         }
     }
 }
@@ -413,28 +396,69 @@ fn refused(shared: &Shared, ctx: &ConnCtx, id: u64, status: &Status) {
     }
 }
 
-/// The tasks of a connection's calls that waited. When the connection loop ends, for whatever
-/// reason, every call still in flight is ended (`CANCELLED`, "ended with its connection"): its
+/// Ends a connection's calls that still run on tasks of their own when the connection loop
+/// ends, for whatever reason: each is ended (`CANCELLED`, "ended with its connection"), its
 /// handler's future is dropped and it records how it ended (its answer goes nowhere); its task
 /// finishes by itself.
-struct CallTasks {
-    set: JoinSet<()>,
-    ids: HashMap<tokio::task::Id, (u64, crate::service::EndpointDef)>,
-    session: Arc<Session>,
-}
+struct EndsCalls(Arc<Session>);
 
-impl Drop for CallTasks {
+impl Drop for EndsCalls {
     fn drop(&mut self) {
-        if !self.session.is_over() {
+        if !self.0.is_over() {
             // Nothing a stopped call answers may reach the client as if it were a status of
             // the server's choosing.
-            self.session.abort(Error::ConnectionClosed {
-                peer: self.session.peer().to_owned(),
+            self.0.abort(Error::ConnectionClosed {
+                peer: self.0.peer().to_owned(),
                 reason: "the server stopped serving it".into(),
             });
         }
-        self.set.detach_all();
     }
+}
+
+/// A call that waited, run on a task of its own from its second poll on. Its handler's panic
+/// is answered where it happens (so the connection keeps no table of its tasks), and a call
+/// that finished leaves its memory as the thread's spare, for the next call that starts there
+/// (see [`Spare`]).
+struct Waited<F> {
+    /// `None` once finished.
+    call: Option<std::pin::Pin<Box<F>>>,
+    id: u64,
+    ep: crate::service::EndpointDef,
+    ctx: Arc<ConnCtx>,
+}
+
+impl<F: Future<Output = ()>> Future for Waited<F> {
+    type Output = ();
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        // `Waited` is `Unpin`: the call is pinned in its own box.
+        let this = &mut *self;
+        let Some(call) = this.call.as_mut() else {
+            return Poll::Ready(());
+        };
+        let polled = poll_inline(call.as_mut(), cx);
+        if matches!(polled, Inline::Waiting) {
+            return Poll::Pending;
+        }
+        let call = this.call.take().expect("taken once, here");
+        match polled {
+            Inline::Panicked => panicked(call, &this.ctx, this.id, &this.ep),
+            _ => Spare::keep(call),
+        }
+        Poll::Ready(())
+    }
+}
+
+/// Drops the call whose handler panicked (a panic of that drop as well is caught) and answers
+/// for it.
+fn panicked<F: ?Sized>(
+    call: std::pin::Pin<Box<F>>,
+    ctx: &ConnCtx,
+    id: u64,
+    ep: &crate::service::EndpointDef,
+) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(call)));
+    answer_panic(ctx, id, ep);
 }
 
 /// How far the first poll of a call on the connection's task got.
