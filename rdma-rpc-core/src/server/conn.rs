@@ -17,6 +17,7 @@ use super::share::PoolShares;
 use super::slots::Slots;
 use super::spare::Spare;
 use super::start::start_call;
+use super::waited::{poll_call, Entry, Inline, LocalCalls, Waited};
 use super::Shared;
 use crate::error::Error;
 use crate::observe::logs::{self, Ending};
@@ -194,7 +195,11 @@ async fn run(
     let _counted = crate::observe::OpenConnection::new();
     let mut serving = Serving {
         run: call::run,
-        _ends_calls: EndsCalls(session.clone()),
+        ends_calls: EndsCalls(session.clone()),
+        local: (cfg.inline_handlers
+            && tokio::runtime::Handle::current().runtime_flavor()
+                == tokio::runtime::RuntimeFlavor::CurrentThread)
+            .then(LocalCalls::new),
         shared: shared.clone(),
         session: session.clone(),
         peer,
@@ -267,7 +272,7 @@ async fn run(
             }
         }
     }
-    drop(serving);
+    serving.end();
     // The last words (a goaway) reach the client before the transport closes.
     session.finish(LAST_WORDS).await;
     let locked = session.lock();
@@ -290,8 +295,11 @@ struct Serving<R, F> {
     peer: Arc<str>,
     /// What the calls share, once the first request came.
     ctx: Option<Arc<ConnCtx>>,
-    /// Ends the calls still in flight on tasks of their own when this goes.
-    _ends_calls: EndsCalls,
+    /// Ends the calls still in flight when this goes.
+    ends_calls: EndsCalls,
+    /// The calls that waited, on a current-thread runtime (see `waited`); `None` where each
+    /// gets a task of its own.
+    local: Option<LocalCalls<F>>,
     /// Runs calls in memory kept per thread (see [`Spare`]).
     spare: std::marker::PhantomData<fn() -> F>,
 }
@@ -306,7 +314,29 @@ where
     /// is over.
     fn poll(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Read> {
         let session = self.session.clone();
-        session.poll_frames(cx, &mut |incoming, cx| self.incoming(incoming, cx))
+        let read = session.poll_frames(cx, &mut |incoming, cx| self.incoming(incoming, cx));
+        // After the frames, which may have woken calls (or started some that wait).
+        if let (Some(local), Some(ctx)) = (&mut self.local, &self.ctx) {
+            local.poll(cx, |id, ep| answer_panic(ctx, id, ep));
+        }
+        read
+    }
+
+    /// Ends the connection's calls: those still in flight see it end; those that waited here
+    /// go on, each on a task of its own, to answer how they ended (their answers go nowhere).
+    fn end(self) {
+        let Serving {
+            ends_calls,
+            local,
+            ctx,
+            ..
+        } = self;
+        drop(ends_calls);
+        if let (Some(mut local), Some(ctx)) = (local, ctx) {
+            for entry in local.drain() {
+                drop(tokio::spawn(Waited::new(entry, ctx.clone())));
+            }
+        }
     }
 
     /// A request the state admitted, or refused.
@@ -337,21 +367,30 @@ where
             None => Box::pin((self.run)(call, mailbox)),
         };
         let first = if shared.config.inline_handlers {
-            poll_inline(running.as_mut(), cx)
+            poll_call(running.as_mut(), cx)
         } else {
             Inline::Waiting
         };
         match first {
             Inline::Done => Spare::keep(running),
-            // Detached: the task ends with its call, which ends with the connection at the
+            // Polled again by this task on a current-thread runtime, else on a task of its
+            // own, detached: it ends with its call, which ends with the connection at the
             // latest (see `EndsCalls`).
-            Inline::Waiting => drop(tokio::spawn(Waited {
-                call: Some(running),
-                id,
-                ep,
-                ctx: ctx.clone(),
-            })),
-            Inline::Panicked => panicked(running, ctx, id, &ep),
+            Inline::Waiting => {
+                let entry = Entry {
+                    call: running,
+                    id,
+                    ep,
+                };
+                match &mut self.local {
+                    Some(local) => local.insert(entry),
+                    None => drop(tokio::spawn(Waited::new(entry, ctx.clone()))),
+                }
+            }
+            Inline::Panicked => {
+                drop(running);
+                answer_panic(ctx, id, &ep);
+            }
         }
     }
 }
@@ -415,79 +454,8 @@ impl Drop for EndsCalls {
     }
 }
 
-/// A call that waited, run on a task of its own from its second poll on. Its handler's panic
-/// is answered where it happens (so the connection keeps no table of its tasks), and a call
-/// that finished leaves its memory as the thread's spare, for the next call that starts there
-/// (see [`Spare`]).
-struct Waited<F> {
-    /// `None` once finished.
-    call: Option<std::pin::Pin<Box<F>>>,
-    id: u64,
-    ep: crate::service::EndpointDef,
-    ctx: Arc<ConnCtx>,
-}
-
-impl<F: Future<Output = ()>> Future for Waited<F> {
-    type Output = ();
-
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<()> {
-        // `Waited` is `Unpin`: the call is pinned in its own box.
-        let this = &mut *self;
-        let Some(call) = this.call.as_mut() else {
-            return Poll::Ready(());
-        };
-        let polled = poll_inline(call.as_mut(), cx);
-        if matches!(polled, Inline::Waiting) {
-            return Poll::Pending;
-        }
-        let call = this.call.take().expect("taken once, here");
-        match polled {
-            Inline::Panicked => panicked(call, &this.ctx, this.id, &this.ep),
-            _ => Spare::keep(call),
-        }
-        Poll::Ready(())
-    }
-}
-
-/// Drops the call whose handler panicked (a panic of that drop as well is caught) and answers
-/// for it.
-fn panicked<F: ?Sized>(
-    call: std::pin::Pin<Box<F>>,
-    ctx: &ConnCtx,
-    id: u64,
-    ep: &crate::service::EndpointDef,
-) {
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(call)));
-    answer_panic(ctx, id, ep);
-}
-
-/// How far the first poll of a call on the connection's task got.
-enum Inline {
-    /// Answered: nothing left to run.
-    Done,
-    /// Waiting for something: the call continues on a task of its own.
-    Waiting,
-    /// The handler panicked; the call never answered.
-    Panicked,
-}
-
-/// Polls a call once on the connection's own task (run to completion). A call that waits
-/// keeps the waker of this task until its own task polls it again, which costs at most a
-/// spurious wake-up of the connection loop.
-fn poll_inline(
-    mut call: std::pin::Pin<&mut (impl Future<Output = ()> + ?Sized)>,
-    cx: &mut std::task::Context<'_>,
-) -> Inline {
-    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| call.as_mut().poll(cx)));
-    match polled {
-        Ok(Poll::Ready(())) => Inline::Done,
-        Ok(Poll::Pending) => Inline::Waiting,
-        Err(_) => Inline::Panicked,
-    }
-}
-
 /// Answers for a call whose handler panicked, if it had not answered.
-fn answer_panic(ctx: &ConnCtx, id: u64, ep: &crate::service::EndpointDef) {
+pub(super) fn answer_panic(ctx: &ConnCtx, id: u64, ep: &crate::service::EndpointDef) {
     let mut locked = ctx.session.lock();
     if !locked.proto.in_flight(id) {
         return;

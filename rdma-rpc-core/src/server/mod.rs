@@ -24,6 +24,7 @@ mod spare;
 mod start;
 mod stream;
 mod transfer;
+mod waited;
 
 pub use admission::ConnectionCount;
 pub(crate) use call::ClientEvent;

@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::e2e::{inbound, outbound, req, BLOB_READ, BLOB_WRITE, MSG_SEND};
 use super::malicious::{honest_ack, request, send, RawServer};
-use super::service::{TestResponse, ENDPOINTS};
+use super::service::{TestRequest, TestResponse, ENDPOINTS};
 use super::{bounded, pattern, tcp_backend, Backend, Harness};
 use crate::codegen::{call_inbound, call_outbound};
 use crate::protocol::channel::FrameChannel;
@@ -311,4 +311,52 @@ pub(crate) async fn concurrent_mixed_sizes_on(b: &Backend) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_mixed_sizes() {
     concurrent_mixed_sizes_on(&tcp_backend()).await;
+}
+
+/// Four calls whose handlers wait at the gate, made from this one task: how many more tasks
+/// the runtime holds while they wait than before; then each answers once the gate opens.
+async fn tasks_per_waiting_call() -> usize {
+    let h = Harness::default_on(&tcp_backend()).await;
+    let client = h.client().await;
+    // Connected, and one call made: the connection's tasks exist.
+    assert!(inbound(&client, MSG_SEND, 10, 1).await.unwrap().exact);
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    let started = h.service.entered_now() + 4;
+    let call = |seed| {
+        call_inbound::<_, TestResponse>(
+            &client,
+            &ENDPOINTS[MSG_SEND],
+            Request::new(TestRequest {
+                gated: true,
+                ..req(10, seed)
+            }),
+            Bytes::from(pattern(10, seed)),
+        )
+    };
+    let mut calls = std::pin::pin!(async { tokio::join!(call(1), call(2), call(3), call(4)) });
+    tokio::select! {
+        _ = &mut calls => panic!("gated calls answered before the gate opened"),
+        () = bounded("the handlers start", h.service.entered(started)) => {}
+    }
+    let waiting = metrics.num_alive_tasks() - before;
+    h.service.open_gate();
+    let (a, b, c, d) = bounded("the calls answer", calls).await;
+    for answer in [a, b, c, d] {
+        assert!(answer.unwrap().exact);
+    }
+    waiting
+}
+
+/// On a current-thread runtime a call that waits goes on on its connection's task: no task
+/// per call (one would buy nothing on one thread, and costs a spawn); on a multi-threaded
+/// runtime each gets a task of its own, so that the runtime spreads them over its threads.
+#[tokio::test]
+async fn waiting_calls_stay_on_their_connections_task_on_one_thread() {
+    assert_eq!(tasks_per_waiting_call().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_calls_get_tasks_of_their_own_on_many_threads() {
+    assert_eq!(tasks_per_waiting_call().await, 4);
 }

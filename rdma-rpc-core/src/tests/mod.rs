@@ -110,7 +110,7 @@ use crate::transport::tcp::{TcpConfig, TcpTransport};
 use crate::transport::Transport;
 use crate::{Client, ClientConfig, Server, ServerConfig};
 
-pub(crate) use service::{pattern, TestService};
+pub(crate) use service::{pattern, TestService, ENDPOINTS};
 
 /// A running server for one test.
 pub(crate) struct Harness {
