@@ -92,13 +92,16 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// Runs each call on the connection's own task until it first waits (run to
     /// completion): a handler that answers without waiting costs no task, no wake-up and no
-    /// channel. A call that waits (for a buffer, a transfer, or in the handler) moves to a
-    /// task of its own at that point. The catch: a handler's work before its first wait
-    /// holds up the other calls of its connection, so handlers that compute for long (more
-    /// than some microseconds: compression, hashing large blocks) should either move that
-    /// work off (`tokio::task::spawn_blocking`) or run with this off, where every call gets
-    /// its own task at once and a multi-threaded runtime spreads one connection's calls over
-    /// its threads. Default `true`.
+    /// channel. A call that waits (for a buffer, a transfer, or in the handler) moves at that
+    /// point to a task of its own on a multi-threaded runtime; on a current-thread runtime,
+    /// where a task would buy nothing, it stays on the connection's task, which polls it
+    /// again when it is woken (no spawn: a third fewer instructions for such a call). The
+    /// catch: a handler's work (before its first wait, and on a current-thread runtime after
+    /// it too) holds up the other calls of its connection, so handlers that compute for long
+    /// (more than some microseconds: compression, hashing large blocks) should either move
+    /// that work off (`tokio::task::spawn_blocking`) or run with this off, where every call
+    /// gets its own task at once and a multi-threaded runtime spreads one connection's calls
+    /// over its threads. Default `true`.
     pub inline_handlers: bool,
     /// Bytes of stream messages this server buffers per call before the client must wait
     /// for its handler to take some (message streams; see docs/spec.md). At least two
