@@ -130,6 +130,18 @@ pub(super) struct LocalCalls<F> {
     polling: Vec<usize>,
 }
 
+impl<F> Drop for LocalCalls<F> {
+    fn drop(&mut self) {
+        // A waker a call left with a resource outlives the connection's task: it must not
+        // keep that task's memory.
+        self.queue
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .task = None;
+    }
+}
+
 /// The slots woken since the connection's task last polled them, and that task's waker.
 #[derive(Default)]
 struct Queue(Mutex<Queued>);
@@ -199,9 +211,12 @@ impl<F: Future<Output = ()>> LocalCalls<F> {
         waker.wake_by_ref();
     }
 
-    /// Polls the calls woken since the last time (each with its own waker), until none is
-    /// queued; `on_panic` answers for a call whose handler panicked. The connection's task,
-    /// which `cx` wakes, is woken again by any later wake.
+    /// Polls the calls woken since the last time, each once and with its own waker;
+    /// `on_panic` answers for a call whose handler panicked. A call woken meanwhile (or
+    /// woken by its own poll) waits for the next time: its wake wakes the connection's task,
+    /// which `cx` is the waker of. (Polling on until none is queued would never return for a
+    /// call that wakes itself as it waits, as a tokio resource does once the task's budget is
+    /// spent: the budget is only renewed when the task is polled again.)
     pub(super) fn poll(
         &mut self,
         cx: &mut Context<'_>,
@@ -210,35 +225,30 @@ impl<F: Future<Output = ()>> LocalCalls<F> {
         if self.calls.len() == self.free.len() {
             return; // none waits: nothing can be queued but leftovers
         }
-        loop {
-            {
-                let mut queued = self.queue.0.lock().unwrap_or_else(PoisonError::into_inner);
-                match &queued.task {
-                    Some(task) if task.will_wake(cx.waker()) => {}
-                    _ => queued.task = Some(cx.waker().clone()),
-                }
-                if queued.slots.is_empty() {
-                    return;
-                }
-                std::mem::swap(&mut queued.slots, &mut self.polling);
+        {
+            let mut queued = self.queue.0.lock().unwrap_or_else(PoisonError::into_inner);
+            match &queued.task {
+                Some(task) if task.will_wake(cx.waker()) => {}
+                _ => queued.task = Some(cx.waker().clone()),
             }
-            for i in 0..self.polling.len() {
-                let slot = self.polling[i];
-                let (flag, waker) = &self.wakers[slot];
-                // Cleared before the poll: a wake during it queues the slot again.
-                flag.queued.store(false, Ordering::Release);
-                let Some(entry) = self.calls[slot].as_mut() else {
-                    continue; // a leftover wake of a slot now free
-                };
-                let Some(over) = entry.poll(&mut Context::from_waker(waker)) else {
-                    continue;
-                };
-                let entry = self.calls[slot].take().expect("polled just now");
-                self.free.push(slot);
-                entry.finish(over, &mut on_panic);
-            }
-            self.polling.clear();
+            std::mem::swap(&mut queued.slots, &mut self.polling);
         }
+        for i in 0..self.polling.len() {
+            let slot = self.polling[i];
+            let (flag, waker) = &self.wakers[slot];
+            // Cleared before the poll: a wake during it queues the slot again.
+            flag.queued.store(false, Ordering::Release);
+            let Some(entry) = self.calls[slot].as_mut() else {
+                continue; // a leftover wake of a slot now free
+            };
+            let Some(over) = entry.poll(&mut Context::from_waker(waker)) else {
+                continue;
+            };
+            let entry = self.calls[slot].take().expect("polled just now");
+            self.free.push(slot);
+            entry.finish(over, &mut on_panic);
+        }
+        self.polling.clear();
     }
 
     /// The calls still waiting, taken out (when the connection's task ends: they go on
@@ -339,6 +349,38 @@ mod tests {
         let left: Vec<u64> = calls.drain().map(|e| e.id).collect();
         assert_eq!(left, [3]);
         drop(tx3);
+    }
+
+    /// A call that wakes itself each time it is polled (as a tokio resource does once the
+    /// task's budget is spent) is polled once per `poll`, and the connection's task is woken
+    /// to come back to it: `poll` returns, so the runtime renews the budget and runs the rest.
+    #[test]
+    fn a_call_that_wakes_itself_is_polled_once_per_poll() {
+        let task = Arc::new(Counting(AtomicUsize::new(0)));
+        let waker = Waker::from(task.clone());
+        let mut cx = Context::from_waker(&waker);
+        let polls = Arc::new(AtomicUsize::new(0));
+        let counted = polls.clone();
+        let mut calls = LocalCalls::new();
+        calls.insert(entry(
+            1,
+            std::future::poll_fn(move |cx| {
+                let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+                assert!(n <= 3, "polled {n} times in two polls");
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }),
+        ));
+        calls.poll(&mut cx, |_, _| unreachable!("no panic"));
+        assert_eq!(polls.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            task.0.load(Ordering::SeqCst),
+            1,
+            "the task is woken to come back"
+        );
+        calls.poll(&mut cx, |_, _| unreachable!("no panic"));
+        assert_eq!(polls.load(Ordering::SeqCst), 2);
+        assert_eq!(task.0.load(Ordering::SeqCst), 2);
     }
 
     /// Calls woken from another thread while the connection's task polls: whenever `poll`
