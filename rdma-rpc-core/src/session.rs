@@ -277,7 +277,9 @@ impl Session {
 
     /// Reads the frames that arrived, handing each to the state, until none is left
     /// (`Pending`), the state wants to hear of time at another instant, or the connection is
-    /// over. A request for the server's application goes to `on_request` where it lands. The transport wakes the current
+    /// over. A request for the server's application goes to `on_request` where it lands (by
+    /// reference: what it does not take is dropped here; a request is a few hundred bytes,
+    /// and each move of it is a `memcpy`). The transport wakes the current
     /// reader (see [`set_reader`](Self::set_reader)) of a forwarding session, or `cx`.
     ///
     /// Each frame spends one unit of the task's tokio budget, as tokio's own sockets do: a
@@ -285,7 +287,7 @@ impl Session {
     pub(crate) fn poll_frames(
         &self,
         cx: &mut Context<'_>,
-        on_request: &mut dyn FnMut(Incoming<Runtime>, &mut Context<'_>),
+        on_request: &mut dyn FnMut(&mut Incoming<Runtime>, &mut Context<'_>),
     ) -> Poll<Read> {
         let waker = if self.forwarding {
             &self.forward_waker
@@ -317,29 +319,30 @@ impl Session {
             };
             budget.made_progress();
             let mut locked = self.lock();
-            let incoming = if completion.opcode != RecvOpcode::Send {
+            if completion.opcode != RecvOpcode::Send {
                 locked.proto.handle_malformed(format!(
                     "expected a control frame, got {:?}",
                     completion.opcode
                 ));
-                None
-            } else {
-                let incoming = locked
-                    .proto
-                    .handle_datagram(completion.buf.as_slice(), || *clock.get_or_insert_with(now));
-                if self.transport.post_recv(completion.buf).is_ok() {
-                    locked.proto.reposted();
+                if let Some(at) = self.new_timeout(&mut locked) {
+                    return Poll::Ready(Read::Timer(at));
                 }
-                incoming
-            };
-            let timer = (!self.forwarding)
-                .then(|| locked.proto.poll_timeout())
-                .filter(|&at| at != locked.timeout);
-            if let Some(at) = timer {
-                locked.timeout = at;
+                continue;
             }
+            // Written where it is kept, and handed over by reference: each move of a request
+            // is a `memcpy` of a few hundred bytes.
+            let mut incoming = None;
+            locked.proto.handle_datagram_into(
+                completion.buf.as_slice(),
+                || *clock.get_or_insert_with(now),
+                &mut incoming,
+            );
+            if self.transport.post_recv(completion.buf).is_ok() {
+                locked.proto.reposted();
+            }
+            let timer = self.new_timeout(&mut locked);
             drop(locked);
-            if let Some(incoming) = incoming {
+            if let Some(incoming) = incoming.as_mut() {
                 on_request(incoming, cx);
                 clock = None;
                 // The call it started may have a deadline before the timer.
@@ -353,6 +356,18 @@ impl Session {
                 return Poll::Ready(Read::Timer(at));
             }
         }
+    }
+
+    /// The instant at which the state wants to hear of time, if it changed (and this session
+    /// reports it: a forwarding one does not).
+    fn new_timeout(&self, locked: &mut Locked<'_>) -> Option<Option<std::time::Instant>> {
+        let timer = (!self.forwarding)
+            .then(|| locked.proto.poll_timeout())
+            .filter(|&at| at != locked.timeout);
+        if let Some(at) = timer {
+            locked.timeout = at;
+        }
+        timer
     }
 
     /// The instant at which the state wants to hear of time now (see [`Read::Timer`]).

@@ -339,8 +339,8 @@ where
         }
     }
 
-    /// A request the state admitted, or refused.
-    fn incoming(&mut self, incoming: Incoming<Runtime>, cx: &mut std::task::Context<'_>) {
+    /// A request the state admitted, or refused (by reference: see `Session::poll_frames`).
+    fn incoming(&mut self, incoming: &mut Incoming<Runtime>, cx: &mut std::task::Context<'_>) {
         // Borrowed: a call that starts takes its own reference (`start_call`).
         let ctx: &Arc<ConnCtx> = self
             .ctx
@@ -348,8 +348,8 @@ where
         let shared = &*self.shared;
         let admitted = match incoming {
             Incoming::Refused { id, status } => {
-                refused(shared, ctx, id, &status);
-                return ctx.refuse(id, &status);
+                refused(shared, ctx, *id, status);
+                return ctx.refuse(*id, status);
             }
             Incoming::Request(admitted) => admitted,
         };

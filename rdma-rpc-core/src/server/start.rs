@@ -20,7 +20,8 @@ use crate::service::{RawRequest, StreamKind};
 use crate::status::Status;
 use crate::stream::{Setup, StreamCell};
 
-/// Checks an admitted request against its endpoint and starts the call.
+/// Checks an admitted request against its endpoint and starts the call, which takes what it
+/// keeps of the request (the rest is dropped with it by the caller).
 pub(super) fn start_call(
     shared: &Shared,
     ctx: &Arc<ConnCtx>,
@@ -28,7 +29,7 @@ pub(super) fn start_call(
         request: req,
         slot,
         arrived,
-    }: Admitted<crate::session::Runtime>,
+    }: &mut Admitted<crate::session::Runtime>,
 ) -> Result<(call::Call, Mailbox<ClientEvent>), Status> {
     let route = shared.routes.find(&req.path, req.op)?;
     let ep = route.endpoint;
@@ -40,8 +41,9 @@ pub(super) fn start_call(
         // Slots would have saved this payload a round trip: arm them with the response.
         ctx.session.lock().proto.want_slots();
     }
-    let (incoming, stream) = route_of(&ep, &req, negotiated)?;
-    let mut metadata = crate::metadata::Metadata::from_frames(req.call_metadata)?;
+    let (incoming, stream) = route_of(&ep, req, negotiated)?;
+    let mut metadata =
+        crate::metadata::Metadata::from_frames(std::mem::take(&mut req.call_metadata))?;
     if !shared.interceptors.is_empty() {
         let mut call = IncomingCall {
             service: route.service.name(),
@@ -56,7 +58,7 @@ pub(super) fn start_call(
     let timeout = (req.timeout_us > 0).then(|| Duration::from_micros(req.timeout_us));
     // From the request's arrival, with the clock its frame was handled at (no second read).
     let deadline = crate::protocol::deadline::call_deadline(
-        Instant::from_std(arrived),
+        Instant::from_std(*arrived),
         timeout,
         ep.timeout(),
         shared.config.max_call_duration,
@@ -80,7 +82,7 @@ pub(super) fn start_call(
         holding: None,
         share_permit: None,
         request: Some(RawRequest::new(
-            req.metadata,
+            std::mem::take(&mut req.metadata),
             metadata,
             timeout,
             ctx.info.clone(),
@@ -88,13 +90,13 @@ pub(super) fn start_call(
         )),
         incoming,
         payload_len: req.payload_len,
-        inline_payload: req.inline_payload,
-        slot,
-        source: req.source.map(Into::into),
-        reply_to: req.reply_to.map(Into::into),
+        inline_payload: req.inline_payload.take(),
+        slot: slot.take(),
+        source: req.source.take().map(Into::into),
+        reply_to: req.reply_to.take().map(Into::into),
         grants: 0,
         stream,
-        arrived,
+        arrived: *arrived,
     };
     Ok((call, events))
 }

@@ -165,7 +165,11 @@ impl<H: Handles> ServerSide<H> {
         }
         self.quiet_since = now;
         match kind {
-            Kind::Request(mut request) => return self.admit(core, &mut request, now),
+            Kind::Request(mut request) => {
+                let mut incoming = None;
+                self.admit(core, &mut request, now, &mut incoming);
+                return incoming;
+            }
             Kind::Ack(ack) => {
                 if let Some(call) = self.calls.get(&ack.id) {
                     call.events.ack(ack.reply_to.map(Into::into));
@@ -292,12 +296,13 @@ impl<H: Handles> ServerSide<H> {
         core: &mut Core,
         request: &mut RequestFrame,
         now: Instant,
-    ) -> Option<Incoming<H>> {
+        incoming: &mut Option<Incoming<H>>,
+    ) {
         self.quiet_since = now;
         let id = request.id;
         if self.calls.contains_key(&id) {
             core.violation(format!("call id {id} reused while in flight"), true);
-            return None;
+            return;
         }
         // The slot first: whatever happens to the request, the client wrote into it.
         let slot = match request.slot {
@@ -318,14 +323,14 @@ impl<H: Handles> ServerSide<H> {
         } else {
             slot.as_ref().err().cloned()
         };
-        if let Some(status) = refusal {
-            return Some(Incoming::Refused { id, status });
-        }
-        Some(Incoming::Request(Admitted {
-            request: std::mem::take(request),
-            slot: slot.ok().flatten(),
-            arrived: now,
-        }))
+        *incoming = Some(match refusal {
+            Some(status) => Incoming::Refused { id, status },
+            None => Incoming::Request(Admitted {
+                request: std::mem::take(request),
+                slot: slot.ok().flatten(),
+                arrived: now,
+            }),
+        });
     }
 
     fn max_in_flight(&self) -> u32 {
