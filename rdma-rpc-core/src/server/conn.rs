@@ -354,17 +354,12 @@ where
             Incoming::Request(admitted) => admitted,
         };
         let id = admitted.request.id;
-        let (call, mailbox) = match start_call(shared, ctx, admitted) {
+        let (mut running, ep) = match start_call(shared, ctx, admitted, &self.run) {
             Ok(started) => started,
             Err(status) => {
                 refused(shared, ctx, id, &status);
                 return ctx.refuse(id, &status);
             }
-        };
-        let ep = call.route.endpoint;
-        let mut running = match Spare::take::<F>() {
-            Some(room) => room.put(|| (self.run)(call, mailbox)),
-            None => Box::pin((self.run)(call, mailbox)),
         };
         let first = if shared.config.inline_handlers {
             poll_call(running.as_mut(), cx)

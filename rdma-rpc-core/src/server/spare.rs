@@ -43,12 +43,9 @@ pub(super) struct Room<F> {
 }
 
 impl<F: Future> Room<F> {
-    /// What `make` returns, boxed in this memory (and built there: `make` is called with the
-    /// memory at hand, so that the future need not be built elsewhere and copied in).
+    /// `future`, boxed in this memory (as `Box::pin` would box it in new memory).
     #[inline(always)]
-    pub(super) fn put(self, make: impl FnOnce() -> F) -> Pin<Box<F>> {
-        // Made before the memory is taken from `self`: if `make` panics, the spare is freed.
-        let future = make();
+    pub(super) fn put(self, future: F) -> Pin<Box<F>> {
         let at = self.spare.memory.as_ptr().cast::<F>();
         std::mem::forget(self.spare);
         // SAFETY: `at` is an allocation of the global allocator with `F`'s layout (checked by
@@ -156,7 +153,7 @@ mod tests {
     /// a call).
     fn boxed<F: Future>(future: F) -> Pin<Box<F>> {
         match Spare::take::<F>() {
-            Some(room) => room.put(|| future),
+            Some(room) => room.put(future),
             None => Box::pin(future),
         }
     }

@@ -2,6 +2,8 @@
 //! message, how its payload comes, a streaming call's streams), the server's interceptors,
 //! its deadline, and the call's place in the connection's state.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +11,7 @@ use tokio::time::Instant;
 
 use super::call::{self, ClientEvent};
 use super::conn::ConnCtx;
+use super::spare::Spare;
 use super::Shared;
 use crate::interceptor::IncomingCall;
 use crate::protocol::connection::{Admitted, Negotiated};
@@ -16,13 +19,16 @@ use crate::protocol::frames::RequestFrame;
 use crate::protocol::mailbox::{call_mailbox, CallLimits, Mailbox, Sender};
 use crate::protocol::route::{Incoming as Route, RequestShape};
 use crate::protocol::stream::Direction;
-use crate::service::{RawRequest, StreamKind};
+use crate::service::{EndpointDef, RawRequest, StreamKind};
 use crate::status::Status;
 use crate::stream::{Setup, StreamCell};
 
-/// Checks an admitted request against its endpoint and starts the call, which takes what it
-/// keeps of the request (the rest is dropped with it by the caller).
-pub(super) fn start_call(
+/// Checks an admitted request against its endpoint and starts the call: `run`'s future,
+/// boxed in the thread's spare memory when it fits, with the call's endpoint. The call takes
+/// what it keeps of the request (the rest is dropped with it by the caller). It is built
+/// where `run` takes it, and its future boxed here: each move of either is a `memcpy` of
+/// hundreds of bytes.
+pub(super) fn start_call<R, F>(
     shared: &Shared,
     ctx: &Arc<ConnCtx>,
     Admitted {
@@ -30,7 +36,12 @@ pub(super) fn start_call(
         slot,
         arrived,
     }: &mut Admitted<crate::session::Runtime>,
-) -> Result<(call::Call, Mailbox<ClientEvent>), Status> {
+    run: &R,
+) -> Result<(Pin<Box<F>>, EndpointDef), Status>
+where
+    R: Fn(call::Call, Mailbox<ClientEvent>) -> F,
+    F: Future<Output = ()>,
+{
     let route = shared.routes.find(&req.path, req.op)?;
     let ep = route.endpoint;
     if let Some(status) = crate::protocol::oversized_message(&ep, req.metadata.len()) {
@@ -75,30 +86,37 @@ pub(super) fn start_call(
         stream.clone(),
         deadline.map(|d| d.at.into_std()),
     );
-    let call = call::Call {
-        id: req.id,
-        conn: ctx.clone(),
-        route: route.clone(),
-        holding: None,
-        share_permit: None,
-        request: Some(RawRequest::new(
-            std::mem::take(&mut req.metadata),
-            metadata,
-            timeout,
-            ctx.info.clone(),
-            context,
-        )),
-        incoming,
-        payload_len: req.payload_len,
-        inline_payload: req.inline_payload.take(),
-        slot: slot.take(),
-        source: req.source.take().map(Into::into),
-        reply_to: req.reply_to.take().map(Into::into),
-        grants: 0,
-        stream,
-        arrived: *arrived,
+    let future = run(
+        call::Call {
+            id: req.id,
+            conn: ctx.clone(),
+            route: route.clone(),
+            holding: None,
+            share_permit: None,
+            request: Some(RawRequest::new(
+                std::mem::take(&mut req.metadata),
+                metadata,
+                timeout,
+                ctx.info.clone(),
+                context,
+            )),
+            incoming,
+            payload_len: req.payload_len,
+            inline_payload: req.inline_payload.take(),
+            slot: slot.take(),
+            source: req.source.take().map(Into::into),
+            reply_to: req.reply_to.take().map(Into::into),
+            grants: 0,
+            stream,
+            arrived: *arrived,
+        },
+        events,
+    );
+    let running = match Spare::take::<F>() {
+        Some(room) => room.put(future),
+        None => Box::pin(future),
     };
-    Ok((call, events))
+    Ok((running, ep))
 }
 
 /// How the request's payload comes, and a streaming call's streams.
