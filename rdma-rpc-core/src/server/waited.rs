@@ -288,6 +288,12 @@ mod tests {
         }
     }
 
+    /// The connection's task, as a waker that counts its wakes.
+    fn connection_task() -> (Arc<Counting>, Waker) {
+        let task = Arc::new(Counting(AtomicUsize::new(0)));
+        (task.clone(), Waker::from(task))
+    }
+
     /// A call that waits on `rx`: it ends when told `false` (or when the sender goes), and
     /// panics when told `true`; it counts its polls.
     fn waiting(
@@ -309,8 +315,7 @@ mod tests {
     /// answered with the call's id.
     #[test]
     fn woken_calls_are_polled_with_their_own_waker_and_their_slots_reused() {
-        let task = Arc::new(Counting(AtomicUsize::new(0)));
-        let waker = Waker::from(task.clone());
+        let (task, waker) = connection_task();
         let mut cx = Context::from_waker(&waker);
         let polls = Arc::new(AtomicUsize::new(0));
         let mut calls = LocalCalls::new();
@@ -356,8 +361,7 @@ mod tests {
     /// to come back to it: `poll` returns, so the runtime renews the budget and runs the rest.
     #[test]
     fn a_call_that_wakes_itself_is_polled_once_per_poll() {
-        let task = Arc::new(Counting(AtomicUsize::new(0)));
-        let waker = Waker::from(task.clone());
+        let (task, waker) = connection_task();
         let mut cx = Context::from_waker(&waker);
         let polls = Arc::new(AtomicUsize::new(0));
         let counted = polls.clone();
@@ -388,8 +392,7 @@ mod tests {
     /// began, so no wake is lost.
     #[test]
     fn a_wake_from_another_thread_is_never_lost() {
-        let task = Arc::new(Counting(AtomicUsize::new(0)));
-        let waker = Waker::from(task.clone());
+        let (task, waker) = connection_task();
         let mut cx = Context::from_waker(&waker);
         let mut calls = LocalCalls::new();
         let polls = Arc::new(AtomicUsize::new(0));
