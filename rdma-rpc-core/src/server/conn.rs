@@ -204,7 +204,6 @@ async fn run(
         session: session.clone(),
         peer,
         ctx: None,
-        spare: std::marker::PhantomData,
     };
     let mut stopping = *stop.borrow_and_update();
     if stopping {
@@ -300,8 +299,6 @@ struct Serving<R, F> {
     /// The calls that waited, on a current-thread runtime (see `waited`); `None` where each
     /// gets a task of its own.
     local: Option<LocalCalls<F>>,
-    /// Runs calls in memory kept per thread (see [`Spare`]).
-    spare: std::marker::PhantomData<fn() -> F>,
 }
 
 impl<R, F> Serving<R, F>
@@ -430,10 +427,10 @@ fn refused(shared: &Shared, ctx: &ConnCtx, id: u64, status: &Status) {
     }
 }
 
-/// Ends a connection's calls that still run on tasks of their own when the connection loop
-/// ends, for whatever reason: each is ended (`CANCELLED`, "ended with its connection"), its
-/// handler's future is dropped and it records how it ended (its answer goes nowhere); its task
-/// finishes by itself.
+/// Ends a connection's calls still in flight when the connection loop ends, for whatever
+/// reason: each is ended (`CANCELLED`, "ended with its connection"), its handler's future is
+/// dropped and it records how it ended (its answer goes nowhere), on its own task (those that
+/// waited on the connection's task are given one: `Serving::end`).
 struct EndsCalls(Arc<Session>);
 
 impl Drop for EndsCalls {

@@ -17,7 +17,10 @@
 //!   their calls.
 //!
 //! Either way a call that finished leaves its memory as the thread's spare for the next call
-//! (see [`Spare`]), and a handler's panic ends its call with `INTERNAL`.
+//! (see [`Spare`]), and a handler's panic ends its call with `INTERNAL`. When the connection
+//! loop ends, its calls see the end and the ones still waiting on its task go on, each on a
+//! task of its own, to answer how they ended; a connection task dropped before that (its
+//! runtime shutting down) drops them with it, as the runtime drops its tasks.
 
 use std::future::Future;
 use std::pin::Pin;

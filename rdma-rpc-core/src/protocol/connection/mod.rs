@@ -10,14 +10,14 @@
 //! on both sides (one timer per connection for all of them), and every decision to end the
 //! connection over what the peer sent.
 //!
-//! What goes in: received frames ([`handle_datagram`](Connection::handle_datagram), with the
+//! What goes in: received frames ([`handle_datagram_into`](Connection::handle_datagram_into), with the
 //! time when the side needs it), the fact that a receive was re-posted or added, the
 //! transport's failure ([`handle_lost`](Connection::handle_lost)), time
 //! ([`handle_timeout`](Connection::handle_timeout)), and what the application asks for (start
 //! a call, answer one, offer memory, ping, leave).
 //! What comes out: frames to send ([`poll_transmit`](Connection::poll_transmit)), receives to
 //! post ([`take_receives`](Connection::take_receives)), requests for the server's application
-//! (returned by `handle_datagram`), calls to wake ([`take_woken`](Connection::take_woken)), the
+//! (written where the caller keeps them by `handle_datagram_into`), calls to wake ([`take_woken`](Connection::take_woken)), the
 //! next instant it must be told about ([`poll_timeout`](Connection::poll_timeout)), and the
 //! end ([`should_close`](Connection::should_close), [`end`](Connection::end)).
 //!
