@@ -363,26 +363,23 @@ where
         } else {
             Inline::Waiting
         };
+        if let Inline::Done = first {
+            return Spare::keep(running); // the common end, kept short
+        }
+        let entry = Entry {
+            call: running,
+            id,
+            ep,
+        };
         match first {
-            Inline::Done => Spare::keep(running),
             // Polled again by this task on a current-thread runtime, else on a task of its
             // own, detached: it ends with its call, which ends with the connection at the
             // latest (see `EndsCalls`).
-            Inline::Waiting => {
-                let entry = Entry {
-                    call: running,
-                    id,
-                    ep,
-                };
-                match &mut self.local {
-                    Some(local) => local.insert(entry),
-                    None => drop(tokio::spawn(Waited::new(entry, ctx.clone()))),
-                }
-            }
-            Inline::Panicked => {
-                drop(running);
-                answer_panic(ctx, id, &ep);
-            }
+            Inline::Waiting => match &mut self.local {
+                Some(local) => local.insert(entry),
+                None => drop(tokio::spawn(Waited::new(entry, ctx.clone()))),
+            },
+            over => entry.finish(over, |id, ep| answer_panic(ctx, id, ep)),
         }
     }
 }

@@ -63,8 +63,7 @@ pub(super) struct Entry<F> {
 }
 
 impl<F: Future<Output = ()>> Entry<F> {
-    /// Polls the call; `Some(panicked)` once it is over, its memory kept as the thread's spare
-    /// or (after a panic) freed, and `on_panic` told.
+    /// Polls the call; `Some` of how it ended once it is over (then see [`finish`](Self::finish)).
     fn poll(&mut self, cx: &mut Context<'_>) -> Option<Inline> {
         match poll_call(self.call.as_mut(), cx) {
             Inline::Waiting => None,
@@ -72,8 +71,9 @@ impl<F: Future<Output = ()>> Entry<F> {
         }
     }
 
-    /// The end of a call that `poll` found over.
-    fn finish(self, over: Inline, on_panic: impl FnOnce(u64, &EndpointDef)) {
+    /// The end of a call found over (`Done` or `Panicked`): its memory kept as the thread's
+    /// spare, or after a panic freed and `on_panic` told.
+    pub(super) fn finish(self, over: Inline, on_panic: impl FnOnce(u64, &EndpointDef)) {
         match over {
             Inline::Panicked => {
                 let Entry { call, id, ep } = self;
