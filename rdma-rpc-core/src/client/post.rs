@@ -62,7 +62,7 @@ impl Inner {
             std::mem::take(call_metadata),
         );
         // On failure the state forgets the call it opened.
-        proto.send_request(id, request).map_err(Status::from)?;
+        proto.send_request(id, &request).map_err(Status::from)?;
         Ok(Some(id))
     }
 
@@ -155,7 +155,7 @@ impl Inner {
                 }
             }
         }
-        let sent = inner.session.lock().proto.send_request(id, request);
+        let sent = inner.session.lock().proto.send_request(id, &request);
         sent.map_err(Status::from)?;
         Ok(slot_write)
     }

@@ -124,7 +124,7 @@ impl OpenCall {
             .session
             .lock()
             .proto
-            .send_request(self.id, request);
+            .send_request(self.id, &request);
         sent.map_err(Status::from)
     }
 

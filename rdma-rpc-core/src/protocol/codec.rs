@@ -12,6 +12,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 
 use super::frames::{Frame, Kind};
+use super::hot::Hot;
 use crate::error::{Error, Result};
 
 /// Protobuf key of `Frame.credits` (field 15, varint).
@@ -39,10 +40,25 @@ pub(crate) fn encode_frame(
     peer_max_frame: usize,
     out: &mut Vec<u8>,
 ) -> Result<usize> {
-    // A frame is its one `kind` field (the credits come at send time): encoded from the
-    // caller's value, never moved into a `Frame` first; requests and responses in their fixed
-    // layout (`hot`).
-    let hot = kind.and_then(super::hot::Hot::of);
+    encode(kind.and_then(Hot::of), kind, peer_max_frame, out)
+}
+
+/// [`encode_frame`] for a request or a response, from where the caller keeps it (building a
+/// `Kind` around it would move it).
+pub(crate) fn encode_hot(hot: Hot<'_>, peer_max_frame: usize, out: &mut Vec<u8>) -> Result<usize> {
+    encode(Some(hot), None, peer_max_frame, out)
+}
+
+/// A frame is its one `kind` field (the credits come at send time): encoded from the
+/// caller's value, never moved into a `Frame` first; requests and responses in their fixed
+/// layout (`hot`).
+#[inline(always)]
+fn encode(
+    hot: Option<Hot<'_>>,
+    kind: Option<&Kind>,
+    peer_max_frame: usize,
+    out: &mut Vec<u8>,
+) -> Result<usize> {
     let len = match &hot {
         Some(hot) => hot.encoded_len(),
         None => kind.map_or(0, Kind::encoded_len),

@@ -150,6 +150,18 @@ impl<'a> Hot<'a> {
         }
     }
 
+    /// A request, encoded from where it is (no `Kind` built around it: a move of it).
+    #[inline]
+    pub(crate) fn request(r: &'a RequestFrame) -> Hot<'a> {
+        Hot::Request(r, request_ext_len(r))
+    }
+
+    /// A response, encoded from where it is.
+    #[inline]
+    pub(crate) fn response(r: &'a ResponseFrame) -> Hot<'a> {
+        Hot::Response(r, response_ext_len(r))
+    }
+
     /// Bytes of the frame (without its credits).
     #[inline]
     pub(crate) fn encoded_len(&self) -> usize {

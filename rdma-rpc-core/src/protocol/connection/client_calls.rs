@@ -180,9 +180,9 @@ impl<H: Handles> super::Connection<H> {
     /// Sends the request of call `id`. If it cannot go (the connection ended, or the frame is
     /// larger than the server's receives), the call is forgotten: it never reached the
     /// server, so its place in the window is free again.
-    pub(crate) fn send_request(&mut self, id: u64, request: RequestFrame) -> crate::Result<()> {
+    pub(crate) fn send_request(&mut self, id: u64, request: &RequestFrame) -> crate::Result<()> {
         let (core, c) = self.client_side();
-        let sent = core.send(Kind::Request(request));
+        let sent = core.send_hot(crate::protocol::hot::Hot::request(request));
         if sent.is_err() {
             if let Some(call) = c.calls.remove(&id) {
                 if !call.answered && !call.over {

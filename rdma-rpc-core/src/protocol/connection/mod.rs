@@ -264,6 +264,15 @@ impl Core {
         self.queue(&kind, Need::Ordinary)
     }
 
+    /// [`send`](Self::send) for a request or a response, encoded from where the caller keeps
+    /// it.
+    pub(crate) fn send_hot(&mut self, hot: crate::protocol::hot::Hot<'_>) -> Result<()> {
+        if self.tx.is_closing() || self.phase == Phase::Closed {
+            return Err(self.closed_error());
+        }
+        self.tx.queue_hot(hot, self.peer_max_frame)
+    }
+
     fn queue(&mut self, kind: &Kind, need: Need) -> Result<()> {
         if self.tx.is_closing() || self.phase == Phase::Closed {
             return Err(self.closed_error());

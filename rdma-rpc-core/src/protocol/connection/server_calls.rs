@@ -112,7 +112,7 @@ impl<H: Handles> super::Connection<H> {
             .peer_max_frame
             .saturating_sub(prost::Message::encoded_len(&response) + FRAME_MARGIN);
         response.slots = s.arm_slots(room, make);
-        let sent = core.send(Kind::Response(response));
+        let sent = core.send_hot(crate::protocol::hot::Hot::response(&response));
         if s.calls.is_empty() {
             if s.settings.idle_timeout.is_some() {
                 s.quiet_since = now();

@@ -8,9 +8,10 @@
 use std::collections::VecDeque;
 
 use crate::error::Result;
-use crate::protocol::codec::{encode_frame, put_credits, CREDITS_ROOM};
+use crate::protocol::codec::{encode_frame, encode_hot, put_credits, CREDITS_ROOM};
 use crate::protocol::credits::{Credits, Need};
 use crate::protocol::frames::Kind;
+use crate::protocol::hot::Hot;
 
 /// A frame ready to go to the transport (which copies it).
 #[derive(Debug)]
@@ -81,6 +82,19 @@ impl Transmits {
         let start = self.frames.len();
         let len = encode_frame(Some(kind), peer_max_frame, &mut self.frames)?;
         self.queue.push_back(Queued { start, len, need });
+        Ok(())
+    }
+
+    /// [`queue`](Self::queue) for a request or a response, encoded from where it is.
+    pub(super) fn queue_hot(&mut self, hot: Hot<'_>, peer_max_frame: usize) -> Result<()> {
+        self.reclaim();
+        let start = self.frames.len();
+        let len = encode_hot(hot, peer_max_frame, &mut self.frames)?;
+        self.queue.push_back(Queued {
+            start,
+            len,
+            need: Need::Ordinary,
+        });
         Ok(())
     }
 
