@@ -6,12 +6,18 @@
 //! cancel out:
 //!
 //! ```sh
-//! cargo build --release -p examples --bin callcost
+//! cargo build --profile perf -p examples --bin callcost    # or --release
 //! for n in 20000 60000; do
-//!   valgrind --tool=callgrind --callgrind-out-file=cg.$n target/release/callcost --calls $n
+//!   valgrind --tool=callgrind --callgrind-out-file=cg.$n target/perf/callcost --calls $n
 //! done
 //! # instructions per call: (total of cg.60000 - total of cg.20000) / 40000
 //! ```
+//!
+//! The `perf` profile (the workspace's `Cargo.toml`) is the release profile with fat LTO, as
+//! the benchmark's figures are built. Adding `--cache-sim=yes --branch-sim=yes` counts
+//! instruction-cache misses too: a call's code (both sides, one thread) does not fit this
+//! VM's 32 KiB L1 instruction cache, so a change that saves instructions can still run slower
+//! if it adds misses (docs/protocol.md, "What a small call costs").
 //!
 //! Without valgrind it prints calls per second, a noisier figure than the benchmark's
 //! (`bench --transport mem:// --runtime single`), which is the one of record.
