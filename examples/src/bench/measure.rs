@@ -228,6 +228,12 @@ where
     })
 }
 
+/// The run of median calls/s among `runs` (none: zero).
+pub fn median_throughput(mut runs: Vec<Throughput>) -> Throughput {
+    runs.sort_by(|a, b| a.calls_per_s.total_cmp(&b.calls_per_s));
+    runs.get(runs.len() / 2).copied().unwrap_or_default()
+}
+
 /// Memory the system can give this process now (`MemAvailable`), in bytes (Linux; `None`
 /// elsewhere).
 pub fn available_memory() -> Option<u64> {
@@ -358,6 +364,18 @@ impl Progress {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_median_run_is_kept_whole() {
+        let run = |calls_per_s: f64| super::Throughput {
+            calls_per_s,
+            gb_per_s: calls_per_s / 1e6,
+        };
+        let median = super::median_throughput(vec![run(700.0), run(300.0), run(500.0)]);
+        assert_eq!((median.calls_per_s, median.gb_per_s), (500.0, 500.0 / 1e6));
+        assert_eq!(super::median_throughput(vec![run(9.0)]).calls_per_s, 9.0);
+        assert_eq!(super::median_throughput(Vec::new()).calls_per_s, 0.0);
+    }
+
     #[test]
     fn cpu_time_is_split_per_unit_of_work() {
         let ms = std::time::Duration::from_millis;
