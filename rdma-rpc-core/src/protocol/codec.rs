@@ -219,6 +219,42 @@ mod tests {
     }
 
     #[test]
+    fn a_request_or_response_encoded_where_it_is_is_the_frame_of_its_kind() {
+        let request = RequestFrame {
+            id: 9,
+            path: Bytes::from_static(b"/echo"),
+            metadata: Bytes::from_static(b"message"),
+            inline_payload: Some(Bytes::from_static(b"payload")),
+            timeout_us: 1_000,
+            ..Default::default()
+        };
+        let response = crate::protocol::frames::ResponseFrame {
+            id: 9,
+            metadata: Bytes::from_static(b"answer"),
+            pushed_len: 4096,
+            ..Default::default()
+        };
+        let mut by_kind = Vec::new();
+        let mut in_place = Vec::new();
+        for (kind, hot) in [
+            (Kind::Request(request.clone()), Hot::request(&request)),
+            (Kind::Response(response.clone()), Hot::response(&response)),
+        ] {
+            let a = encode_frame(Some(&kind), 1024, &mut by_kind).unwrap();
+            let b = encode_hot(hot, 1024, &mut in_place).unwrap();
+            assert_eq!(a, b);
+        }
+        assert_eq!(by_kind, in_place);
+        // And the peer reads it back as sent.
+        let mut out = Vec::new();
+        let len = encode_hot(Hot::request(&request), 1024, &mut out).unwrap();
+        let frame = Decoder::default().decode(&out[..len]).unwrap();
+        assert_eq!(frame.kind, Some(Kind::Request(request)));
+        let err = encode_hot(Hot::response(&response), 8, &mut out).unwrap_err();
+        assert!(err.to_string().contains("max_frame"), "{err}");
+    }
+
+    #[test]
     fn garbage_is_not_a_frame() {
         let err = Decoder::default().decode(&[0xff, 0xff, 0xff]).unwrap_err();
         assert!(err.contains("undecodable"), "{err}");

@@ -267,17 +267,22 @@ impl Core {
     /// [`send`](Self::send) for a request or a response, encoded from where the caller keeps
     /// it.
     pub(crate) fn send_hot(&mut self, hot: crate::protocol::hot::Hot<'_>) -> Result<()> {
-        if self.tx.is_closing() || self.phase == Phase::Closed {
+        if !self.open() {
             return Err(self.closed_error());
         }
         self.tx.queue_hot(hot, self.peer_max_frame)
     }
 
     fn queue(&mut self, kind: &Kind, need: Need) -> Result<()> {
-        if self.tx.is_closing() || self.phase == Phase::Closed {
+        if !self.open() {
             return Err(self.closed_error());
         }
         self.tx.queue(kind, need, self.peer_max_frame)
+    }
+
+    /// Whether frames may still be queued.
+    fn open(&self) -> bool {
+        !self.tx.is_closing() && self.phase != Phase::Closed
     }
 
     /// The error an operation on a connection that ended gets.

@@ -78,23 +78,29 @@ impl Transmits {
     /// Queues `kind` for a peer whose receives hold `peer_max_frame` bytes. A frame the peer
     /// could not receive is refused here, before anything is spent on it.
     pub(super) fn queue(&mut self, kind: &Kind, need: Need, peer_max_frame: usize) -> Result<()> {
-        self.reclaim();
-        let start = self.frames.len();
-        let len = encode_frame(Some(kind), peer_max_frame, &mut self.frames)?;
-        self.queue.push_back(Queued { start, len, need });
-        Ok(())
+        self.push(need, |frames| {
+            encode_frame(Some(kind), peer_max_frame, frames)
+        })
     }
 
     /// [`queue`](Self::queue) for a request or a response, encoded from where it is.
     pub(super) fn queue_hot(&mut self, hot: Hot<'_>, peer_max_frame: usize) -> Result<()> {
+        self.push(Need::Ordinary, |frames| {
+            encode_hot(hot, peer_max_frame, frames)
+        })
+    }
+
+    /// Appends the frame `encode` writes (its length without the credits' room).
+    #[inline(always)]
+    fn push(
+        &mut self,
+        need: Need,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<usize>,
+    ) -> Result<()> {
         self.reclaim();
         let start = self.frames.len();
-        let len = encode_hot(hot, peer_max_frame, &mut self.frames)?;
-        self.queue.push_back(Queued {
-            start,
-            len,
-            need: Need::Ordinary,
-        });
+        let len = encode(&mut self.frames)?;
+        self.queue.push_back(Queued { start, len, need });
         Ok(())
     }
 
