@@ -15,9 +15,14 @@
 //! runs in between. One task at a time is the reader the transport wakes: the transport
 //! always holds the same forwarding waker, which wakes the current reader (a waiting call,
 //! or, when none waits, the connection's driver task); a call that is done hands the role to
-//! another waiting call.
+//! another waiting call. A call that starts to wait while another reads, and the transport
+//! has not woken that reader since it last found nothing, leaves the role where it is and
+//! looks at nothing: the reader will be woken when a frame lands (with 8 calls in flight,
+//! 7 of 8 waits read nothing and move no waker). When the transport did wake the reader,
+//! the call reads too and takes the role, rather than rely on the reader's task being polled
+//! soon. The role is handed on without a wake while the transport will give one.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
@@ -111,7 +116,13 @@ pub(crate) enum Read {
 
 /// Wakes whichever task reads the connection now (see the module docs).
 #[derive(Default)]
-struct Forward(Mutex<Option<Waker>>);
+struct Forward {
+    /// The reader's waker.
+    target: Mutex<Option<Waker>>,
+    /// How many times the transport woke the reader: changed under `target`'s lock, so a
+    /// reader set after a wake sees its count.
+    wakes: AtomicU64,
+}
 
 impl Wake for Forward {
     fn wake(self: Arc<Self>) {
@@ -119,7 +130,13 @@ impl Wake for Forward {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        let target = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let target = {
+            let target = lock(&self.target);
+            // Only written under the lock: no read-modify-write needed.
+            self.wakes
+                .store(self.wakes.load(Ordering::Relaxed) + 1, Ordering::Release);
+            target.clone()
+        };
         if let Some(w) = target {
             w.wake();
         }
@@ -154,6 +171,10 @@ pub(crate) struct Session {
     forward: Arc<Forward>,
     forward_waker: Waker,
     forwarding: bool,
+    /// `forward`'s count of wakes when a read last found the transport empty, leaving it the
+    /// forwarding waker (`u64::MAX`: never). While no wake came since, the transport will wake
+    /// whoever becomes the reader: a new reader need not be woken to look (see `hand_off`).
+    armed_at: AtomicU64,
 }
 
 impl std::fmt::Debug for Session {
@@ -208,6 +229,7 @@ impl Session {
             forward_waker: Waker::from(forward.clone()),
             forward,
             forwarding,
+            armed_at: AtomicU64::new(u64::MAX),
         });
         // The first frame (a client's Hello) leaves now.
         drop(session.lock());
@@ -308,8 +330,14 @@ impl Session {
                 }
             }
             let budget = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+            let wakes = self.forward.wakes.load(Ordering::Acquire);
             let completion = match self.transport.poll_recv(&mut recv_cx) {
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    if self.forwarding {
+                        self.armed_at.store(wakes, Ordering::Release);
+                    }
+                    return Poll::Pending;
+                }
                 Poll::Ready(Err(e)) => {
                     self.transport.close();
                     self.lock().proto.handle_lost(e);
@@ -382,11 +410,19 @@ impl Session {
     /// driver task).
     pub(crate) fn set_reader(&self, inner: &mut Inner, id: Option<u64>, waker: &Waker) {
         inner.reader = id;
-        let mut target = lock(&self.forward.0);
+        let mut target = lock(&self.forward.target);
         match &*target {
             Some(w) if w.will_wake(waker) => {}
             _ => *target = Some(waker.clone()),
         }
+    }
+
+    /// Whether a call other than `id` reads the connection now and the transport will wake it
+    /// when a frame lands (a read found the transport empty since its last wake): call `id`
+    /// need not read, nor become the reader. When the transport already woke the reader,
+    /// `id` reads too rather than rely on the reader's task being polled soon.
+    pub(crate) fn another_reads(&self, inner: &Inner, id: u64) -> bool {
+        inner.reader.is_some_and(|r| r != id) && self.armed()
     }
 
     /// The driver task reads the connection when no call does: `waker` is its waker.
@@ -405,7 +441,9 @@ impl Session {
 
     /// Call `id` no longer reads the connection (it is done, or gone): the role goes to
     /// another waiting call, or to the driver; either is woken to read whatever may have
-    /// arrived meanwhile.
+    /// arrived meanwhile, unless the transport is known to wake it when something does (a
+    /// read found it empty, and it woke nobody since): a wake then would be a poll of a task
+    /// for nothing.
     pub(crate) fn hand_off(&self, inner: &mut Inner, id: u64) {
         if inner.reader != Some(id) {
             return;
@@ -418,10 +456,19 @@ impl Session {
         match next {
             Some((next, waker)) => {
                 self.set_reader(inner, next, &waker);
-                waker.wake();
+                // After `set_reader`: a wake the old reader got is counted by now.
+                if !self.armed() {
+                    waker.wake();
+                }
             }
             None => inner.reader = None,
         }
+    }
+
+    /// Whether the transport holds the forwarding waker and has not used it since (see
+    /// `armed_at`).
+    fn armed(&self) -> bool {
+        self.armed_at.load(Ordering::Acquire) == self.forward.wakes.load(Ordering::Acquire)
     }
 
     /// Waits (at most `patience`) for the last frame to reach the peer, then closes the

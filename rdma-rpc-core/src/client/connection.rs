@@ -161,20 +161,26 @@ impl Inner {
     /// takes its response where it lands (see `session`). `None`: the connection ended first.
     pub(super) async fn event(&self, id: u64) -> Option<ServerEvent> {
         std::future::poll_fn(|cx| {
-            // What arrived first: this call's own response may be there.
+            // The event may be there already (another call's task read it): then nothing
+            // is read. Otherwise the call reads, unless another call does (see `session`).
+            let mut locked = self.session.lock();
+            if let Poll::Ready(event) = locked.proto.poll_event(id, cx) {
+                self.session.hand_off(&mut locked, id);
+                return Poll::Ready(event);
+            }
+            if self.session.another_reads(&locked, id) {
+                return Poll::Pending;
+            }
+            self.session.set_reader(&mut locked, Some(id), cx.waker());
+            drop(locked);
             let _ = self.session.poll_frames(cx, &mut |_, _| {});
             let mut locked = self.session.lock();
             match locked.proto.poll_event(id, cx) {
                 Poll::Ready(event) => {
-                    // The call goes on to other things (a grant's transfer, its caller): it
-                    // reads no more until it waits again.
                     self.session.hand_off(&mut locked, id);
                     Poll::Ready(event)
                 }
-                Poll::Pending => {
-                    self.session.set_reader(&mut locked, Some(id), cx.waker());
-                    Poll::Pending
-                }
+                Poll::Pending => Poll::Pending,
             }
         })
         .await

@@ -3,7 +3,8 @@
 //!   and connections are dropped at random points, on both sides; every call still completes
 //!   exactly once, with its exact bytes or a status, and no server buffer leaks;
 //! - a connection whose frames never stop arriving still lets the runtime serve the others;
-//! - a frame that lands just as a client's handshake looked for one still wakes it.
+//! - a frame that lands just as a client's handshake looked for one still wakes it;
+//! - a call that starts to wait while another call reads its connection reads nothing.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -48,6 +49,8 @@ struct Faults {
     max_delay_us: AtomicU64,
     flood: AtomicBool,
     late_first_read: AtomicBool,
+    /// Reads of the connections the client dialled (not a fault: a count).
+    client_reads: AtomicU64,
 }
 
 impl Faults {
@@ -66,7 +69,7 @@ struct FaultyTransport {
 }
 
 impl FaultyTransport {
-    fn wrap(&self, conn: Arc<dyn Connection>) -> Arc<dyn Connection> {
+    fn wrap(&self, conn: Arc<dyn Connection>, dialled: bool) -> Arc<dyn Connection> {
         let seed = self
             .seeds
             .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
@@ -77,6 +80,7 @@ impl FaultyTransport {
             dice: Dice(AtomicU64::new(seed)),
             requested: AtomicBool::new(false),
             read: AtomicBool::new(false),
+            dialled,
         })
     }
 }
@@ -98,7 +102,7 @@ struct FaultyListener {
 
 impl Listener for FaultyListener {
     fn accept(&self) -> BoxFuture<'_, Result<Arc<dyn Connection>>> {
-        Box::pin(async move { Ok(self.transport.wrap(self.inner.accept().await?)) })
+        Box::pin(async move { Ok(self.transport.wrap(self.inner.accept().await?, false)) })
     }
 
     fn local_addr(&self) -> String {
@@ -124,7 +128,7 @@ impl Transport for Faulty {
 
     fn connect(&self, addr: &str) -> BoxFuture<'_, Result<Arc<dyn Connection>>> {
         let addr = addr.to_owned();
-        Box::pin(async move { Ok(self.0.wrap(self.0.inner.connect(&addr).await?)) })
+        Box::pin(async move { Ok(self.0.wrap(self.0.inner.connect(&addr).await?, true)) })
     }
 
     fn fencing(&self) -> Fencing {
@@ -141,6 +145,8 @@ struct FaultyConnection {
     requested: AtomicBool,
     /// The connection was read once.
     read: AtomicBool,
+    /// A client's connection (counted in `Faults::client_reads`).
+    dialled: bool,
 }
 
 /// The capacity of the receives the flood makes up: no receive the framework posts is this
@@ -202,6 +208,9 @@ impl Connection for FaultyConnection {
     }
 
     fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Result<RecvCompletion>> {
+        if self.dialled {
+            self.faults.client_reads.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(made_up) = self.flooded() {
             return Poll::Ready(made_up);
         }
@@ -448,4 +457,74 @@ async fn a_frame_landing_as_the_handshake_looked_wakes_it() {
     .expect("connected");
     let answer = bounded("a call", inbound(&client, MSG_SEND, 100, 1)).await;
     assert!(answer.expect("an answer").exact);
+}
+
+/// With one call waiting for its response (its handler waits at the gate), seven more calls
+/// made from the same task start and wait while the first reads the connection: they read
+/// nothing (before, each looked at the connection once when it began to wait, and took the
+/// reader's role). Then every call is answered once the gate opens: the first call's task
+/// reads for all, and the role is handed on as calls complete.
+#[tokio::test]
+async fn calls_that_wait_while_another_reads_read_nothing() {
+    use crate::codegen::call_inbound;
+    use crate::tests::service::{TestRequest, TestResponse, ENDPOINTS};
+    let faults = Arc::new(Faults::default());
+    let transport = faulty_tcp(faults.clone(), 1);
+    // Receives for every call from the start: no credit update comes while they wait.
+    let config = ServerConfig {
+        initial_receives: 16,
+        ..ServerConfig::default()
+    };
+    let h = Harness::start(transport.clone(), config).await;
+    let client = bounded(
+        "the handshake",
+        crate::Client::builder()
+            .transport(transport)
+            .connect(&h.addr),
+    )
+    .await
+    .expect("connected");
+    let started = h.service.entered_now();
+    let call = |seed| {
+        call_inbound::<_, TestResponse>(
+            &client,
+            &ENDPOINTS[MSG_SEND],
+            crate::Request::new(TestRequest {
+                gated: true,
+                ..super::e2e::req(10, seed)
+            }),
+            bytes::Bytes::from(pattern(10, seed)),
+        )
+    };
+    let mut first = std::pin::pin!(call(1));
+    tokio::select! {
+        _ = &mut first => panic!("a gated call answered before the gate opened"),
+        () = bounded("the first handler starts", h.service.entered(started + 1)) => {}
+    }
+    let before = faults.client_reads.load(Ordering::Relaxed);
+    let mut more = std::pin::pin!(async {
+        tokio::join!(
+            call(2),
+            call(3),
+            call(4),
+            call(5),
+            call(6),
+            call(7),
+            call(8)
+        )
+    });
+    tokio::select! {
+        _ = &mut more => panic!("gated calls answered before the gate opened"),
+        () = bounded("seven more handlers start", h.service.entered(started + 8)) => {}
+    }
+    assert_eq!(
+        faults.client_reads.load(Ordering::Relaxed) - before,
+        0,
+        "calls that began to wait while the first call read the connection read it"
+    );
+    h.service.open_gate();
+    let (one, rest) = bounded("the calls answer", async { tokio::join!(first, more) }).await;
+    for answer in [one, rest.0, rest.1, rest.2, rest.3, rest.4, rest.5, rest.6] {
+        assert!(answer.expect("an answer").exact);
+    }
 }
