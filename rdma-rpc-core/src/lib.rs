@@ -19,6 +19,7 @@ mod call_box;
 pub mod client;
 #[doc(hidden)] // The paths of code generated before `typed`; see `typed`.
 pub mod codegen;
+mod encoded;
 pub mod error;
 pub mod health;
 mod ids;

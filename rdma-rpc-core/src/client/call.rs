@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use super::post::Sending;
 use super::{CallOptions, Client, Inner};
 use crate::call_box::CallBox;
+use crate::encoded::Encoded;
 use crate::interceptor::OutgoingCall;
 use crate::memory::{Access, RegisteredBuf};
 use crate::protocol::call::{self, GrantStep, Offered, ResultAt};
@@ -174,6 +175,39 @@ fn started(timeout: Option<Duration>) -> Option<Instant> {
     (timeout.is_some() || crate::observe::recording().is_some()).then(Instant::now)
 }
 
+/// A call's response message and bytes.
+fn with_bytes(answer: Result<(Bytes, Received), Status>) -> Result<(Bytes, Bytes), Status> {
+    match answer? {
+        (message, Received::Bytes(bytes)) => Ok((message, bytes)),
+        (_, Received::Into(_)) => Err(Status::internal("a result buffer nobody asked for")),
+    }
+}
+
+/// A call's response message and the caller's buffer holding the result.
+fn with_buffer<B: crate::memory::Buffer>(
+    answer: Result<(Bytes, Received), Status>,
+) -> Result<(Bytes, B), Status> {
+    match answer? {
+        (message, Received::Into(buf)) => Ok((message, crate::memory::from_registered(buf))),
+        (_, Received::Bytes(_)) => Err(Status::internal("the result buffer was lost")),
+    }
+}
+
+/// The caller's buffer for the result of a call of `endpoint`, which must return bytes.
+fn result_buffer<B: crate::memory::Buffer>(
+    endpoint: &EndpointDef,
+    dst: B,
+) -> Result<RegisteredBuf, Status> {
+    let dst = crate::memory::into_registered(dst);
+    if endpoint.op.is_inbound() {
+        return Err(Status::invalid_argument(format!(
+            "{} {} takes bytes, it returns none to land in a buffer",
+            endpoint.op, endpoint.path
+        )));
+    }
+    Ok(dst)
+}
+
 /// The status of a call still running when its timeout passed.
 fn past_timeout(endpoint: &EndpointDef, limit: Duration) -> Status {
     Status::deadline_exceeded(format!(
@@ -198,12 +232,21 @@ impl Client {
         // The call's state (about 1.5 KB) in a block this thread reuses, not inline in every
         // future around it: see `call_box`.
         let options = options.into();
+        let call = || self.call_timed(endpoint, message.into(), Payload::Data(data), options);
+        with_bytes(CallBox::new(call).await)
+    }
+
+    /// [`call_raw`](Client::call_raw) of a message the typed client encoded (a small one in
+    /// place: see `encoded`).
+    pub(crate) async fn call_encoded(
+        &self,
+        endpoint: &EndpointDef,
+        message: Encoded,
+        data: Option<Bytes>,
+        options: CallOptions,
+    ) -> Result<(Bytes, Bytes), Status> {
         let call = || self.call_timed(endpoint, message, Payload::Data(data), options);
-        let (message, received) = CallBox::new(call).await?;
-        match received {
-            Received::Bytes(bytes) => Ok((message, bytes)),
-            Received::Into(_) => Err(Status::internal("a result buffer nobody asked for")),
-        }
+        with_bytes(CallBox::new(call).await)
     }
 
     /// Runs one call of a receive or read `endpoint` whose result lands in `dst` (usually a
@@ -224,20 +267,23 @@ impl Client {
         dst: B,
         options: impl Into<CallOptions>,
     ) -> Result<(Bytes, B), Status> {
-        let dst = crate::memory::into_registered(dst);
-        if endpoint.op.is_inbound() {
-            return Err(Status::invalid_argument(format!(
-                "{} {} takes bytes, it returns none to land in a buffer",
-                endpoint.op, endpoint.path
-            )));
-        }
+        let dst = result_buffer(endpoint, dst)?;
         let options = options.into();
+        let call = || self.call_timed(endpoint, message.into(), Payload::Into(dst), options);
+        with_buffer(CallBox::new(call).await)
+    }
+
+    /// [`call_raw_into`](Client::call_raw_into) of a message the typed client encoded.
+    pub(crate) async fn call_encoded_into<B: crate::memory::Buffer>(
+        &self,
+        endpoint: &EndpointDef,
+        message: Encoded,
+        dst: B,
+        options: CallOptions,
+    ) -> Result<(Bytes, B), Status> {
+        let dst = result_buffer(endpoint, dst)?;
         let call = || self.call_timed(endpoint, message, Payload::Into(dst), options);
-        let (message, received) = CallBox::new(call).await?;
-        match received {
-            Received::Into(buf) => Ok((message, crate::memory::from_registered(buf))),
-            Received::Bytes(_) => Err(Status::internal("the result buffer was lost")),
-        }
+        with_buffer(CallBox::new(call).await)
     }
 
     /// What every call does first: the interceptors, the metadata's check; returns its
@@ -299,7 +345,7 @@ impl Client {
     async fn call_timed(
         &self,
         endpoint: &EndpointDef,
-        message: Bytes,
+        message: Encoded,
         payload: Payload,
         mut options: CallOptions,
     ) -> Result<(Bytes, Received), Status> {
@@ -364,7 +410,7 @@ impl Client {
     async fn bulk(
         &self,
         endpoint: &EndpointDef,
-        message: Bytes,
+        message: Encoded,
         payload: Payload,
         timeout: Option<Duration>,
         options: CallOptions,
@@ -377,7 +423,7 @@ impl Client {
             let message = inner
                 .bulk_write(
                     endpoint,
-                    message,
+                    message.into_bytes(),
                     data.unwrap_or_default(),
                     timeout,
                     &options,
@@ -386,7 +432,7 @@ impl Client {
             return Ok((message, Received::Bytes(Bytes::new())));
         }
         let stream = self
-            .open_read_stream(endpoint, message, timeout, &options)
+            .open_read_stream(endpoint, message.into_bytes(), timeout, &options)
             .await?;
         match payload {
             Payload::Into(dst) => {
@@ -405,7 +451,7 @@ impl Inner {
     async fn call_inner(
         &self,
         endpoint: &EndpointDef,
-        mut message: Bytes,
+        mut message: Encoded,
         payload: Payload,
         timeout: Option<Duration>,
         bound: Option<&Bound>,
@@ -675,13 +721,13 @@ mod future_sizes {
         );
         let timed = returned(
             &|(c, e, m): (&'static Client, &'static EndpointDef, Bytes)| {
-                c.call_timed(e, m, Payload::Data(None), CallOptions::default())
+                c.call_timed(e, m.into(), Payload::Data(None), CallOptions::default())
             },
         );
         let inner =
             returned(
                 &|(i, e, m, md): (&'static Inner, &'static EndpointDef, Bytes, Metadata)| {
-                    i.call_inner(e, m, Payload::Data(None), None, None, md)
+                    i.call_inner(e, m.into(), Payload::Data(None), None, None, md)
                 },
             );
         assert!(inner <= 1_024, "call_inner's future is {inner} bytes");

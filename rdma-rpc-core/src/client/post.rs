@@ -9,6 +9,7 @@ use bytes::Bytes;
 
 use super::call::{reply_window, CallGuard, Opened};
 use super::Inner;
+use crate::encoded::Encoded;
 use crate::memory::{Access, RegisteredBuf};
 use crate::protocol::call;
 use crate::protocol::frames::MetadataEntry;
@@ -19,7 +20,7 @@ use crate::transport::{BoxFuture, Fencing, SendData};
 
 /// What a call sends, for [`Inner::post_request`].
 pub(super) struct Sending<'a> {
-    pub(super) message: Bytes,
+    pub(super) message: Encoded,
     /// The payload; taken when it travels inline (the call does not need it after).
     pub(super) data: &'a mut Bytes,
     /// The caller's buffer for the result (receive and read into it).
@@ -40,7 +41,7 @@ impl Inner {
         &self,
         endpoint: &EndpointDef,
         deadline: Option<std::time::Instant>,
-        message: &mut Bytes,
+        message: &mut Encoded,
         data: &mut Bytes,
         timeout: Option<Duration>,
         call_metadata: &mut Vec<MetadataEntry>,
@@ -52,17 +53,20 @@ impl Inner {
         }
         let id = proto.open_call(None, deadline);
         let payload = std::mem::take(data);
+        let (message, small) = std::mem::take(message).split();
         let request = call::request(
             id,
             endpoint,
-            std::mem::take(message),
+            message,
             payload.len(),
             Some(payload),
             timeout,
             std::mem::take(call_metadata),
         );
         // On failure the state forgets the call it opened.
-        proto.send_request(id, &request).map_err(Status::from)?;
+        proto
+            .send_request(id, &request, small.as_ref())
+            .map_err(Status::from)?;
         Ok(Some(id))
     }
 
@@ -94,6 +98,7 @@ impl Inner {
         let payload_len = data.len();
         let inline_payload = (route == Some(Outgoing::Inline)).then(|| std::mem::take(data));
         guard.sent_inline = inline_payload.is_some();
+        let (message, small) = message.split();
         let mut request = call::request(
             id,
             endpoint,
@@ -155,7 +160,11 @@ impl Inner {
                 }
             }
         }
-        let sent = inner.session.lock().proto.send_request(id, &request);
+        let sent = inner
+            .session
+            .lock()
+            .proto
+            .send_request(id, &request, small.as_ref());
         sent.map_err(Status::from)?;
         Ok(slot_write)
     }

@@ -124,7 +124,7 @@ impl OpenCall {
             .session
             .lock()
             .proto
-            .send_request(self.id, &request);
+            .send_request(self.id, &request, None);
         sent.map_err(Status::from)
     }
 

@@ -254,6 +254,45 @@ mod tests {
         assert!(err.to_string().contains("max_frame"), "{err}");
     }
 
+    /// A request whose message is kept in place (`encoded::Small`) and handed beside its frame
+    /// is the frame that carries the message in its `metadata`, and reads back as that frame.
+    #[test]
+    fn a_request_with_its_small_message_beside_it_is_the_frame_with_the_message_in_it() {
+        #[derive(Clone, PartialEq, prost::Message)]
+        struct Len {
+            #[prost(uint64, tag = "1")]
+            len: u64,
+        }
+        let message = Len { len: 64 };
+        let (empty, small) = crate::encoded::Encoded::of(&message).split();
+        let small = small.expect("a message of 2 bytes is kept in place");
+        let framed = RequestFrame {
+            id: 3,
+            path: Bytes::from_static(b"/bench/send"),
+            op: 1,
+            metadata: Bytes::from(prost::Message::encode_to_vec(&message)),
+            payload_len: 64,
+            inline_payload: Some(Bytes::from(vec![0x5a; 64])),
+            ..Default::default()
+        };
+        let beside = RequestFrame {
+            metadata: empty,
+            ..framed.clone()
+        };
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        let len = encode_hot(Hot::request(&framed), 1024, &mut a).unwrap();
+        let len_beside =
+            encode_hot(Hot::request_with(&beside, Some(&small)), 1024, &mut b).unwrap();
+        assert_eq!((len, &a), (len_beside, &b));
+        let frame = Decoder::default().decode(&b[..len]).unwrap();
+        assert_eq!(frame.kind, Some(Kind::Request(framed)));
+        // Without a small message the frame's own is encoded.
+        let mut c = Vec::new();
+        encode_hot(Hot::request_with(&beside, None), 1024, &mut c).unwrap();
+        assert_ne!(c, b);
+    }
+
     #[test]
     fn garbage_is_not_a_frame() {
         let err = Decoder::default().decode(&[0xff, 0xff, 0xff]).unwrap_err();

@@ -31,6 +31,7 @@
 //! inline payload (0 without flag 1) and the protobuf rest. The parts follow the header in
 //! that order in both frames.
 
+use crate::encoded::Small;
 use bytes::{Buf, BufMut, Bytes};
 use prost::encoding::{encoded_len_varint, WireType};
 use prost::Message;
@@ -134,9 +135,11 @@ fn put_response_ext(r: &ResponseFrame, buf: &mut impl BufMut) {
 
 /// A request or a response, measured for encoding: the frame and the length of its protobuf
 /// rest. `None` for the kinds prost encodes.
+/// The message is its frame's `metadata`, or one written beside the frame
+/// ([`request_with`](Hot::request_with)).
 pub(crate) enum Hot<'a> {
-    Request(&'a RequestFrame, usize),
-    Response(&'a ResponseFrame, usize),
+    Request(&'a RequestFrame, &'a [u8], usize),
+    Response(&'a ResponseFrame, &'a [u8], usize),
 }
 
 impl<'a> Hot<'a> {
@@ -144,8 +147,8 @@ impl<'a> Hot<'a> {
     #[inline]
     pub(crate) fn of(kind: &'a Kind) -> Option<Hot<'a>> {
         match kind {
-            Kind::Request(r) => Some(Hot::Request(r, request_ext_len(r))),
-            Kind::Response(r) => Some(Hot::Response(r, response_ext_len(r))),
+            Kind::Request(r) => Some(Hot::request(r)),
+            Kind::Response(r) => Some(Hot::response(r)),
             _ => None,
         }
     }
@@ -153,29 +156,37 @@ impl<'a> Hot<'a> {
     /// A request, encoded from where it is (no `Kind` built around it: a move of it).
     #[inline]
     pub(crate) fn request(r: &'a RequestFrame) -> Hot<'a> {
-        Hot::Request(r, request_ext_len(r))
+        Hot::Request(r, &r.metadata, request_ext_len(r))
+    }
+
+    /// A request whose message is `small` when there is one (its `metadata` is then empty):
+    /// the frame `request` encodes with that message in `metadata`.
+    #[inline]
+    pub(crate) fn request_with(r: &'a RequestFrame, small: Option<&'a Small>) -> Hot<'a> {
+        let message = small.map_or(&r.metadata[..], Small::as_slice);
+        Hot::Request(r, message, request_ext_len(r))
     }
 
     /// A response, encoded from where it is.
     #[inline]
     pub(crate) fn response(r: &'a ResponseFrame) -> Hot<'a> {
-        Hot::Response(r, response_ext_len(r))
+        Hot::Response(r, &r.metadata, response_ext_len(r))
     }
 
     /// Bytes of the frame (without its credits).
     #[inline]
     pub(crate) fn encoded_len(&self) -> usize {
         match *self {
-            Hot::Request(r, ext) => {
+            Hot::Request(r, message, ext) => {
                 REQUEST_HEADER
                     + r.path.len()
-                    + r.metadata.len()
+                    + message.len()
                     + r.inline_payload.as_ref().map_or(0, Bytes::len)
                     + ext
             }
-            Hot::Response(r, ext) => {
+            Hot::Response(r, message, ext) => {
                 RESPONSE_HEADER
-                    + r.metadata.len()
+                    + message.len()
                     + r.inline_payload.as_ref().map_or(0, Bytes::len)
                     + ext
             }
@@ -187,7 +198,7 @@ impl<'a> Hot<'a> {
     /// `max_frame`, a `u32`).
     pub(crate) fn encode(&self, out: &mut [u8]) {
         match *self {
-            Hot::Request(r, ext) => {
+            Hot::Request(r, message, ext) => {
                 let inline = r.inline_payload.as_deref();
                 let (head, rest) = out.split_at_mut(REQUEST_HEADER);
                 let head: &mut [u8; REQUEST_HEADER] = head.try_into().expect("split at its size");
@@ -200,13 +211,13 @@ impl<'a> Hot<'a> {
                 head[16..24].copy_from_slice(&r.payload_len.to_le_bytes());
                 head[24..32].copy_from_slice(&r.timeout_us.to_le_bytes());
                 head[32..36].copy_from_slice(&r.slot.unwrap_or(0).to_le_bytes());
-                let parts = [&r.path[..], &r.metadata[..], inline.unwrap_or_default()];
+                let parts = [&r.path[..], message, inline.unwrap_or_default()];
                 let rest = put_parts(&mut head[36..], &parts, ext, rest);
                 if ext > 0 {
                     put_request_ext(r, &mut &mut rest[..]);
                 }
             }
-            Hot::Response(r, ext) => {
+            Hot::Response(r, message, ext) => {
                 let inline = r.inline_payload.as_deref();
                 let (head, rest) = out.split_at_mut(RESPONSE_HEADER);
                 let head: &mut [u8; RESPONSE_HEADER] = head.try_into().expect("split at its size");
@@ -215,7 +226,7 @@ impl<'a> Hot<'a> {
                 head[2..4].fill(0);
                 head[4..12].copy_from_slice(&r.id.to_le_bytes());
                 head[12..20].copy_from_slice(&r.pushed_len.to_le_bytes());
-                let parts = [&r.metadata[..], inline.unwrap_or_default()];
+                let parts = [message, inline.unwrap_or_default()];
                 let rest = put_parts(&mut head[20..], &parts, ext, rest);
                 if ext > 0 {
                     put_response_ext(r, &mut &mut rest[..]);

@@ -34,6 +34,7 @@ use futures_core::Stream;
 
 use super::server::encode_message;
 use crate::client::{Client, Download, RequestStream};
+use crate::encoded::Encoded;
 use crate::memory::Buffer;
 use crate::service::{EndpointDef, Request};
 use crate::status::Status;
@@ -72,9 +73,9 @@ where
     Resp: prost::Message + Default,
 {
     let (message, options) = request.into_call();
-    let message = encode_message(&message);
+    let message = Encoded::of(&message);
     let (response, _) = client
-        .call_raw(endpoint, message, Some(data), options)
+        .call_encoded(endpoint, message, Some(data), options)
         .await?;
     decode_response(response)
 }
@@ -91,8 +92,10 @@ where
     Resp: prost::Message + Default,
 {
     let (message, options) = request.into_call();
-    let message = encode_message(&message);
-    let (response, data) = client.call_raw(endpoint, message, None, options).await?;
+    let message = Encoded::of(&message);
+    let (response, data) = client
+        .call_encoded(endpoint, message, None, options)
+        .await?;
     Ok((decode_response(response)?, data))
 }
 
@@ -111,9 +114,9 @@ where
     B: Buffer,
 {
     let (message, options) = request.into_call();
-    let message = encode_message(&message);
+    let message = Encoded::of(&message);
     let (response, dst) = client
-        .call_raw_into(endpoint, message, dst, options)
+        .call_encoded_into(endpoint, message, dst, options)
         .await?;
     Ok((decode_response(response)?, dst))
 }

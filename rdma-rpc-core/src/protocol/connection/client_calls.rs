@@ -8,6 +8,7 @@ use std::time::Instant;
 use super::client::{ClientCall, ClientSettings, ClientSide, Ping, ServerEvent};
 use super::handshake::stream_window;
 use super::{Core, End, Handles, Negotiated, Phase};
+use crate::encoded::Small;
 use crate::protocol::credits::Need;
 use crate::protocol::frames::{CallId, Hello, Kind, RequestFrame};
 use crate::protocol::PROTOCOL_VERSION;
@@ -180,9 +181,14 @@ impl<H: Handles> super::Connection<H> {
     /// Sends the request of call `id`. If it cannot go (the connection ended, or the frame is
     /// larger than the server's receives), the call is forgotten: it never reached the
     /// server, so its place in the window is free again.
-    pub(crate) fn send_request(&mut self, id: u64, request: &RequestFrame) -> crate::Result<()> {
+    pub(crate) fn send_request(
+        &mut self,
+        id: u64,
+        request: &RequestFrame,
+        small: Option<&Small>,
+    ) -> crate::Result<()> {
         let (core, c) = self.client_side();
-        let sent = core.send_hot(crate::protocol::hot::Hot::request(request));
+        let sent = core.send_hot(crate::protocol::hot::Hot::request_with(request, small));
         if sent.is_err() {
             if let Some(call) = c.calls.remove(&id) {
                 if !call.answered && !call.over {

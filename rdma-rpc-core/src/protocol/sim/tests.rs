@@ -318,7 +318,7 @@ fn a_caller_not_in_line_opens_at_once_only_when_nobody_waits() {
             op: 1,
             ..Default::default()
         };
-        client.send_request(id, &request).unwrap();
+        client.send_request(id, &request, None).unwrap();
         ids.push(id);
     }
     assert_eq!(client.room_now(), Ok(false), "the window (2) is full");
