@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Atomic read-modify-write instructions executed per call, by function.
 
-On the development VM an atomic read-modify-write (a `lock`-prefixed instruction, or an
-`xchg` with memory: every lock and unlock, reference count, task wake) costs about 7 ns, a
-cost callgrind's instruction counts do not show. This counts them exactly: callgrind records
+An atomic read-modify-write (a `lock`-prefixed instruction, or an `xchg` with memory: every
+lock and unlock, reference count, task wake) cost about 7 ns on the VM of earlier sessions
+and about 2 ns on the AMD EPYC VM of 2026-11-29, a cost callgrind's instruction counts do
+not show. This counts them exactly: callgrind records
 how often each instruction ran (`--dump-instr=yes`), objdump says which instructions are
 atomic. Two runs with different call counts cancel out setup and teardown, as for the
 instruction count (see `examples/src/bin/callcost.rs` for the commands).

@@ -43,8 +43,9 @@
 //! ```
 //!
 //! Instructions are not the whole cost: an atomic read-modify-write (every lock and unlock,
-//! reference count and task wake) takes about 7 ns on the development VM, the time of some 20
-//! plain instructions, and callgrind counts it as one. `examples/scripts/atomics_per_call.py`
+//! reference count and task wake) took about 7 ns on the VM of earlier sessions, the time of
+//! some 20 plain instructions (about 2 ns on the AMD EPYC VM of 2026-11-29), and callgrind
+//! counts it as one. `examples/scripts/atomics_per_call.py`
 //! counts them per call and by function, from the same pair of runs with callgrind told to
 //! record every instruction:
 //!
