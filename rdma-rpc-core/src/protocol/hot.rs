@@ -31,10 +31,11 @@
 //! inline payload (0 without flag 1) and the protobuf rest. The parts follow the header in
 //! that order in both frames.
 
-use crate::encoded::Small;
 use bytes::{Buf, BufMut, Bytes};
 use prost::encoding::{encoded_len_varint, WireType};
 use prost::Message;
+
+use crate::encoded::Small;
 
 use super::frames::{
     DescriptorFrame, Frame, Kind, MetadataEntry, RequestFrame, ResponseFrame, SlotFrame,
@@ -133,10 +134,9 @@ fn put_response_ext(r: &ResponseFrame, buf: &mut impl BufMut) {
     }
 }
 
-/// A request or a response, measured for encoding: the frame and the length of its protobuf
-/// rest. `None` for the kinds prost encodes.
-/// The message is its frame's `metadata`, or one written beside the frame
-/// ([`request_with`](Hot::request_with)).
+/// A request or a response, measured for encoding: the frame, its message (the frame's
+/// `metadata`, or one written beside the frame: [`request_with`](Hot::request_with)) and the
+/// length of its protobuf rest. `None` for the kinds prost encodes.
 pub(crate) enum Hot<'a> {
     Request(&'a RequestFrame, &'a [u8], usize),
     Response(&'a ResponseFrame, &'a [u8], usize),
@@ -156,7 +156,7 @@ impl<'a> Hot<'a> {
     /// A request, encoded from where it is (no `Kind` built around it: a move of it).
     #[inline]
     pub(crate) fn request(r: &'a RequestFrame) -> Hot<'a> {
-        Hot::Request(r, &r.metadata, request_ext_len(r))
+        Hot::request_with(r, None)
     }
 
     /// A request whose message is `small` when there is one (its `metadata` is then empty):
