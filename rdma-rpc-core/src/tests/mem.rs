@@ -189,3 +189,65 @@ fn measure_calls_per_second() {
     });
     across_two_runtimes(|client| run(client, "two runtimes on two threads"));
 }
+
+/// Clock reads ([`crate::session::now`]) per 64 B send on this thread, both sides on it: 25
+/// rounds of 8 calls at once (after a first call, which opens the connection).
+async fn clock_reads_per_call_8_in_flight() -> f64 {
+    use super::e2e::{inbound, MSG_SEND};
+    const ROUNDS: u32 = 25;
+    let reads = || crate::session::CLOCK_READS.with(std::cell::Cell::get);
+    let h = Harness::default_on(&b()).await;
+    let client = h.client().await;
+    assert!(inbound(&client, MSG_SEND, 64, 0).await.unwrap().exact);
+    let before = reads();
+    for round in 0..ROUNDS {
+        let call = |k: u32| inbound(&client, MSG_SEND, 64, round * 8 + k);
+        let answers = tokio::join!(
+            call(0),
+            call(1),
+            call(2),
+            call(3),
+            call(4),
+            call(5),
+            call(6),
+            call(7)
+        );
+        let answers = [
+            answers.0, answers.1, answers.2, answers.3, answers.4, answers.5, answers.6, answers.7,
+        ];
+        assert!(answers.into_iter().all(|a| a.unwrap().exact));
+    }
+    (reads() - before) as f64 / f64::from(ROUNDS * 8)
+}
+
+/// A server reads the clock once for the requests it reads together (up to 8), not once per
+/// request: with 8 calls in flight that took one read per call, about 2% of a small call's
+/// time. A deadline still counts from its request's arrival (the deadline suites check that).
+/// On a current-thread runtime, so that both sides' reads are this thread's.
+#[tokio::test]
+async fn a_server_reads_the_clock_once_for_the_requests_it_reads_together() {
+    let batched = clock_reads_per_call_8_in_flight().await;
+    println!("{batched} clock reads per call with 8 in flight");
+    // A call whose answer is recorded reads the clock once more, for its duration; with the
+    // `metrics` feature a debug build cannot tell `metrics`' no-op recorder from a real one
+    // (`observe::recording`), so every call there counts as recorded.
+    let recorded = if crate::observe::recording().is_some() {
+        1.0
+    } else {
+        0.0
+    };
+    assert!(
+        batched <= 0.25 + recorded,
+        "{batched} clock reads per call with 8 in flight (recorded: {recorded})"
+    );
+    // The reads are counted: one call at a time costs one read per call.
+    let h = Harness::default_on(&b()).await;
+    let client = h.client().await;
+    let before = crate::session::CLOCK_READS.with(std::cell::Cell::get);
+    for i in 0..10 {
+        let answer = super::e2e::inbound(&client, super::e2e::MSG_SEND, 64, i).await;
+        assert!(answer.unwrap().exact);
+    }
+    let one = crate::session::CLOCK_READS.with(std::cell::Cell::get) - before;
+    assert!(one >= 10, "{one} clock reads for 10 calls one at a time");
+}

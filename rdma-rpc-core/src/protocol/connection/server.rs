@@ -56,7 +56,8 @@ pub(crate) struct Admitted<H: Handles> {
     pub(crate) request: RequestFrame,
     /// The write slot the request named (its window, to revoke before the bytes are read).
     pub(crate) slot: Option<H::Window>,
-    /// When the request's frame was handled: the instant its deadline counts from.
+    /// When the request's frame was handled: the instant its deadline counts from (the clock
+    /// reading of the frames read with it: see `Session::poll_frames`).
     pub(crate) arrived: Instant,
 }
 
