@@ -14,7 +14,8 @@ use tokio::runtime::Handle;
 
 use super::measure::{latency, peak_rss_mib, throughput, BenchError, Progress};
 use super::rdma_rpc::{
-    call, calls_over_object, client_builder, registration_cost, start_server, tls_vs_tcp,
+    call, calls_over_object, client_builder, op_throughput, registration_cost, start_server,
+    tls_vs_tcp,
 };
 use super::report::{GrpcRow, OpRow, Results};
 use super::service::{BenchClient, Len};
@@ -207,14 +208,7 @@ pub async fn run(o: &Settings, server: &Handle) -> Result<Results, BenchError> {
             let (one_runs, one_calls) = one_connection_runs(size, tput_calls);
             let mut runs = Vec::with_capacity(one_runs);
             for _ in 0..one_runs {
-                let run = throughput(one_calls, size, o.depth, |_| {
-                    let (client, data) = (client.clone(), data.clone());
-                    move || {
-                        let (client, data) = (client.clone(), data.clone());
-                        async move { call(&client, op, &data).await }
-                    }
-                })
-                .await?;
+                let run = op_throughput(op, one_calls, &data, o.depth, |_| client.clone()).await?;
                 runs.push(run);
             }
             let one = super::measure::median_throughput(runs);
@@ -226,14 +220,8 @@ pub async fn run(o: &Settings, server: &Handle) -> Result<Results, BenchError> {
                 // Several calls per connection, so that the figure is not one cold call each.
                 let many_calls = tput_calls.max(o.connections * if o.quick { 1 } else { 4 });
                 Some(
-                    throughput(many_calls, size, o.connections, |w| {
-                        let (others, data) = (others.clone(), data.clone());
-                        move || {
-                            let (client, data) = (others[w].clone(), data.clone());
-                            async move { call(&client, op, &data).await }
-                        }
-                    })
-                    .await?,
+                    op_throughput(op, many_calls, &data, o.connections, |w| others[w].clone())
+                        .await?,
                 )
             } else {
                 None
