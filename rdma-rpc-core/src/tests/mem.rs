@@ -190,16 +190,20 @@ fn measure_calls_per_second() {
     across_two_runtimes(|client| run(client, "two runtimes on two threads"));
 }
 
-/// Clock reads ([`crate::session::now`]) per 64 B send on this thread, both sides on it: 25
-/// rounds of 8 calls at once (after a first call, which opens the connection).
+/// Clock reads ([`crate::session::now`]) on this thread so far.
+fn clock_reads() -> u64 {
+    crate::session::CLOCK_READS.with(std::cell::Cell::get)
+}
+
+/// Clock reads per 64 B send on this thread, both sides on it: 25 rounds of 8 calls at once
+/// (after a first call, which opens the connection).
 async fn clock_reads_per_call_8_in_flight() -> f64 {
     use super::e2e::{inbound, MSG_SEND};
     const ROUNDS: u32 = 25;
-    let reads = || crate::session::CLOCK_READS.with(std::cell::Cell::get);
     let h = Harness::default_on(&b()).await;
     let client = h.client().await;
     assert!(inbound(&client, MSG_SEND, 64, 0).await.unwrap().exact);
-    let before = reads();
+    let before = clock_reads();
     for round in 0..ROUNDS {
         let call = |k: u32| inbound(&client, MSG_SEND, 64, round * 8 + k);
         let answers = tokio::join!(
@@ -217,7 +221,7 @@ async fn clock_reads_per_call_8_in_flight() -> f64 {
         ];
         assert!(answers.into_iter().all(|a| a.unwrap().exact));
     }
-    (reads() - before) as f64 / f64::from(ROUNDS * 8)
+    (clock_reads() - before) as f64 / f64::from(ROUNDS * 8)
 }
 
 /// A server reads the clock once for the requests it reads together (up to 8), not once per
@@ -243,11 +247,11 @@ async fn a_server_reads_the_clock_once_for_the_requests_it_reads_together() {
     // The reads are counted: one call at a time costs one read per call.
     let h = Harness::default_on(&b()).await;
     let client = h.client().await;
-    let before = crate::session::CLOCK_READS.with(std::cell::Cell::get);
+    let before = clock_reads();
     for i in 0..10 {
         let answer = super::e2e::inbound(&client, super::e2e::MSG_SEND, 64, i).await;
         assert!(answer.unwrap().exact);
     }
-    let one = crate::session::CLOCK_READS.with(std::cell::Cell::get) - before;
+    let one = clock_reads() - before;
     assert!(one >= 10, "{one} clock reads for 10 calls one at a time");
 }
