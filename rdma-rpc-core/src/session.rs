@@ -206,6 +206,9 @@ pub(crate) fn now() -> std::time::Instant {
 thread_local! {
     /// Reads of [`now`] on this thread: a test counts what a call costs in clock reads.
     pub(crate) static CLOCK_READS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Locks of a session's state ([`Session::lock`]) on this thread: a test counts them per
+    /// call.
+    pub(crate) static LOCKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 impl Session {
@@ -251,6 +254,8 @@ impl Session {
 
     /// The state, locked; released, it sends what the state decided (see the module docs).
     pub(crate) fn lock(&self) -> Locked<'_> {
+        #[cfg(test)]
+        LOCKS.with(|locks| locks.set(locks.get() + 1));
         Locked {
             session: self,
             inner: Some(lock(&self.state)),

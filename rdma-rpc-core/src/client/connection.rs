@@ -159,8 +159,17 @@ impl Inner {
 
     /// The next event of call `id`, reading the connection meanwhile: the call's own task
     /// takes its response where it lands (see `session`). `None`: the connection ended first.
-    pub(super) async fn event(&self, id: u64) -> Option<ServerEvent> {
+    /// `reader_elsewhere`: the call was set to wait in this task, while another call read,
+    /// under the lock it was sent under, in this same poll (`Sent::reader_elsewhere`); its
+    /// first poll here then returns at once.
+    pub(super) async fn event(&self, id: u64, reader_elsewhere: bool) -> Option<ServerEvent> {
+        let mut reader_elsewhere = reader_elsewhere;
         std::future::poll_fn(|cx| {
+            // Sent and set to wait in this same poll while another call read: nothing to
+            // look at yet (`try_send_inline`).
+            if std::mem::take(&mut reader_elsewhere) {
+                return Poll::Pending;
+            }
             // The event may be there already (another call's task read it): then nothing
             // is read. Otherwise the call reads, unless another call does (see `session`).
             let mut locked = self.session.lock();

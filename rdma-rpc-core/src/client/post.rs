@@ -30,22 +30,48 @@ pub(super) struct Sending<'a> {
     pub(super) call_metadata: Vec<MetadataEntry>,
 }
 
+/// What [`Inner::try_send_inline`] sends, taken only if it does.
+pub(super) struct Unsent<'a> {
+    pub(super) message: &'a mut Encoded,
+    pub(super) data: &'a mut Bytes,
+    pub(super) call_metadata: &'a mut Vec<MetadataEntry>,
+}
+
+/// A call [`Inner::try_send_inline`] sent.
+pub(super) struct Sent {
+    pub(super) id: u64,
+    /// The call waits for its response in its caller's task already, and another call reads
+    /// the connection and will be woken when a frame lands: the call's first wait can return
+    /// at once (see [`Inner::event`]).
+    pub(super) reader_elsewhere: bool,
+}
+
 impl Inner {
     /// Opens a call and sends its request, the payload in it, under one lock of the
     /// connection's state, if the window has room now for a caller not in line: the call's
     /// id. `None`: nothing was taken or opened, the call waits its turn ([`open`], then
     /// [`post_request`](Self::post_request)).
     ///
+    /// Under the same lock the call starts to wait for its response in the task of `waker`
+    /// (the caller's, cloned in the poll that calls this: the call's next step, in the same
+    /// poll, is [`event`](Inner::event)), and learns whether another
+    /// call reads the connection meanwhile: then its first wait needs neither the lock nor a
+    /// read ([`Sent::reader_elsewhere`]).
+    ///
     /// [`open`]: Inner::open
     pub(super) fn try_send_inline(
         &self,
         endpoint: &EndpointDef,
         deadline: Option<std::time::Instant>,
-        message: &mut Encoded,
-        data: &mut Bytes,
         timeout: Option<Duration>,
-        call_metadata: &mut Vec<MetadataEntry>,
-    ) -> Result<Option<u64>, Status> {
+        unsent: Unsent<'_>,
+        waker: std::task::Waker,
+    ) -> Result<Option<Sent>, Status> {
+        let Unsent {
+            message,
+            data,
+            call_metadata,
+        } = unsent;
         let mut locked = self.session.lock();
         let proto = &mut locked.proto;
         if !proto.room_now()? {
@@ -67,7 +93,12 @@ impl Inner {
         proto
             .send_request(id, &request, small.as_ref())
             .map_err(Status::from)?;
-        Ok(Some(id))
+        proto.will_wait(id, waker);
+        let reader_elsewhere = self.session.another_reads(&locked, id);
+        Ok(Some(Sent {
+            id,
+            reader_elsewhere,
+        }))
     }
 
     /// Builds the request of call `opened`, offers what it needs (the payload's window to

@@ -238,6 +238,15 @@ impl<H: Handles> super::Connection<H> {
         }
     }
 
+    /// Call `id`, just sent, will wait for its first event in the task of `waker`: as
+    /// [`poll_event`](Self::poll_event) finding none would (it may still find one).
+    pub(crate) fn will_wait(&mut self, id: u64, waker: Waker) {
+        let (_, c) = self.client_side();
+        if let Some(call) = c.calls.get_mut(&id) {
+            call.waker = Some(waker);
+        }
+    }
+
     /// A call waiting for an event other than `except`, with its waker: who reads the
     /// connection next when the reader's call is done.
     pub(crate) fn waiting_call(&self, except: u64) -> Option<(u64, Waker)> {
