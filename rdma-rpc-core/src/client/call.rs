@@ -719,9 +719,8 @@ mod future_sizes {
     /// exchange for a timer's registration per call). `call_inner` is 1,040 since a call sent
     /// at once takes its caller's waker first, to start waiting under the lock it is sent under
     /// (one more `.await`, which saves a lock and a look at the state per call). Growing past
-    /// the bounds below means a
-    /// new `.await` holds a large future or value on every call's path: box it, or keep it out
-    /// of the loop.
+    /// the bounds below means a new `.await` holds a large future or value on every call's
+    /// path: box it, or keep it out of the loop.
     #[test]
     fn a_unary_calls_future_stays_small() {
         let raw = returned(
