@@ -356,3 +356,52 @@ fn a_caller_not_in_line_opens_at_once_only_when_nobody_waits() {
     assert!(client.room_now().is_err());
     assert!(client.poll_room(&mut None, &cx).is_ready());
 }
+
+/// A call set to wait as it is sent (`will_wait`, under the send's lock) is woken by its
+/// response without having looked for it first, and is one a reader can hand the connection
+/// to (`waiting_call`), as a call that looked and found nothing is.
+#[test]
+fn a_call_set_to_wait_as_it_is_sent_is_woken_by_its_response() {
+    use crate::protocol::connection::Incoming;
+    use crate::protocol::frames::{RequestFrame, ResponseFrame};
+    use crate::tests::wakes::Wakes;
+    use std::task::Context;
+
+    let t0 = Instant::now();
+    let mut server: Connection<Sim> = Connection::server(pair_server(2, None), Arc::from("c"), t0);
+    let mut client = pair_client(2);
+    let mut link = pair_link();
+    settle(&mut link, &mut client, &mut server, t0);
+    let mut sent = Vec::new();
+    for _ in 0..2 {
+        let id = client.open_call(None, None);
+        let request = RequestFrame {
+            id,
+            path: bytes::Bytes::from_static(b"/x"),
+            op: 1,
+            ..Default::default()
+        };
+        client.send_request(id, &request, None).unwrap();
+        let (wakes, waker) = Wakes::new();
+        client.will_wait(id, waker);
+        sent.push((id, wakes));
+    }
+    let (first, second) = (sent[0].0, sent[1].0);
+    assert_eq!(client.waiting_call(first).map(|(id, _)| id), Some(second));
+    for incoming in settle(&mut link, &mut client, &mut server, t0) {
+        if let Incoming::Request(a) = incoming {
+            server.start_call(a.request.id, SimCall::default(), None, None);
+        }
+    }
+    let answer = ResponseFrame {
+        id: first,
+        ..Default::default()
+    };
+    server.respond(answer, || t0, || None).unwrap();
+    settle(&mut link, &mut client, &mut server, t0);
+    assert_eq!(sent[0].1.count(), 1, "the answered call is woken");
+    assert_eq!(sent[1].1.count(), 0, "the other is not");
+    let cx = Context::from_waker(std::task::Waker::noop());
+    assert!(client.poll_event(first, &cx).is_ready());
+    assert!(client.poll_event(second, &cx).is_pending());
+}
