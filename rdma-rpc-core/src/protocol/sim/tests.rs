@@ -292,13 +292,26 @@ fn settle(
     requests
 }
 
+/// Opens a call on `client` and sends its request (to `/x`): its id.
+fn open_and_send(client: &mut Connection<Sim>) -> u64 {
+    let id = client.open_call(None, None);
+    let request = crate::protocol::frames::RequestFrame {
+        id,
+        path: bytes::Bytes::from_static(b"/x"),
+        op: 1,
+        ..Default::default()
+    };
+    client.send_request(id, &request, None).unwrap();
+    id
+}
+
 /// A call that finds room in the window opens at once, in the same lock as its request
 /// (`Connection::room_now`), only when nobody waits for room before it: callers in line keep
 /// their turn, and a connection that refuses calls says so.
 #[test]
 fn a_caller_not_in_line_opens_at_once_only_when_nobody_waits() {
     use crate::protocol::connection::Incoming;
-    use crate::protocol::frames::{RequestFrame, ResponseFrame};
+    use crate::protocol::frames::ResponseFrame;
     use std::task::{Context, Poll};
 
     let t0 = Instant::now();
@@ -309,18 +322,7 @@ fn a_caller_not_in_line_opens_at_once_only_when_nobody_waits() {
     settle(&mut link, &mut client, &mut server, t0);
     assert!(client.is_open());
     assert_eq!(client.room_now(), Ok(true));
-    let mut ids = Vec::new();
-    for _ in 0..2 {
-        let id = client.open_call(None, None);
-        let request = RequestFrame {
-            id,
-            path: bytes::Bytes::from_static(b"/x"),
-            op: 1,
-            ..Default::default()
-        };
-        client.send_request(id, &request, None).unwrap();
-        ids.push(id);
-    }
+    let ids: Vec<u64> = (0..2).map(|_| open_and_send(&mut client)).collect();
     assert_eq!(client.room_now(), Ok(false), "the window (2) is full");
     // A caller waits in line.
     let waker = std::task::Waker::noop();
@@ -363,7 +365,7 @@ fn a_caller_not_in_line_opens_at_once_only_when_nobody_waits() {
 #[test]
 fn a_call_set_to_wait_as_it_is_sent_is_woken_by_its_response() {
     use crate::protocol::connection::Incoming;
-    use crate::protocol::frames::{RequestFrame, ResponseFrame};
+    use crate::protocol::frames::ResponseFrame;
     use crate::tests::wakes::Wakes;
     use std::task::Context;
 
@@ -374,14 +376,7 @@ fn a_call_set_to_wait_as_it_is_sent_is_woken_by_its_response() {
     settle(&mut link, &mut client, &mut server, t0);
     let mut sent = Vec::new();
     for _ in 0..2 {
-        let id = client.open_call(None, None);
-        let request = RequestFrame {
-            id,
-            path: bytes::Bytes::from_static(b"/x"),
-            op: 1,
-            ..Default::default()
-        };
-        client.send_request(id, &request, None).unwrap();
+        let id = open_and_send(&mut client);
         let (wakes, waker) = Wakes::new();
         client.will_wait(id, waker);
         sent.push((id, wakes));
