@@ -490,13 +490,9 @@ impl Inner {
             }
             false => None,
         };
-        let mut reader_elsewhere = false;
+        let mut reader_elsewhere = sent.as_ref().is_some_and(|s| s.reader_elsewhere);
         let (mut guard, slot_write) = match sent {
-            Some(Sent {
-                id,
-                reader_elsewhere: elsewhere,
-            }) => {
-                reader_elsewhere = elsewhere;
+            Some(Sent { id, .. }) => {
                 let guard = CallGuard {
                     inner,
                     id,

@@ -54,9 +54,9 @@ impl Inner {
     ///
     /// Under the same lock the call starts to wait for its response in the task of `waker`
     /// (the caller's, cloned in the poll that calls this: the call's next step, in the same
-    /// poll, is [`event`](Inner::event)), and learns whether another
-    /// call reads the connection meanwhile: then its first wait needs neither the lock nor a
-    /// read ([`Sent::reader_elsewhere`]).
+    /// poll, is [`event`](Inner::event)), and learns whether another call reads the
+    /// connection meanwhile: then its first wait needs neither the lock nor a read
+    /// ([`Sent::reader_elsewhere`]).
     ///
     /// [`open`]: Inner::open
     pub(super) fn try_send_inline(
