@@ -478,6 +478,40 @@ impl RemoteMemory {
         self.bounded("write", write).await
     }
 
+    /// Writes `src` at `offset` of the peer's window without waiting for the peer: done when
+    /// the write is posted ahead of everything this connection sends after it and `src` is
+    /// no longer read. The peer has the bytes before anything sent after them arrives, so
+    /// the usual pattern, a handler that writes its result into the caller's buffer and then
+    /// returns its response, needs no round trip of its own for the write: the response
+    /// tells the caller the bytes landed (RDMA's ordering of a write and a later send on one
+    /// queue pair).
+    ///
+    /// What [`write`](Self::write) reports as this call's error (the peer revoked the buffer
+    /// meanwhile), a posted write reports by failing the connection: what was sent after it
+    /// never arrives, and the caller's call fails with the connection. Over TCP the peer
+    /// sends no acknowledgement for it; over `mem://` every write is done when posted; over
+    /// DOCA this is [`write`](Self::write), whose completion the source memory must wait for.
+    ///
+    /// ```no_run
+    /// # async fn run(memory: rdma_rpc_core::RemoteMemory, handle: rdma_rpc_core::RemoteBuf,
+    /// #     block: rdma_rpc_core::Bytes) -> Result<(), rdma_rpc_core::Status> {
+    /// // In a handler: the result goes into the caller's buffer, then the response follows.
+    /// memory.write_posted(&handle, 0, block).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn write_posted(
+        &self,
+        remote: &RemoteBuf,
+        offset: u64,
+        src: impl Into<SendData>,
+    ) -> Result<(), Status> {
+        let src = src.into();
+        let len = src.len() as u64;
+        let (d, _use) = self.begin(remote, offset, len, AccessKind::Write)?;
+        let write = self.session.transport().write_posted(src, &d);
+        self.bounded("write", write).await
+    }
+
     /// Atomically: if the 8 bytes at `offset` (8-byte aligned) equal `expected`, they become
     /// `new`. Returns the value they had.
     pub async fn compare_and_swap(

@@ -63,12 +63,16 @@ pub(crate) static ENDPOINTS: &[EndpointDef] = &[
     send("/remote/count", "count"),
     send("/remote/lend", "lend"),
     send("/remote/reclaim", "reclaim"),
+    send("/remote/push_posted", "push_posted"),
 ];
 pub(crate) const PULL: usize = 0;
 pub(crate) const PUSH: usize = 1;
 pub(crate) const COUNT: usize = 2;
 pub(crate) const LEND: usize = 3;
 pub(crate) const RECLAIM: usize = 4;
+/// As `PUSH`, with the write posted ahead of the response
+/// ([`write_posted`](crate::RemoteMemory::write_posted)).
+pub(crate) const PUSH_POSTED: usize = 5;
 
 /// Uses the remote buffers of its requests; lends leases of its own region. Its memory is one
 /// region registered once (64 slots of 256 KiB, taken in turn), as a real service's would be:
@@ -146,6 +150,10 @@ impl Remote {
             PUSH => {
                 let data = Bytes::from(pattern(req.len as usize, req.seed));
                 memory.write(&buf()?, req.offset, data).await?;
+            }
+            PUSH_POSTED => {
+                let data = Bytes::from(pattern(req.len as usize, req.seed));
+                memory.write_posted(&buf()?, req.offset, data).await?;
             }
             COUNT => {
                 out.added_to = memory.fetch_and_add(&buf()?, req.offset, req.len).await?;
@@ -507,7 +515,10 @@ pub(crate) async fn shared_regions_are_lent_in_place_and_copied_locally_on(b: &B
     );
     let handle = all.handle();
     assert_eq!(handle.len(), 1 << 20);
-    for round in 0..3u32 {
+    // Writes awaited, then posted ahead of the response: either way the bytes are in place
+    // when the response arrives.
+    for round in 0..4u32 {
+        let push = [PUSH, PUSH_POSTED][round as usize % 2];
         let at = 300_000 + round as usize * 10_000;
         let mut part = region.lease(at, 5000).unwrap();
         part.write(&pattern(5000, 10 + round)).unwrap();
@@ -524,14 +535,18 @@ pub(crate) async fn shared_regions_are_lent_in_place_and_copied_locally_on(b: &B
         );
         call(
             &shared_with,
-            PUSH,
+            push,
             req(&handle, at as u64 + 100, 3000, 20 + round),
         )
         .await
         .unwrap();
         let mut got = vec![0u8; 3000];
         part.read_at(100, &mut got).unwrap();
-        assert!(got == pattern(3000, 20 + round), "written in place at {at}");
+        assert!(
+            got == pattern(3000, 20 + round),
+            "written in place at {at} (posted: {})",
+            push == PUSH_POSTED
+        );
     }
     all.revoke().await;
     assert!(

@@ -192,23 +192,27 @@ pub(crate) async fn atomics(a: &Arc<dyn Connection>, b: &Arc<dyn Connection>) {
 }
 
 /// A send posted after a write reaches the peer after the write's bytes (RC ordering), in
-/// both directions: the protocol's write slots and pushed results rely on it.
+/// both directions, for a [`write`](Connection::write) and a
+/// [`write_posted`](Connection::write_posted): the protocol's write slots and pushed results
+/// rely on it, and so does a handler that posts a write ahead of its response.
 pub(crate) async fn writes_land_before_later_sends(
     a: &Arc<dyn Connection>,
     b: &Arc<dyn Connection>,
 ) {
-    for (from, to) in [(a, b), (b, a)] {
+    let ways = [false, true].map(|posted| [(a, b, posted), (b, a, posted)]);
+    for (from, to, posted) in ways.into_iter().flatten() {
         let len = 1 << 20;
         let data = pattern(len, 9);
         let target = RegisteredBuf::new(len, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
         let grant = to.grant(target, 0, len, Access::REMOTE_WRITE).unwrap();
         to.post_recv(recv_buf(64)).unwrap();
         // Neither is awaited before the other is posted.
-        let write = from.write(
-            SendData::Bytes(Bytes::from(data.clone())),
-            grant.descriptor(),
-            None,
-        );
+        let src = SendData::Bytes(Bytes::from(data.clone()));
+        let write = if posted {
+            from.write_posted(src, grant.descriptor())
+        } else {
+            from.write(src, grant.descriptor(), None)
+        };
         let send = from.send(SendData::Bytes(Bytes::from_static(b"after")), None);
         let done = to.recv().await.unwrap();
         assert_eq!(done.buf.to_vec(), b"after");

@@ -409,6 +409,18 @@ pub trait Connection: Send + Sync + fmt::Debug + 'static {
         imm: Option<u32>,
     ) -> BoxFuture<'static, Result<()>>;
 
+    /// Writes like [`write`](Self::write) without waiting for the peer: completes once the
+    /// write is posted ahead of everything this connection sends after it, and the transport
+    /// no longer reads `src`. The peer has the bytes in its memory before any later send of
+    /// this connection completes there (the order of an RDMA reliable connection's queue
+    /// pair: a write and then a send), so a response sent after it tells the peer its data
+    /// landed. A refusal at the peer (a revoked window) fails the connection, and with it
+    /// whatever was sent after, instead of this operation. Transports that cannot post
+    /// without waiting keep this default: the whole [`write`](Self::write).
+    fn write_posted(&self, src: SendData, dst: &Descriptor) -> BoxFuture<'static, Result<()>> {
+        self.write(src, dst, None)
+    }
+
     /// Reads `src.len` bytes of the peer's window into `dst` (its length is set to the bytes
     /// read). On error the buffer is dropped.
     fn read(

@@ -112,6 +112,8 @@ impl TcpConnection {
             rnr_waits: AtomicUsize::new(0),
             #[cfg(test)]
             writes: AtomicUsize::new(0),
+            #[cfg(test)]
+            acks: AtomicUsize::new(0),
         });
         let closed_rx = shared.closed.subscribe();
         tokio::spawn(writer(
@@ -148,6 +150,29 @@ impl TcpConnection {
     #[cfg(test)]
     pub(super) fn writes(&self) -> usize {
         self.shared.writes.load(Ordering::Relaxed)
+    }
+
+    /// ACKs this side's reader queued for the peer's operations.
+    #[cfg(test)]
+    pub(super) fn acks(&self) -> usize {
+        self.shared.acks.load(Ordering::Relaxed)
+    }
+
+    /// The header of a write of `src` to `dst`, once its length is checked against both.
+    fn write_header(&self, src: &SendData, dst: &Descriptor) -> Result<Header> {
+        let len = src.len() as u64;
+        if len > dst.len {
+            return Err(Error::InvalidArgument(format!(
+                "write of {len} bytes into a descriptor of {} bytes",
+                dst.len
+            )));
+        }
+        self.shared.check_len(len)?;
+        let mut header = Header::new(Kind::Write, 0);
+        header.rkey = dst.rkey;
+        header.addr = dst.addr;
+        header.len = len;
+        Ok(header)
     }
 
     fn new_key(&self) -> u32 {
@@ -277,27 +302,41 @@ impl Connection for TcpConnection {
         dst: &Descriptor,
         imm: Option<u32>,
     ) -> BoxFuture<'static, Result<()>> {
-        let len = src.len() as u64;
-        if len > dst.len {
-            return failed_now(Error::InvalidArgument(format!(
-                "write of {len} bytes into a descriptor of {} bytes",
-                dst.len
-            )));
-        }
-        if let Err(e) = self.shared.check_len(len) {
-            return failed_now(e);
-        }
-        let mut header = Header::new(Kind::Write, 0);
+        let mut header = match self.write_header(&src, dst) {
+            Ok(header) => header,
+            Err(e) => return failed_now(e),
+        };
         header.imm = imm;
-        header.rkey = dst.rkey;
-        header.addr = dst.addr;
-        header.len = len;
         let (tx, rx) = oneshot::channel();
         let (payload, let_go) = tracked(src);
         match self.shared.post(header, payload, Pending::Ack(tx)) {
             Ok(()) => wait_released(&self.shared, rx, let_go),
             Err(e) => failed_now(e),
         }
+    }
+
+    /// An unsignaled write packet: the peer's reader lands it before it reads the next
+    /// packet and sends no ACK; done when the writer has written it to the socket.
+    fn write_posted(&self, src: SendData, dst: &Descriptor) -> BoxFuture<'static, Result<()>> {
+        let mut header = match self.write_header(&src, dst) {
+            Ok(header) => header,
+            Err(e) => return failed_now(e),
+        };
+        header.unsignaled = true;
+        let (payload, let_go) = tracked(src);
+        if let Err(e) = self.shared.post_unsignaled(header, payload) {
+            return failed_now(e);
+        }
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            // Resolves (with an error: nothing is ever sent) when the packet is dropped,
+            // written or not: a connection that failed first says so.
+            let _ = let_go.await;
+            match lock(&shared.state).error.as_ref() {
+                Some(e) => Err(e.duplicate()),
+                None => Ok(()),
+            }
+        })
     }
 
     fn read(

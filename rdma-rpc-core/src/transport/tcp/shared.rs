@@ -124,6 +124,9 @@ pub(super) struct Shared {
     /// Batches the writer wrote (for tests of how packets are batched).
     #[cfg(test)]
     pub(super) writes: AtomicUsize,
+    /// ACKs the reader queued (for tests of what is acknowledged).
+    #[cfg(test)]
+    pub(super) acks: AtomicUsize,
 }
 
 impl Shared {

@@ -120,6 +120,57 @@ async fn packets_queued_by_tasks_woken_after_the_writer_leave_in_its_write() {
     assert_eq!(a.writes() - before, 1, "both packets in one write");
 }
 
+/// A posted write asks the peer for no acknowledgement: the peer's reader lands it and sends
+/// nothing back (a plain write is acknowledged), and a send after it finds the bytes there.
+#[tokio::test]
+async fn a_posted_write_lands_unacknowledged_before_the_next_send() {
+    let (peer, ours) = connected_pair(&transport()).await;
+    for posted in [false, true] {
+        let len = 4096;
+        let data = conformance::pattern(len, u8::from(posted));
+        let target = RegisteredBuf::new(len, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+        let grant = peer.grant(target, 0, len, Access::REMOTE_WRITE).unwrap();
+        peer.post_recv(recv_buf(16)).unwrap();
+        let acks = peer.acks();
+        let src = SendData::Bytes(Bytes::from(data.clone()));
+        if posted {
+            ours.write_posted(src, grant.descriptor()).await.unwrap();
+        } else {
+            ours.write(src, grant.descriptor(), None).await.unwrap();
+        }
+        ours.send_unsignaled(SendData::Bytes(Bytes::from_static(b"after")), None)
+            .unwrap();
+        assert_eq!(peer.recv().await.unwrap().buf.as_slice(), b"after");
+        // The reader queues an ACK before it reads the next packet: all are counted by now.
+        assert_eq!(peer.acks() - acks, usize::from(!posted), "posted: {posted}");
+        let mut landed = grant.revoke().await.unwrap();
+        landed.set_len(len);
+        assert!(landed.as_slice() == data, "posted: {posted}");
+    }
+}
+
+/// A posted write the peer refuses (its window was revoked) fails the connection on both
+/// sides with the refusal, and what was sent after it never arrives.
+#[tokio::test]
+async fn a_posted_write_the_peer_refuses_fails_the_connection() {
+    let (a, b) = pair().await;
+    let target = RegisteredBuf::new(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+    let grant = b.grant(target, 0, 64, Access::REMOTE_WRITE).unwrap();
+    let stale = grant.descriptor().clone();
+    grant.revoke().await.unwrap();
+    b.post_recv(recv_buf(16)).unwrap();
+    // Posted (or refused already, if the peer was quicker): nothing is reported here.
+    let _ = a
+        .write_posted(SendData::Bytes(Bytes::from(vec![1; 64])), &stale)
+        .await;
+    expect_violation(
+        a.send(SendData::Bytes(Bytes::from_static(b"after")), None),
+        AccessViolation::UnknownKey,
+    )
+    .await;
+    assert!(b.recv().await.is_err(), "the send after it arrived");
+}
+
 #[tokio::test]
 async fn message_larger_than_the_posted_receive_fails_the_connection() {
     let (a, b) = pair().await;

@@ -110,8 +110,8 @@ impl NakReason {
 pub(super) struct Header {
     pub(super) kind: Kind,
     pub(super) imm: Option<u32>,
-    /// A send whose sender wants no completion: the receiver sends no ACK (errors are still
-    /// NAKed).
+    /// A send, or a write without immediate, whose sender wants no completion: the receiver
+    /// sends no ACK (errors are still NAKed, and end the connection).
     pub(super) unsignaled: bool,
     pub(super) op_id: u64,
     pub(super) rkey: u32,
@@ -164,12 +164,14 @@ impl Header {
         let u32_at = |i: usize| u32::from_le_bytes(raw[i..i + 4].try_into().expect("4 bytes"));
         let u64_at = |i: usize| u64::from_le_bytes(raw[i..i + 8].try_into().expect("8 bytes"));
         let unsignaled = flags & 0b10 != 0;
-        if unsignaled && kind != Kind::Send {
-            return Err(format!("{kind:?} packet marked unsignaled"));
+        let imm = flags & 1 == 1;
+        if unsignaled && !(kind == Kind::Send || kind == Kind::Write && !imm) {
+            let with = if imm { " with an immediate" } else { "" };
+            return Err(format!("{kind:?} packet{with} marked unsignaled"));
         }
         let header = Header {
             kind,
-            imm: (flags & 1 == 1).then(|| u32_at(4)),
+            imm: imm.then(|| u32_at(4)),
             unsignaled,
             op_id: u64_at(8),
             rkey: u32_at(16),
@@ -214,6 +216,13 @@ mod tests {
         let mut raw = Header::new(Kind::Ack, 1).encode();
         raw[1] = 0b10;
         assert!(Header::decode(&raw).unwrap_err().contains("unsignaled"));
+        let mut write = Header::new(Kind::Write, 1);
+        write.unsignaled = true;
+        assert_eq!(Header::decode(&write.encode()).unwrap(), write);
+        write.imm = Some(5);
+        assert!(Header::decode(&write.encode())
+            .unwrap_err()
+            .contains("immediate marked unsignaled"));
         let mut raw = Header::new(Kind::Ack, 1).encode();
         raw[2] = 1;
         assert!(Header::decode(&raw).unwrap_err().contains("reserved"));

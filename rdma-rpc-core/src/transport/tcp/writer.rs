@@ -73,7 +73,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         // I/O so (fewer writes, and fewer wake-ups of the peer's reader).
         yield_once().await;
         // Everything queued goes out, in batches, before the next wait.
-        let mut result = loop {
+        loop {
             while batch.len() < MAX_BATCH {
                 match responses.try_recv().or_else(|_| requests.try_recv()) {
                     Ok(packet) => batch.push(packet),
@@ -83,29 +83,22 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             let more = batch.len() == MAX_BATCH;
             #[cfg(test)]
             shared.writes.fetch_add(1, Ordering::Relaxed);
-            let written = deadline(limit, batch.write_to(&mut out, writes)).await;
+            if let Err(e) = deadline(limit, batch.write_to(&mut out, writes)).await {
+                // Failed before the batch's packets are let go: a posted write that sees its
+                // source released then sees the connection's error too.
+                shared.fail(write_failed(&shared, limit, e));
+                return;
+            }
             let unsignaled = batch.clear();
             if unsignaled > 0 {
                 shared.unsignaled.fetch_sub(unsignaled, Ordering::AcqRel);
             }
-            if written.is_err() || !more {
-                break written;
+            if !more {
+                break;
             }
-        };
-        if result.is_ok() {
-            result = deadline(limit, out.flush()).await;
         }
-        if let Err(e) = result {
-            let err = match e.kind() {
-                std::io::ErrorKind::TimedOut => Error::Protocol {
-                    peer: shared.peer.clone(),
-                    reason: format!(
-                        "the peer read nothing for {limit:?} (stall_timeout); connection closed"
-                    ),
-                },
-                _ => Error::io(format!("writing to {}", shared.peer), e),
-            };
-            shared.fail(err);
+        if let Err(e) = deadline(limit, out.flush()).await {
+            shared.fail(write_failed(&shared, limit, e));
             return;
         }
     }
@@ -122,6 +115,19 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         out.shutdown().await
     };
     let _ = tokio::time::timeout(Duration::from_secs(1), last_words).await;
+}
+
+/// The error that ends the connection when writing to its socket failed with `e`.
+fn write_failed(shared: &Shared, limit: Duration, e: std::io::Error) -> Error {
+    match e.kind() {
+        std::io::ErrorKind::TimedOut => Error::Protocol {
+            peer: shared.peer.clone(),
+            reason: format!(
+                "the peer read nothing for {limit:?} (stall_timeout); connection closed"
+            ),
+        },
+        _ => Error::io(format!("writing to {}", shared.peer), e),
+    }
 }
 
 /// Packets written together: their headers encoded side by side, their payloads where they
