@@ -374,14 +374,15 @@ impl StorageTarget for Arc<Target> {
             });
         };
         // The data and the trailer right after it, as stored: one RDMA write straight into
-        // the service's memory.
+        // the service's memory, posted ahead of this response (which tells the service the
+        // bytes landed: no round trip of its own).
         let n = used as usize;
         let src = self
             .memory
             .lease(at, n + TRAILER_LEN)
             .map_err(Status::from)?;
         memory
-            .write(&destination, io.offset, SendData::Registered(src))
+            .write_posted(&destination, io.offset, SendData::Registered(src))
             .await?;
         Ok(HalfDone {
             block: io.block,

@@ -298,10 +298,11 @@ impl StorageService for Arc<Service> {
                 io.block, io.length
             )));
         }
-        // One RDMA write: the block, from staging into the initiator's I/O memory.
+        // One RDMA write: the block, from staging into the initiator's I/O memory, posted
+        // ahead of this response, which tells the initiator it landed.
         area.set_len(len);
         initiator
-            .write(&memory, io.offset, SendData::Registered(area))
+            .write_posted(&memory, io.offset, SendData::Registered(area))
             .await?;
         Ok(BlockDone {
             block: io.block,

@@ -12,7 +12,10 @@
 //! network round trips one after the other (the call, the read, the three target calls in
 //! parallel and their reads). A read has the two data targets write their halves into the
 //! staging memory, decodes, and writes the block into the initiator's memory with one RDMA
-//! write: 3 calls, 4 round trips one after the other. Every Nth read, or when a data half is
+//! write: 3 calls. Each write is posted ahead of its call's response
+//! ([`rdma_rpc_core::RemoteMemory::write_posted`]), which tells the caller the bytes landed:
+//! 2 round trips one after the other over the software transports, 4 over DOCA, whose writes
+//! complete before their responses are sent. Every Nth read, or when a data half is
 //! missing, unreachable or corrupt, the read goes through the parity target instead (a
 //! recovery read).
 //!
