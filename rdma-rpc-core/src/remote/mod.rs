@@ -45,6 +45,17 @@
 //!   trust the application chose when it shared it.
 //!
 //! `docs/security.md` says, per mode, what a hostile peer reaches and for how long.
+//!
+//! # A write, then the response
+//! A handler that puts its result into the caller's buffer can post the write
+//! ([`RemoteMemory::write_posted`]) and return its response at once: the response goes after
+//! the write on the same connection, and an RDMA reliable connection delivers a send after the
+//! bytes of every write posted before it, so the caller has the bytes when it has the
+//! response. Over TCP the peer then sends no acknowledgement for the write, and the handler
+//! waits only until its bytes are handed to the socket; over `mem://` every write is done
+//! when posted; over DOCA the write still completes first (its source memory must stay until
+//! then). A revocation of the buffer is confirmed after the posted write too, on the same
+//! connection, so the offerer takes the window down only once the bytes are in.
 
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
