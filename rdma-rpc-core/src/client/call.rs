@@ -648,6 +648,9 @@ impl Inner {
     ) -> Result<Option<Descriptor>, Status> {
         match step {
             GrantStep::Write(window) => {
+                // Awaited whole, although the ack that follows would tell the server the bytes
+                // are in: posted (`write_posted`), 1 MiB writes over TCP answered a quarter
+                // sooner one at a time, but 8 in flight moved 10 to 15% fewer bytes a second.
                 self.session
                     .transport()
                     .write(SendData::Bytes(data.clone()), &window, None)

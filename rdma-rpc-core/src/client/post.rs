@@ -143,8 +143,8 @@ impl Inner {
         match (route, slot) {
             (Some(Outgoing::Slot), Some((index, window))) => {
                 // Posted before the request on the same connection: the bytes are in the slot
-                // when the request arrives.
-                slot_write = Some(conn.write(SendData::Bytes(data.clone()), &window, None));
+                // when the request arrives, with no acknowledgement of their own.
+                slot_write = Some(conn.write_posted(SendData::Bytes(data.clone()), &window));
                 request.slot = Some(index);
             }
             (Some(Outgoing::Pull), _) => {

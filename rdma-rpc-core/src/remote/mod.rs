@@ -482,11 +482,7 @@ impl RemoteMemory {
         offset: u64,
         src: impl Into<SendData>,
     ) -> Result<(), Status> {
-        let src = src.into();
-        let len = src.len() as u64;
-        let (d, _use) = self.begin(remote, offset, len, AccessKind::Write)?;
-        let write = self.session.transport().write(src, &d, None);
-        self.bounded("write", write).await
+        self.write_to(remote, offset, src.into(), false).await
     }
 
     /// Writes `src` at `offset` of the peer's window without waiting for the peer: done when
@@ -516,10 +512,24 @@ impl RemoteMemory {
         offset: u64,
         src: impl Into<SendData>,
     ) -> Result<(), Status> {
-        let src = src.into();
-        let len = src.len() as u64;
-        let (d, _use) = self.begin(remote, offset, len, AccessKind::Write)?;
-        let write = self.session.transport().write_posted(src, &d);
+        self.write_to(remote, offset, src.into(), true).await
+    }
+
+    /// [`write`](Self::write), or with `posted` [`write_posted`](Self::write_posted).
+    async fn write_to(
+        &self,
+        remote: &RemoteBuf,
+        offset: u64,
+        src: SendData,
+        posted: bool,
+    ) -> Result<(), Status> {
+        let (d, _use) = self.begin(remote, offset, src.len() as u64, AccessKind::Write)?;
+        let conn = self.session.transport();
+        let write = if posted {
+            conn.write_posted(src, &d)
+        } else {
+            conn.write(src, &d, None)
+        };
         self.bounded("write", write).await
     }
 

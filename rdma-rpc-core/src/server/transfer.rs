@@ -172,12 +172,13 @@ pub(super) async fn outbound(
         ResultStep::Ask(frame) => asked_window(len, Box::pin(ask(call, events, frame)).await?)?,
     };
     // The write is posted now; the response, sent after it on the same connection, arrives
-    // after the bytes. The buffer returns to the pool when the write completes.
+    // after the bytes (and over TCP the client sends no ACK for it). The buffer returns to
+    // the pool when the transport lets go of it.
     let mut pushed = call
         .conn
         .session
         .transport()
-        .write(SendData::Registered(buf), &dst, None);
+        .write_posted(SendData::Registered(buf), &dst);
     // A write the transport refused when it was posted (its queue full) has failed already:
     // answer with that, never with a success whose bytes were not sent.
     let pending = match crate::bounded::poll_once(&mut pushed) {

@@ -311,7 +311,7 @@ impl ChunkSink {
         let mut write = s
             .session
             .transport()
-            .write(SendData::Registered(buf), &dst, None);
+            .write_posted(SendData::Registered(buf), &dst);
         // Refused when posted (its queue full): failed now, never reported as sent.
         let pending = match crate::bounded::poll_once(&mut write) {
             Some(Err(e)) => {

@@ -49,6 +49,9 @@ struct Faults {
     max_delay_us: AtomicU64,
     flood: AtomicBool,
     late_first_read: AtomicBool,
+    /// Posted writes are refused when posted, as a full send queue refuses them (the
+    /// connection stays up).
+    refuse_posted_writes: AtomicBool,
     /// Reads of the connections the client dialled (not a fault: a count).
     client_reads: AtomicU64,
 }
@@ -257,6 +260,17 @@ impl Connection for FaultyConnection {
         self.delayed(self.inner.write(src, dst, imm))
     }
 
+    fn write_posted(&self, src: SendData, dst: &Descriptor) -> BoxFuture<'static, Result<()>> {
+        if self.faults.refuse_posted_writes.load(Ordering::Relaxed) {
+            return Box::pin(std::future::ready(Err(Error::LimitExceeded {
+                limit: "max_outstanding",
+                max: 0,
+                actual: 1,
+            })));
+        }
+        self.delayed(self.inner.write_posted(src, dst))
+    }
+
     fn read(
         &self,
         src: &Descriptor,
@@ -457,6 +471,37 @@ async fn a_frame_landing_as_the_handshake_looked_wakes_it() {
     .expect("connected");
     let answer = bounded("a call", inbound(&client, MSG_SEND, 100, 1)).await;
     assert!(answer.expect("an answer").exact);
+}
+
+/// A pushed result the transport refuses when it is posted (its send queue full) is answered
+/// with an error, never with a success whose bytes were not sent (before: the client got
+/// `OK, pushed_len = n` and handed out whatever its window held); the connection serves on.
+#[tokio::test]
+async fn a_refused_push_is_never_reported_as_a_success() {
+    let faults = Arc::new(Faults::default());
+    let config = ServerConfig {
+        write_slots: 0,
+        ..ServerConfig::default()
+    };
+    let h = Harness::start(faulty_tcp(faults.clone(), 1), config).await;
+    let client = h.client().await;
+    let len = 100_000;
+    // The first read learns the result's size; the next ones have it pushed.
+    for (seed, refused) in [(1, false), (2, false), (3, true), (4, false)] {
+        faults
+            .refuse_posted_writes
+            .store(refused, Ordering::Relaxed);
+        match outbound(&client, BLOB_READ, len, seed).await {
+            Ok(data) => {
+                assert!(!refused, "a refused push was reported as a success");
+                assert!(data == pattern(len, seed), "wrong bytes");
+            }
+            Err(status) => {
+                assert!(refused, "{status}");
+                assert_eq!(status.code(), crate::Code::Unavailable, "{status}");
+            }
+        }
+    }
 }
 
 /// With one call waiting for its response (its handler waits at the gate), seven more calls

@@ -48,9 +48,9 @@ pub struct TcpConfig {
     /// Most operations outstanding on one connection (its send queue depth): one more is
     /// refused when posted. Default 4096.
     pub max_outstanding: usize,
-    /// Most unsignaled sends waiting for the socket on one connection: past it the
-    /// connection fails, as a peer that does not read would otherwise make this side queue
-    /// without bound. Default 4096.
+    /// Most unsignaled sends and posted writes waiting for the socket on one connection: past
+    /// it the connection fails, as a peer that does not read would otherwise make this side
+    /// queue without bound. Default 4096.
     pub max_queued_sends: usize,
     /// Time allowed for the connection preamble, and over `tls://` for the TLS handshake
     /// before it. Default 10 s.
@@ -320,6 +320,16 @@ pub(crate) mod raw_peer {
     /// The kind of a send packet (a control frame).
     pub(crate) const SEND: u8 = Kind::Send as u8;
 
+    /// The kind of a write packet (a pushed result).
+    pub(crate) const WRITE: u8 = Kind::Write as u8;
+
+    /// A packet as it came: its kind, whether it asks for no acknowledgement, its payload.
+    pub(crate) struct Packet {
+        pub(crate) kind: u8,
+        pub(crate) unsignaled: bool,
+        pub(crate) payload: Vec<u8>,
+    }
+
     pub(crate) struct RawPeer {
         stream: TcpStream,
         next_op: u64,
@@ -350,6 +360,11 @@ pub(crate) mod raw_peer {
         /// The next packet's kind (see [`READ_REQUEST`]) and payload; `None` once the peer
         /// closed.
         pub(crate) async fn next(&mut self) -> Option<(u8, Vec<u8>)> {
+            self.next_packet().await.map(|p| (p.kind, p.payload))
+        }
+
+        /// The next packet; `None` once the peer closed.
+        pub(crate) async fn next_packet(&mut self) -> Option<Packet> {
             let mut raw = [0u8; HEADER_LEN];
             self.stream.read_exact(&mut raw).await.ok()?;
             let header = Header::decode(&raw).unwrap();
@@ -360,7 +375,11 @@ pub(crate) mod raw_peer {
             };
             let mut payload = vec![0u8; len];
             self.stream.read_exact(&mut payload).await.ok()?;
-            Some((header.kind as u8, payload))
+            Some(Packet {
+                kind: header.kind as u8,
+                unsignaled: header.unsignaled,
+                payload,
+            })
         }
     }
 }
