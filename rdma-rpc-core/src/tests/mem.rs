@@ -4,8 +4,9 @@
 //! - `one_peer_cannot_take_every_connection_on`: the per-peer limit is keyed by the peer's IP
 //!   address, and an in-process peer has none (as over RDMA CM), so the limit does not apply.
 //! - the tests that speak the TCP wire format by hand (`an_unanswered_pull_frees_its_buffer`,
-//!   `an_unacknowledged_push_frees_its_buffer`), or are built on a TCP transport or its
-//!   settings (`a_refused_push_is_never_reported_as_a_success`, the fault-injection test,
+//!   `a_push_needs_no_acknowledgement_and_frees_its_buffer_once_written`), or are built on a
+//!   TCP transport or its settings (`a_refused_push_is_never_reported_as_a_success` and the
+//!   other fault-injection tests,
 //!   `announced_and_returned_credits_are_bounded`, `a_window_that_does_not_fit_the_payload_is_refused`,
 //!   and the two window tests of `faults.rs` that are not written against a backend).
 
