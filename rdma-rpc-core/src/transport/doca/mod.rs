@@ -35,7 +35,8 @@
 //!   reused after completion (DOCA 3.x has setters for every task type, atomics included).
 //! - `window`: the windows a connection grants, and how fenced windows are served with no
 //!   registration per call (the connection's bounce memory, or a region shared with it).
-//! - `conn`: [`DocaConnection`] and the listeners.
+//! - `conn`: [`DocaConnection`] and the RDMA CM listener; `oob`: the out-of-band side channel
+//!   (its exchange, its listener, and TLS around it when set).
 //!
 //! # Sizes and pinned memory
 //! Each context sets its send queue to [`DocaConfig::send_queue_size`] bounded by the
@@ -110,6 +111,7 @@
 //! See `docs/doca.md` for building against a real SDK and running the hardware suite.
 
 mod conn;
+mod oob;
 mod engine;
 mod reg;
 mod sys;
@@ -504,7 +506,7 @@ impl DocaTransport {
                     return Err(e);
                 }
             };
-            return conn::oob_connect(&engine, stream, peer, limit, self.config.bounce_budget)
+            return oob::oob_connect(&engine, stream, peer, limit, self.config.bounce_budget)
                 .await;
         }
         let connect = engine.ask(|reply| engine::Cmd::Connect {
@@ -572,7 +574,7 @@ impl Transport for DocaTransport {
                     .local_addr()
                     .map_err(|e| Error::io("reading the listener's address", e))?;
                 let engine = self.engine(self.config.max_connections).await?;
-                return Ok(Box::new(conn::oob_listener(
+                return Ok(Box::new(oob::oob_listener(
                     listener,
                     format!("doca+oob://{local}"),
                     engine,
