@@ -12,6 +12,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, SanType,
 };
+use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport};
 use rdma_rpc_core::transport::tls::{
     ClientTlsConfig, Identity, Roots, ServerTlsConfig, TlsTransport,
 };
@@ -134,10 +135,12 @@ fn write_private(path: &Path, contents: &str, private: bool) -> std::io::Result<
     std::io::Write::write_all(&mut options.open(path)?, contents.as_bytes())
 }
 
-/// The example server's TLS flags (used with a `tls://` address).
+/// The example server's TLS flags: with a `tls://` address, or a `doca+oob://` one (its side
+/// channel in TLS).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ServerTlsArgs {
-    /// The server's certificate chain, PEM (with a tls:// address).
+    /// The server's certificate chain, PEM (with a tls:// address, or doca+oob:// for a side
+    /// channel in TLS).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// The server's private key, PEM.
@@ -153,16 +156,18 @@ pub struct ServerTlsArgs {
 
 impl ServerTlsArgs {
     /// The transport for `addr`: a TLS one for `tls://` (which needs the certificate flags),
-    /// none otherwise (the address names it). TLS flags with another scheme are an error.
+    /// a DOCA one whose side channels run TLS for `doca+oob://` with the flags, none otherwise
+    /// (the address names it). TLS flags with another scheme are an error.
     pub fn transport(&self, addr: &str) -> Result<Option<Arc<dyn Transport>>, String> {
-        if !wants_tls(
+        let wants = wants_tls(
             addr,
             self.tls_cert.is_some() || self.tls_client_ca.is_some(),
-        )? {
+        )?;
+        if wants == Wants::Plain {
             return Ok(None);
         }
         let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
-            return Err("a tls:// address needs --tls-cert and --tls-key".into());
+            return Err(format!("TLS for {addr} needs --tls-cert and --tls-key"));
         };
         let build = || {
             let mut config = ServerTlsConfig::new(Identity::from_pem_files(cert, key)?);
@@ -173,14 +178,16 @@ impl ServerTlsArgs {
             }
             TlsTransport::server(config)
         };
-        boxed(build())
+        boxed(build(), wants)
     }
 }
 
-/// The example client's TLS flags (used with a `tls://` address).
+/// The example client's TLS flags: with a `tls://` address, or a `doca+oob://` one (its side
+/// channel in TLS).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ClientTlsArgs {
-    /// The CA that signed the server's certificate, PEM (with a tls:// address).
+    /// The CA that signed the server's certificate, PEM (with a tls:// address, or doca+oob://
+    /// for a side channel in TLS).
     #[arg(long, value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
     /// This client's certificate chain, PEM, for servers that require one (mutual TLS).
@@ -195,16 +202,18 @@ pub struct ClientTlsArgs {
 }
 
 impl ClientTlsArgs {
-    /// The transport for `addr`: a TLS one for `tls://` (which needs --tls-ca), none
-    /// otherwise. TLS flags with another scheme are an error.
+    /// The transport for `addr`: a TLS one for `tls://` (which needs --tls-ca), a DOCA one
+    /// whose side channels run TLS for `doca+oob://` with the flags, none otherwise. TLS flags
+    /// with another scheme are an error.
     pub fn transport(&self, addr: &str) -> Result<Option<Arc<dyn Transport>>, String> {
-        if !wants_tls(addr, self.tls_ca.is_some() || self.tls_cert.is_some())? {
+        let wants = wants_tls(addr, self.tls_ca.is_some() || self.tls_cert.is_some())?;
+        if wants == Wants::Plain {
             return Ok(None);
         }
         let Some(ca) = &self.tls_ca else {
-            return Err(
-                "a tls:// address needs --tls-ca (the CA of the server's certificate)".into(),
-            );
+            return Err(format!(
+                "TLS for {addr} needs --tls-ca (the CA of the server's certificate)"
+            ));
         };
         let build = || {
             let mut config = ClientTlsConfig::new(Roots::from_pem_file(ca)?);
@@ -216,20 +225,45 @@ impl ClientTlsArgs {
             }
             TlsTransport::client(config)
         };
-        boxed(build())
+        boxed(build(), wants)
     }
 }
 
-/// Whether `addr` is a `tls://` address; TLS flags with another scheme are a mistake.
-fn wants_tls(addr: &str, flags_given: bool) -> Result<bool, String> {
-    match (addr.starts_with("tls://"), flags_given) {
-        (false, true) => Err(format!("--tls-* flags need a tls:// address, not {addr}")),
-        (tls, _) => Ok(tls),
+/// What an address asks of the TLS flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wants {
+    /// No TLS (no flags, and not a `tls://` address).
+    Plain,
+    /// `tls://`.
+    Tls,
+    /// `doca+oob://` with TLS flags: its side channel in TLS.
+    SideChannel,
+}
+
+/// What `addr` asks of the TLS flags; flags with a scheme that has no TLS are a mistake.
+fn wants_tls(addr: &str, flags_given: bool) -> Result<Wants, String> {
+    if addr.starts_with("tls://") {
+        return Ok(Wants::Tls);
+    }
+    match (addr.starts_with("doca+oob://"), flags_given) {
+        (_, false) => Ok(Wants::Plain),
+        (true, true) => Ok(Wants::SideChannel),
+        (false, true) => Err(format!(
+            "--tls-* flags need a tls:// or doca+oob:// address, not {addr}"
+        )),
     }
 }
 
-fn boxed(built: rdma_rpc_core::Result<TlsTransport>) -> Result<Option<Arc<dyn Transport>>, String> {
-    built
-        .map(|t| Some(Arc::new(t) as Arc<dyn Transport>))
-        .map_err(|e| e.to_string())
+fn boxed(
+    built: rdma_rpc_core::Result<TlsTransport>,
+    wants: Wants,
+) -> Result<Option<Arc<dyn Transport>>, String> {
+    let tls = built.map_err(|e| e.to_string())?;
+    Ok(Some(match wants {
+        Wants::SideChannel => {
+            let doca = DocaTransport::new(DocaConfig::from_env()).map_err(|e| e.to_string())?;
+            Arc::new(doca.with_side_channel_tls(&tls)) as Arc<dyn Transport>
+        }
+        Wants::Tls | Wants::Plain => Arc::new(tls) as Arc<dyn Transport>,
+    }))
 }

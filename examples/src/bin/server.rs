@@ -4,7 +4,8 @@
 //! [--report-every SECONDS] [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]` (default
 //! `tcp://0.0.0.0:7470`; `doca://<ip>:<port>` for the DOCA transport; `tls://<ip>:<port>` with
 //! the server's certificate and key for TLS, and `--tls-client-ca` to require client
-//! certificates of that CA: mutual TLS). Ctrl-C shuts down gracefully. Logs go to stderr, filtered by `RUST_LOG`
+//! certificates of that CA: mutual TLS; the same flags with `doca+oob://<ip>:<port>` put its
+//! side channel in TLS, the client's certificate then the identity over RDMA too). Ctrl-C shuts down gracefully. Logs go to stderr, filtered by `RUST_LOG`
 //! (default `warn`: every dropped connection and refused call with its reason;
 //! `RUST_LOG=rdma_rpc_core=debug` for every call). `--metrics` serves Prometheus metrics at
 //! `http://HOST:PORT/metrics`; `--report-every` prints the connections and pool use. It serves

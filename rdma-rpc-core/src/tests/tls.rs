@@ -468,3 +468,211 @@ async fn tls_addresses_need_a_tls_transport() {
     let err = client_only.connect("tcp://127.0.0.1:1").await.unwrap_err();
     assert!(err.to_string().contains("tls://"), "{err}");
 }
+
+/// `doca+oob://` with its side channel in TLS (`DocaTransport::with_side_channel_tls`), on the
+/// software provider: the same certificates as `tls://`, the same identity for handlers, the
+/// same refusals with their causes.
+#[cfg(feature = "doca")]
+mod doca_side_channel {
+    use super::*;
+    use crate::transport::doca::{DocaConfig, DocaTransport};
+
+    /// A DOCA transport whose side channels run TLS with `server` and `client`.
+    fn doca_with(
+        server: Option<ServerTlsConfig>,
+        client: Option<ClientTlsConfig>,
+    ) -> DocaTransport {
+        let tls = TlsTransport::new(server, client).expect("TLS settings");
+        DocaTransport::new(DocaConfig::from_env())
+            .expect("a DOCA device")
+            .with_side_channel_tls(&tls)
+    }
+
+    fn oob_backend(transport: DocaTransport) -> Backend {
+        Backend {
+            transport: Arc::new(transport),
+            bind: "doca+oob://127.0.0.1:0".into(),
+        }
+    }
+
+    /// Nothing here did what DOCA documents as undefined or forbidden.
+    fn no_contract_violations() {
+        let violations = doca_sys::take_contract_violations();
+        assert!(violations.is_empty(), "{violations:#?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn side_channels_in_tls_carry_calls_and_the_client_certificate_is_the_identity() {
+        let h = Harness::default_on(&oob_backend(doca_with(
+            Some(mtls_server()),
+            Some(client_a()),
+        )))
+        .await;
+        bounded("calls over doca+oob with side-channel TLS", async {
+            let client = h.client().await;
+            assert!(inbound(&client, MSG_SEND, 100, 1).await.unwrap().exact);
+            let seen = h.service.identity_seen.lock().unwrap().take();
+            let seen = seen.expect("the handler sees the client's certificate");
+            assert_eq!(seen.common_name(), Some("client-a"));
+            assert_eq!(seen.uris(), ["spiffe://rdma-rpc.test/client-a"]);
+            // Every call of the connection carries it, a one-sided read's too.
+            let data = outbound(&client, BLOB_READ, 100_000, 2)
+                .await
+                .expect("read");
+            assert_eq!(data.len(), 100_000);
+            let seen = h.service.identity_seen.lock().unwrap().take();
+            assert_eq!(seen.unwrap().common_name(), Some("client-a"));
+            // The side channel in TLS is still the liveness signal: the client gone, the
+            // server's connection ends.
+            drop(client);
+            while h.count.current() > 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        // Without a client certificate (a server that asks for none) a call carries none.
+        let h = Harness::default_on(&oob_backend(doca_with(
+            Some(ServerTlsConfig::new(pki().server.identity())),
+            Some(ClientTlsConfig::new(roots(&pki().ca))),
+        )))
+        .await;
+        bounded("no identity", async {
+            let client = h.client().await;
+            assert!(inbound(&client, MSG_SEND, 64, 3).await.unwrap().exact);
+            assert!(h.service.identity_seen.lock().unwrap().is_none());
+        })
+        .await;
+        no_contract_violations();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn side_channel_refusals_name_their_cause_and_the_server_goes_on() {
+        let h = Harness::default_on(&oob_backend(doca_with(
+            Some(mtls_server()),
+            Some(client_a()),
+        )))
+        .await;
+        let client_of = |config: ClientTlsConfig| -> Arc<dyn Transport> {
+            Arc::new(doca_with(None, Some(config)))
+        };
+        bounded("refusals", async {
+            let good = h.client().await;
+            assert!(inbound(&good, MSG_SEND, 64, 1).await.unwrap().exact);
+
+            // A client that trusts another CA refuses the server's certificate.
+            let config =
+                ClientTlsConfig::new(roots(&pki().rogue_ca)).identity(pki().client_a.identity());
+            let err = refused_with(client_of(config), &h.addr).await;
+            assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+            assert!(
+                err.to_string()
+                    .contains("not signed by a root this client trusts"),
+                "{err}"
+            );
+            assert!(err.to_string().contains(&h.addr), "{err}");
+
+            // A client without a certificate, against a server that requires one: the refusal
+            // reaches the client on its first read of the exchange, and is said as TLS's.
+            let err =
+                refused_with(client_of(ClientTlsConfig::new(roots(&pki().ca))), &h.addr).await;
+            assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+            assert!(
+                err.to_string().contains("requires a client certificate"),
+                "{err}"
+            );
+
+            // A client whose certificate another CA signed.
+            let config =
+                ClientTlsConfig::new(roots(&pki().ca)).identity(pki().rogue_client.identity());
+            let err = refused_with(client_of(config), &h.addr).await;
+            assert!(
+                err.to_string()
+                    .contains("does not trust this client's certificate"),
+                "{err}"
+            );
+
+            // A client whose side channel is plain is told the server's runs TLS.
+            let plain = DocaTransport::new(DocaConfig::from_env()).expect("a DOCA device");
+            let err = refused_with(Arc::new(plain), &h.addr).await;
+            assert!(err.to_string().contains("with_side_channel_tls"), "{err}");
+
+            // None of it touched the connection that was in, and the server takes new ones;
+            // it never counted the refused peers as connections.
+            assert!(inbound(&good, MSG_SEND, 64, 2).await.unwrap().exact);
+            let again = h.client().await;
+            assert!(inbound(&again, MSG_SEND, 64, 3).await.unwrap().exact);
+            assert_eq!(h.count.current(), 2);
+        })
+        .await;
+
+        // A TLS client of a server whose side channel is plain.
+        let plain = Harness::default_on(&oob_backend(
+            DocaTransport::new(DocaConfig::from_env()).expect("a DOCA device"),
+        ))
+        .await;
+        bounded("a TLS client of a plain side channel", async {
+            let err = refused_with(client_of(client_a()), &plain.addr).await;
+            assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+            assert!(err.to_string().contains("does not speak TLS"), "{err}");
+        })
+        .await;
+        no_contract_violations();
+    }
+
+    /// A client whose handshake fails never made a DOCA connection: the place it claimed in
+    /// a client context goes back, so refused attempts do not fill contexts (kept, each attempt
+    /// here would make a context of its own, with one place per context: checked).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refused_handshake_gives_its_place_in_a_client_context_back() {
+        let h = Harness::default_on(&oob_backend(doca_with(
+            Some(mtls_server()),
+            Some(client_a()),
+        )))
+        .await;
+        let untrusting = TlsTransport::client(
+            ClientTlsConfig::new(roots(&pki().rogue_ca)).identity(pki().client_a.identity()),
+        )
+        .unwrap();
+        let config = DocaConfig {
+            client_connections_per_context: 1,
+            ..DocaConfig::from_env()
+        };
+        let client = DocaTransport::new(config)
+            .expect("a DOCA device")
+            .with_side_channel_tls(&untrusting);
+        bounded("refused connects", async {
+            for _ in 0..3 {
+                let err = client.connect(&h.addr).await.map(drop).unwrap_err();
+                assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+            }
+        })
+        .await;
+        assert_eq!(client.client_contexts().await, 1);
+    }
+
+    #[tokio::test]
+    async fn side_channel_tls_needs_the_side_it_is_used_for_and_refuses_rdma_cm() {
+        // Client settings only: it cannot serve.
+        let client_only = doca_with(None, Some(client_a()));
+        let err = client_only
+            .listen("doca+oob://127.0.0.1:0")
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("no server certificate"), "{err}");
+        // RDMA CM has no side channel: refused both ways rather than unauthenticated.
+        let both = doca_with(Some(mtls_server()), Some(client_a()));
+        for err in [
+            both.listen("doca://127.0.0.1:0")
+                .await
+                .map(drop)
+                .unwrap_err(),
+            both.connect("doca://127.0.0.1:1")
+                .await
+                .map(drop)
+                .unwrap_err(),
+        ] {
+            assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+            assert!(err.to_string().contains("RDMA CM"), "{err}");
+        }
+    }
+}

@@ -14,8 +14,8 @@ use super::window::{local_bits, DocaWindow, Windows};
 use crate::error::{Error, Result};
 use crate::memory::{Access, RegisteredBuf, SharedRegion};
 use crate::transport::{
-    check_grant_range, BoxFuture, Connection, Descriptor, Fencing, Grant, Listener, RecvCompletion,
-    SendData, ShareGuard,
+    check_grant_range, BoxFuture, Connection, Descriptor, Fencing, Grant, Listener, PeerIdentity,
+    RecvCompletion, SendData, ShareGuard,
 };
 
 /// A DOCA RDMA connection. See the [module docs](super).
@@ -24,6 +24,9 @@ pub struct DocaConnection {
     next_key: AtomicU32,
     /// What fenced windows are served from (bounce memory, shares).
     windows: Windows,
+    /// Who the peer proved to be in the side channel's TLS handshake (`doca+oob://` with
+    /// side-channel TLS and a client certificate).
+    identity: Option<Arc<PeerIdentity>>,
 }
 
 impl fmt::Debug for DocaConnection {
@@ -54,7 +57,14 @@ impl DocaConnection {
             shared,
             next_key: AtomicU32::new(1),
             windows,
+            identity: None,
         }
+    }
+
+    /// The same connection, its peer known as `identity`.
+    pub(super) fn with_identity(mut self, identity: Option<Arc<PeerIdentity>>) -> DocaConnection {
+        self.identity = identity;
+        self
     }
 
     fn engine(&self) -> &Arc<EngineShared> {
@@ -189,6 +199,10 @@ impl DocaConnection {
 impl Connection for DocaConnection {
     fn peer(&self) -> &str {
         &self.shared.peer
+    }
+
+    fn peer_identity(&self) -> Option<Arc<PeerIdentity>> {
+        self.identity.clone()
     }
 
     fn post_recv(&self, buf: RegisteredBuf) -> Result<()> {

@@ -11,6 +11,9 @@
 //!   on that address; over each socket both sides exchange the blobs of `doca_rdma_export`
 //!   and call `doca_rdma_connect` (the point-to-point mode of NVIDIA's samples). The socket
 //!   stays open as the connection's liveness signal, which DOCA's out-of-band mode lacks.
+//!   With the `tls` feature, [`DocaTransport::with_side_channel_tls`] runs that socket in TLS
+//!   (encrypted, authenticated blobs; a client certificate is the connection's
+//!   [`PeerIdentity`](crate::transport::PeerIdentity)).
 //!
 //! # Structure
 //! - `sys`: safe wrappers (device, mmap, buffer inventory and buffers, progress engine, RDMA
@@ -111,8 +114,8 @@
 //! See `docs/doca.md` for building against a real SDK and running the hardware suite.
 
 mod conn;
-mod oob;
 mod engine;
+mod oob;
 mod reg;
 mod sys;
 mod window;
@@ -326,6 +329,8 @@ pub struct DocaTransport {
     clients: Arc<tokio::sync::Mutex<Vec<ClientContext>>>,
     /// See [`DocaTransport::wakeups`].
     wakeups: Arc<std::sync::atomic::AtomicU64>,
+    /// What `doca+oob://` side channels run in (see [`DocaTransport::with_side_channel_tls`]).
+    side: oob::SideChannel,
 }
 
 impl std::fmt::Debug for DocaTransport {
@@ -402,7 +407,68 @@ impl DocaTransport {
             poller,
             clients: Arc::default(),
             wakeups: Arc::default(),
+            side: oob::SideChannel::default(),
         })
+    }
+
+    /// The same transport with the side channel of its `doca+oob://` connections inside TLS,
+    /// with `tls`'s settings: its server certificate where it listens, its roots (and client
+    /// identity) where it connects, as `tls://` uses them.
+    ///
+    /// The handshake comes before anything else on the socket, and before the DOCA context
+    /// makes a connection for the peer, so:
+    /// - the connection blobs (queue pair numbers, addresses) travel encrypted and
+    ///   authenticated: nobody on the path can point either side at another queue pair;
+    /// - a peer that fails the handshake (an untrusted certificate, none where mutual TLS
+    ///   requires one, no TLS at all) costs the listener no DOCA resources, and is refused
+    ///   with an error that names the cause;
+    /// - with mutual TLS ([`ServerTlsConfig::client_roots`](crate::transport::tls::ServerTlsConfig::client_roots))
+    ///   the client's certificate is the connection's
+    ///   [`PeerIdentity`](crate::transport::PeerIdentity): interceptors and handlers read it
+    ///   as over `tls://` ([`Request::peer_identity`](crate::Request::peer_identity)).
+    ///
+    /// The RDMA traffic itself is not encrypted (see docs/security.md: keep RDMA on a fabric
+    /// you trust, or encrypt it in the NIC). `doca+oob://` addresses name an IP, which the
+    /// server's certificate must then carry, or set
+    /// [`ClientTlsConfig::server_name`](crate::transport::tls::ClientTlsConfig::server_name).
+    /// RDMA CM (`doca://`) has no side channel to secure: a transport with side-channel TLS
+    /// refuses `doca://` addresses rather than connect them unauthenticated.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport};
+    /// use rdma_rpc_core::transport::tls::{ClientTlsConfig, Identity, Roots, ServerTlsConfig, TlsTransport};
+    /// use rdma_rpc_core::Server;
+    ///
+    /// # async fn run() -> rdma_rpc_core::Result<()> {
+    /// let tls = TlsTransport::server(
+    ///     ServerTlsConfig::new(Identity::from_pem_files("server.pem", "server.key")?)
+    ///         .client_roots(Roots::from_pem_file("ca.pem")?),
+    /// )?;
+    /// let doca = DocaTransport::new(DocaConfig::default())?.with_side_channel_tls(&tls);
+    /// let server = Server::builder()
+    ///     .transport(Arc::new(doca))
+    ///     // .add_service(...)
+    ///     .bind("doca+oob://10.0.0.1:7471")
+    ///     .await?;
+    /// # drop(server); Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn with_side_channel_tls(mut self, tls: &crate::transport::tls::TlsTransport) -> Self {
+        self.side = oob::SideChannel::tls(tls.layer().clone());
+        self
+    }
+
+    /// A `doca://` address given to a transport whose side channels run TLS: refused.
+    fn no_cm_with_tls(&self, addr: &str) -> Result<()> {
+        if self.side.secured() {
+            return Err(Error::InvalidArgument(format!(
+                "cannot use {addr}: this DocaTransport runs its side channels in TLS, and RDMA \
+                 CM (doca://) has no side channel to authenticate; use doca+oob://, or a \
+                 DocaTransport without with_side_channel_tls for RDMA CM"
+            )));
+        }
+        Ok(())
     }
 
     /// Its settings.
@@ -487,27 +553,37 @@ impl DocaTransport {
     /// Connects to `addr` and returns the concrete connection type.
     pub async fn connect_doca(&self, addr: &str) -> Result<DocaConnection> {
         let p = parse(addr)?;
+        if !p.oob {
+            self.no_cm_with_tls(addr)?;
+        }
         let engine = self.client_engine().await?;
         let limit = self.config.handshake_timeout;
         let peer = format!("{}://{}", scheme(p.oob), p.addr);
         if p.oob {
-            let stream = tokio::time::timeout(limit, tokio::net::TcpStream::connect(p.addr))
-                .await
-                .map_err(|_| Error::Protocol {
-                    peer: peer.clone(),
-                    reason: format!("no side channel within {limit:?}"),
-                })
-                .and_then(|r| r.map_err(|e| Error::io(format!("connecting to {addr}"), e)));
-            let stream = match stream {
-                Ok(stream) => stream,
+            let host = p.addr.ip().to_string();
+            let side = crate::transport::tcp::Side::Connected { host: &host };
+            let opened = async {
+                let stream = tokio::time::timeout(limit, tokio::net::TcpStream::connect(p.addr))
+                    .await
+                    .map_err(|_| Error::Protocol {
+                        peer: peer.clone(),
+                        reason: format!("no side channel within {limit:?}"),
+                    })?
+                    .map_err(|e| Error::io(format!("connecting to {addr}"), e))?;
+                self.side.open(stream, side, &peer, limit).await
+            };
+            let (stream, identity) = match opened.await {
+                Ok(opened) => opened,
                 Err(e) => {
                     // The context never heard of this connection: its claim goes back here.
                     engine.unclaim();
                     return Err(e);
                 }
             };
-            return oob::oob_connect(&engine, stream, peer, limit, self.config.bounce_budget)
-                .await;
+            let bounce = self.config.bounce_budget;
+            return oob::oob_connect(&engine, stream, &peer, limit, bounce, identity)
+                .await
+                .map_err(|e| self.side.explain(e, side, &peer));
         }
         let connect = engine.ask(|reply| engine::Cmd::Connect {
             ip: p.addr.ip(),
@@ -568,6 +644,9 @@ impl Transport for DocaTransport {
         Box::pin(async move {
             let p = parse(&addr)?;
             if p.oob {
+                if let Some(e) = self.side.cannot_serve(&addr) {
+                    return Err(e);
+                }
                 let listener = side_channel_listener(p.addr)
                     .map_err(|e| Error::io(format!("listening on {addr}"), e))?;
                 let local = listener
@@ -578,10 +657,12 @@ impl Transport for DocaTransport {
                     listener,
                     format!("doca+oob://{local}"),
                     engine,
+                    self.side.clone(),
                     self.config.handshake_timeout,
                     self.config.bounce_budget,
                 )) as Box<dyn Listener>);
             }
+            self.no_cm_with_tls(&addr)?;
             let listener = self.listen_cm(p.addr.ip(), p.addr.port()).await?;
             Ok(Box::new(listener) as Box<dyn Listener>)
         })

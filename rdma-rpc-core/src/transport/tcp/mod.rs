@@ -97,7 +97,7 @@ impl Layer {
 /// Which end of a new socket this side is: TLS needs to know (and a client, the name it
 /// expects the server's certificate to carry).
 #[derive(Debug, Clone, Copy)]
-enum Side<'a> {
+pub(crate) enum Side<'a> {
     Accepted,
     Connected {
         /// The host dialled (what a server's certificate must name).

@@ -303,6 +303,13 @@ impl TlsTransport {
         })
     }
 
+    /// The TLS it puts under the software transport's packets (for other transports' TCP
+    /// sockets: the side channel of `doca+oob://`).
+    #[cfg_attr(not(feature = "doca"), allow(dead_code))]
+    pub(crate) fn layer(&self) -> &Arc<TlsLayer> {
+        &self.layer
+    }
+
     /// The same transport with the software transport's settings `config`.
     pub fn with_tcp_config(mut self, config: TcpConfig) -> TlsTransport {
         self.tcp.config = Arc::new(config);
@@ -312,7 +319,7 @@ impl TlsTransport {
 
 impl Transport for TlsTransport {
     fn listen(&self, addr: &str) -> BoxFuture<'_, Result<Box<dyn Listener>>> {
-        if self.layer.acceptor.is_none() {
+        if !self.layer.serves() {
             let err = Error::InvalidArgument(format!(
                 "cannot serve {addr}: this TlsTransport has no server certificate (make it \
                  with TlsTransport::server or TlsTransport::new)"
@@ -345,7 +352,7 @@ struct Connector {
 }
 
 /// TLS between a socket and the software transport's packets (see `Layer`).
-pub(super) struct TlsLayer {
+pub(crate) struct TlsLayer {
     acceptor: Option<TlsAcceptor>,
     connector: Option<Connector>,
 }
@@ -360,9 +367,14 @@ impl fmt::Debug for TlsLayer {
 }
 
 impl TlsLayer {
+    /// Whether it has a server's settings (a certificate to serve with).
+    pub(crate) fn serves(&self) -> bool {
+        self.acceptor.is_some()
+    }
+
     /// Runs the handshake on a new socket, within `limit`: the TLS stream, and the identity
     /// the peer proved (a client's certificate, on a server that asks for one).
-    pub(super) async fn handshake(
+    pub(crate) async fn handshake(
         &self,
         stream: TcpStream,
         side: Side<'_>,
@@ -418,7 +430,7 @@ impl TlsLayer {
 
 /// A failure after the handshake that TLS caused (a client certificate the server refused is
 /// only reported after the client's handshake ends, in TLS 1.3), said as a TLS error.
-pub(super) fn explain(err: Error, side: Side<'_>, peer: &str) -> Error {
+pub(crate) fn explain(err: Error, side: Side<'_>, peer: &str) -> Error {
     match err {
         Error::Io { source, .. } if rustls_error(&source).is_some() => {
             handshake_error(source, side, peer)
@@ -468,10 +480,12 @@ fn handshake_error(e: std::io::Error, side: Side<'_>, peer: &str) -> Error {
             AlertDescription::UnknownCA | AlertDescription::BadCertificate,
         ) => "the server does not trust this client's certificate",
         rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. } if server => {
-            "the client does not speak TLS (a tcp:// client of a tls:// server?)"
+            "the client does not speak TLS (a tcp:// client of a tls:// server, or a doca+oob:// \
+             client without side-channel TLS?)"
         }
         rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. } => {
-            "the server does not speak TLS (is it serving tcp:// rather than tls://?)"
+            "the server does not speak TLS (is it serving tcp:// rather than tls://, or \
+             doca+oob:// without side-channel TLS?)"
         }
         _ => "",
     };
