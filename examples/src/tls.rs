@@ -9,12 +9,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, SanType,
+    date_time_ymd, BasicConstraints, CertificateParams, CertificateRevocationListParams,
+    CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyIdMethod, KeyPair, RevocationReason,
+    RevokedCertParams, SanType, SerialNumber,
 };
 use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport};
 use rdma_rpc_core::transport::tls::{
-    ClientTlsConfig, Identity, Roots, ServerTlsConfig, TlsTransport,
+    ClientTlsConfig, Identity, RevocationLists, Roots, ServerTlsConfig, TlsTransport,
 };
 use rdma_rpc_core::transport::Transport;
 
@@ -43,7 +44,13 @@ pub struct DemoCerts {
     pub server: CertAndKey,
     /// `CN=demo-client`, DNS name `demo-client.local`.
     pub client: CertAndKey,
+    /// A revocation list of the CA that revokes the client's certificate, PEM (to try
+    /// `--tls-client-crl`).
+    pub client_revoked: String,
 }
+
+/// The serial number of the demo client's certificate (which `client_revoked` names).
+const CLIENT_SERIAL: u64 = 2;
 
 /// A certificate request with a common name and an organisation.
 fn params(common_name: &str) -> CertificateParams {
@@ -84,15 +91,31 @@ impl DemoCerts {
         ];
         let mut client = params("demo-client");
         client.subject_alt_names = vec![dns("demo-client.local")?];
+        client.serial_number = Some(SerialNumber::from(CLIENT_SERIAL));
+        let revoked = CertificateRevocationListParams {
+            this_update: date_time_ymd(2026, 1, 1),
+            next_update: date_time_ymd(2100, 1, 1),
+            crl_number: SerialNumber::from(1u64),
+            issuing_distribution_point: None,
+            revoked_certs: vec![RevokedCertParams {
+                serial_number: SerialNumber::from(CLIENT_SERIAL),
+                revocation_time: date_time_ymd(2026, 1, 1),
+                reason_code: Some(RevocationReason::KeyCompromise),
+                invalidity_date: None,
+            }],
+            key_identifier_method: KeyIdMethod::Sha256,
+        };
         Ok(DemoCerts {
             server: sign(server, ExtendedKeyUsagePurpose::ServerAuth)?,
             client: sign(client, ExtendedKeyUsagePurpose::ClientAuth)?,
+            client_revoked: revoked.signed_by(&ca)?.pem()?,
             ca: ca.pem(),
         })
     }
 
-    /// Writes `ca.pem`, `server.pem`, `server.key`, `client.pem` and `client.key` into `dir`
-    /// (made if missing; the keys readable by their owner only). Returns the files written.
+    /// Writes `ca.pem`, `server.pem`, `server.key`, `client.pem`, `client.key` and
+    /// `client-revoked.crl` into `dir` (made if missing; the keys readable by their owner
+    /// only). Returns the files written.
     pub fn write_to(&self, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         std::fs::create_dir_all(dir)?;
         let files = [
@@ -101,6 +124,7 @@ impl DemoCerts {
             ("server.key", &self.server.key),
             ("client.pem", &self.client.cert),
             ("client.key", &self.client.key),
+            ("client-revoked.crl", &self.client_revoked),
         ];
         let mut written = Vec::new();
         for (name, contents) in files {
@@ -135,6 +159,9 @@ fn write_private(path: &Path, contents: &str, private: bool) -> std::io::Result<
     std::io::Write::write_all(&mut options.open(path)?, contents.as_bytes())
 }
 
+/// The transport an address asks for, and the TLS transport whose settings it uses.
+pub type Transports = (Arc<dyn Transport>, TlsTransport);
+
 /// The example server's TLS flags: with a `tls://` address, or a `doca+oob://` one (its side
 /// channel in TLS).
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -152,6 +179,10 @@ pub struct ServerTlsArgs {
     /// With --tls-client-ca: let in clients without a certificate too.
     #[arg(long, requires = "tls_client_ca")]
     pub tls_client_optional: bool,
+    /// With --tls-client-ca: refuse client certificates these revocation lists name, PEM
+    /// (the list of every authority that signs).
+    #[arg(long, value_name = "FILE", requires = "tls_client_ca")]
+    pub tls_client_crl: Option<PathBuf>,
 }
 
 impl ServerTlsArgs {
@@ -159,6 +190,12 @@ impl ServerTlsArgs {
     /// a DOCA one whose side channels run TLS for `doca+oob://` with the flags, none otherwise
     /// (the address names it). TLS flags with another scheme are an error.
     pub fn transport(&self, addr: &str) -> Result<Option<Arc<dyn Transport>>, String> {
+        Ok(self.transports(addr)?.map(|(transport, _)| transport))
+    }
+
+    /// As [`transport`](Self::transport), with the TLS settings' transport, whose settings
+    /// [`reload`](Self::reload) replaces (a DOCA transport's side channels share them).
+    pub fn transports(&self, addr: &str) -> Result<Option<Transports>, String> {
         let wants = wants_tls(
             addr,
             self.tls_cert.is_some() || self.tls_client_ca.is_some(),
@@ -166,6 +203,20 @@ impl ServerTlsArgs {
         if wants == Wants::Plain {
             return Ok(None);
         }
+        let tls = TlsTransport::server(self.config(addr)?).map_err(|e| e.to_string())?;
+        Ok(Some((wrap(&tls, wants)?, tls)))
+    }
+
+    /// Reads the flags' files again and serves with them from now on (the example server
+    /// does on SIGHUP): a renewed certificate, a new revocation list. Connections already
+    /// made keep their settings; if the files are unusable the old settings stay.
+    pub fn reload(&self, tls: &TlsTransport) -> Result<(), String> {
+        tls.reload_server(self.config("the reload")?)
+            .map_err(|e| e.to_string())
+    }
+
+    /// The settings the flags name, read from their files now.
+    fn config(&self, addr: &str) -> Result<ServerTlsConfig, String> {
         let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
             return Err(format!("TLS for {addr} needs --tls-cert and --tls-key"));
         };
@@ -176,9 +227,12 @@ impl ServerTlsArgs {
                     .client_roots(Roots::from_pem_file(ca)?)
                     .client_certificate_optional(self.tls_client_optional);
             }
-            TlsTransport::server(config)
+            if let Some(crl) = &self.tls_client_crl {
+                config = config.client_revocations(RevocationLists::from_pem_file(crl)?);
+            }
+            Ok::<_, rdma_rpc_core::Error>(config)
         };
-        boxed(build(), wants)
+        build().map_err(|e| e.to_string())
     }
 }
 
@@ -199,6 +253,10 @@ pub struct ClientTlsArgs {
     /// The name the server's certificate must carry, if not the host of the address.
     #[arg(long, value_name = "NAME")]
     pub tls_server_name: Option<String>,
+    /// With --tls-ca: refuse server certificates these revocation lists name, PEM (the list
+    /// of every authority that signs).
+    #[arg(long, value_name = "FILE", requires = "tls_ca")]
+    pub tls_crl: Option<PathBuf>,
 }
 
 impl ClientTlsArgs {
@@ -223,9 +281,13 @@ impl ClientTlsArgs {
             if let Some(name) = &self.tls_server_name {
                 config = config.server_name(name.clone());
             }
+            if let Some(crl) = &self.tls_crl {
+                config = config.revocations(RevocationLists::from_pem_file(crl)?);
+            }
             TlsTransport::client(config)
         };
-        boxed(build(), wants)
+        let tls = build().map_err(|e| e.to_string())?;
+        Ok(Some(wrap(&tls, wants)?))
     }
 }
 
@@ -254,16 +316,13 @@ fn wants_tls(addr: &str, flags_given: bool) -> Result<Wants, String> {
     }
 }
 
-fn boxed(
-    built: rdma_rpc_core::Result<TlsTransport>,
-    wants: Wants,
-) -> Result<Option<Arc<dyn Transport>>, String> {
-    let tls = built.map_err(|e| e.to_string())?;
-    Ok(Some(match wants {
+/// The transport an address asks for, over `tls`'s settings.
+fn wrap(tls: &TlsTransport, wants: Wants) -> Result<Arc<dyn Transport>, String> {
+    Ok(match wants {
         Wants::SideChannel => {
             let doca = DocaTransport::new(DocaConfig::from_env()).map_err(|e| e.to_string())?;
-            Arc::new(doca.with_side_channel_tls(&tls)) as Arc<dyn Transport>
+            Arc::new(doca.with_side_channel_tls(tls))
         }
-        Wants::Tls | Wants::Plain => Arc::new(tls) as Arc<dyn Transport>,
-    }))
+        Wants::Tls | Wants::Plain => Arc::new(tls.clone()),
+    })
 }

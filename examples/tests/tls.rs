@@ -30,10 +30,11 @@ async fn the_example_flags_serve_and_call_over_mutual_tls() {
         tls_key: file("server.key"),
         tls_client_ca: file("ca.pem"),
         tls_client_optional: false,
+        tls_client_crl: None,
     };
     let addr = "tls://127.0.0.1:0";
-    let transport = server_args
-        .transport(addr)
+    let (transport, server_tls) = server_args
+        .transports(addr)
         .unwrap()
         .expect("a TLS transport");
     let server = Server::builder()
@@ -50,6 +51,7 @@ async fn the_example_flags_serve_and_call_over_mutual_tls() {
         tls_cert: file("client.pem"),
         tls_key: file("client.key"),
         tls_server_name: None,
+        tls_crl: None,
     };
     let transport = client_args
         .transport(&addr)
@@ -81,6 +83,39 @@ async fn the_example_flags_serve_and_call_over_mutual_tls() {
         "{err}"
     );
 
+    // The server's files read again (what the example server does on SIGHUP), now with the
+    // demo list that revokes the client's certificate: a new connection of the client is
+    // refused, the one it has goes on.
+    let revoking = ServerTlsArgs {
+        tls_client_crl: file("client-revoked.crl"),
+        ..server_args.clone()
+    };
+    revoking.reload(&server_tls).unwrap();
+    let transport = client_args
+        .transport(&addr)
+        .unwrap()
+        .expect("a TLS transport");
+    // (In TLS 1.3 the client hears of the refusal on its first use of the connection.)
+    let err = match Client::builder().transport(transport).connect(&addr).await {
+        Err(e) => e.to_string(),
+        Ok(again) => DocaCppEndpointsClient::new(again)
+            .rdma_ep0_send((), message.clone())
+            .await
+            .unwrap_err()
+            .to_string(),
+    };
+    assert!(err.contains("revoked"), "{err}");
+    client.rdma_ep0_send((), message.clone()).await.unwrap();
+    // Files that do not load leave the settings as they were.
+    let broken = ServerTlsArgs {
+        tls_key: file("client-revoked.crl"),
+        ..server_args.clone()
+    };
+    assert!(broken
+        .reload(&server_tls)
+        .unwrap_err()
+        .contains("client-revoked.crl"));
+
     // Flags that do not fit the address are refused before anything runs.
     let err = client_args.transport("tcp://127.0.0.1:7470").unwrap_err();
     assert!(
@@ -109,6 +144,7 @@ async fn the_example_flags_put_a_doca_side_channel_in_mutual_tls() {
         tls_key: file("server.key"),
         tls_client_ca: file("ca.pem"),
         tls_client_optional: false,
+        tls_client_crl: None,
     };
     let addr = "doca+oob://127.0.0.1:0";
     let transport = server_args.transport(addr).unwrap().expect("a transport");
@@ -126,6 +162,7 @@ async fn the_example_flags_put_a_doca_side_channel_in_mutual_tls() {
         tls_cert: file("client.pem"),
         tls_key: file("client.key"),
         tls_server_name: None,
+        tls_crl: None,
     };
     let transport = client_args.transport(&addr).unwrap().expect("a transport");
     let client = Client::builder().transport(transport).connect(&addr).await;

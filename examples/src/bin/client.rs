@@ -2,7 +2,7 @@
 //! verification against a server started with the `server` example.
 //!
 //! `cargo run --release -p examples --bin client -- [ADDRESS] [WRITE_BYTES]
-//! [--tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]]`
+//! [--tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME] [--tls-crl FILE]]`
 //! (default `tcp://127.0.0.1:7470` and 1 MiB; a `tls://` address needs the CA of the server's
 //! certificate, and a client certificate if the server requires one; the same flags with a
 //! `doca+oob://` address put its side channel in TLS).

@@ -1,11 +1,14 @@
 //! A standalone server of the doca-cpp endpoints, for two terminals or two machines.
 //!
 //! `cargo run --release -p examples --bin server -- [ADDRESS] [--metrics HOST:PORT]
-//! [--report-every SECONDS] [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]` (default
-//! `tcp://0.0.0.0:7470`; `doca://<ip>:<port>` for the DOCA transport; `tls://<ip>:<port>` with
-//! the server's certificate and key for TLS, and `--tls-client-ca` to require client
-//! certificates of that CA: mutual TLS; the same flags with `doca+oob://<ip>:<port>` put its
-//! side channel in TLS, the client's certificate then the identity over RDMA too). Ctrl-C shuts down gracefully. Logs go to stderr, filtered by `RUST_LOG`
+//! [--report-every SECONDS] [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE
+//! [--tls-client-crl FILE]]]` (default `tcp://0.0.0.0:7470`; `doca://<ip>:<port>` for the DOCA
+//! transport; `tls://<ip>:<port>` with the server's certificate and key for TLS,
+//! `--tls-client-ca` to require client certificates of that CA (mutual TLS) and
+//! `--tls-client-crl` to refuse those a revocation list names; the same flags with
+//! `doca+oob://<ip>:<port>` put its side channel in TLS, the client's certificate then the
+//! identity over RDMA too; SIGHUP reads the TLS files again, for new connections). Ctrl-C
+//! shuts down gracefully. Logs go to stderr, filtered by `RUST_LOG`
 //! (default `warn`: every dropped connection and refused call with its reason;
 //! `RUST_LOG=rdma_rpc_core=debug` for every call). `--metrics` serves Prometheus metrics at
 //! `http://HOST:PORT/metrics`; `--report-every` prints the connections and pool use. It serves
@@ -19,6 +22,7 @@ use examples::buffers::PathBuffers;
 use examples::generated::doca_cpp::{DocaCppEndpointsServer, DOCA_CPP_ENDPOINTS_ENDPOINTS};
 use examples::tls::ServerTlsArgs;
 use rdma_rpc_core::health::HealthReporter;
+use rdma_rpc_core::transport::tls::TlsTransport;
 use rdma_rpc_core::{Server, ServerHandle};
 
 /// The doca-cpp example server: four endpoints over any transport.
@@ -68,6 +72,26 @@ async fn report(handle: ServerHandle, every: Duration) {
     }
 }
 
+/// Reads the TLS files again on every SIGHUP: new handshakes use what they hold (a renewed
+/// certificate, a new revocation list); unusable files leave the settings as they were.
+#[cfg(unix)]
+async fn reload_on_hangup(flags: ServerTlsArgs, tls: TlsTransport) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangups = match signal(SignalKind::hangup()) {
+        Ok(hangups) => hangups,
+        Err(e) => {
+            eprintln!("server: no TLS reload on SIGHUP: {e}");
+            return;
+        }
+    };
+    while hangups.recv().await.is_some() {
+        match flags.reload(&tls) {
+            Ok(()) => println!("TLS settings read again from their files"),
+            Err(e) => eprintln!("server: TLS settings not reloaded, the old ones stay: {e}"),
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     examples::logging::init();
@@ -88,8 +112,12 @@ async fn main() -> ExitCode {
     let mut builder = Server::builder()
         .add_service(DocaCppEndpointsServer::new(PathBuffers::default()))
         .add_health(&health);
-    match args.tls.transport(&addr) {
-        Ok(Some(tls)) => builder = builder.transport(tls),
+    let mut tls_settings = None;
+    match args.tls.transports(&addr) {
+        Ok(Some((transport, tls))) => {
+            builder = builder.transport(transport);
+            tls_settings = Some(tls);
+        }
         Ok(None) => {}
         Err(e) => {
             eprintln!("server: {e}");
@@ -104,6 +132,12 @@ async fn main() -> ExitCode {
         }
     };
     println!("serving on {}", server.local_addr());
+    #[cfg(unix)]
+    if let Some(tls) = tls_settings {
+        tokio::spawn(reload_on_hangup(args.tls.clone(), tls));
+    }
+    #[cfg(not(unix))]
+    drop(tls_settings);
     if let Some(every) = args.report_every {
         tokio::spawn(report(server.handle(), every));
     }

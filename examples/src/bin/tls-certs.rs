@@ -1,6 +1,8 @@
 //! Writes demo certificates for trying `tls://` on one machine: a throwaway CA, a server
-//! certificate for `localhost`, 127.0.0.1 and ::1, and a client certificate
-//! (`CN=demo-client`), made now, in PEM. For trying only: use your own CA's elsewhere.
+//! certificate for `localhost`, 127.0.0.1 and ::1, a client certificate (`CN=demo-client`),
+//! and a revocation list of the CA that revokes that client certificate
+//! (`client-revoked.crl`, for the server's `--tls-client-crl`), made now, in PEM. For trying
+//! only: use your own CA's elsewhere.
 //!
 //! `cargo run -p examples --bin tls-certs -- [--out DIR]` (default `tls-demo`), then:
 //!
@@ -20,7 +22,8 @@ use examples::tls::DemoCerts;
 #[derive(Debug, clap::Parser)]
 #[command(name = "tls-certs")]
 struct Args {
-    /// The directory to write ca.pem, server.pem, server.key, client.pem and client.key to.
+    /// The directory to write ca.pem, server.pem, server.key, client.pem, client.key and
+    /// client-revoked.crl to.
     #[arg(long, value_name = "DIR", default_value = "tls-demo")]
     out: PathBuf,
 }

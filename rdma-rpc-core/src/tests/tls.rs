@@ -7,8 +7,9 @@
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, SanType,
+    date_time_ymd, BasicConstraints, CertificateParams, CertificateRevocationListParams,
+    CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyIdMethod, KeyPair, RevocationReason,
+    RevokedCertParams, SanType, SerialNumber,
 };
 
 // The suite's tests, for `tls_suite!` (as `mem.rs` takes them).
@@ -27,7 +28,9 @@ use super::e2e::{all_operations_all_sizes, inbound, outbound, BLOB_READ, MSG_SEN
 use super::{bounded, Backend, Harness};
 use crate::interceptor::IncomingCall;
 use crate::transport::tcp::TcpTransport;
-use crate::transport::tls::{ClientTlsConfig, Identity, Roots, ServerTlsConfig, TlsTransport};
+use crate::transport::tls::{
+    ClientTlsConfig, Identity, RevocationLists, Roots, ServerTlsConfig, TlsTransport,
+};
 use crate::transport::Transport;
 use crate::{Client, Code, Error, PeerIdentity, ServerConfig, Status};
 use rustls::pki_types::pem::PemObject;
@@ -58,6 +61,39 @@ struct Pki {
     rogue_ca: String,
     rogue_server: Pem,
     rogue_client: Pem,
+    /// Signed by a CA of the same name as the test CA, with a key of its own.
+    twin_server: Pem,
+    /// Revocation lists (PEM) of the test CA: one that revokes `client-b`, one that revokes
+    /// the server's certificate, one that revokes nothing; and one of the other CA.
+    revokes_client_b: String,
+    revokes_server: String,
+    revokes_nothing: String,
+    rogue_list: String,
+}
+
+/// Serial numbers of the leaf certificates, by name (so that a list can revoke one).
+const SERVER_SERIAL: u64 = 1001;
+const CLIENT_B_SERIAL: u64 = 1003;
+
+/// A revocation list of `issuer` that revokes `serials`.
+fn revocation_list(issuer: &CertifiedIssuer<'static, KeyPair>, serials: &[u64]) -> String {
+    let params = CertificateRevocationListParams {
+        this_update: date_time_ymd(2026, 1, 1),
+        next_update: date_time_ymd(2100, 1, 1),
+        crl_number: SerialNumber::from(1u64),
+        issuing_distribution_point: None,
+        revoked_certs: serials
+            .iter()
+            .map(|&serial| RevokedCertParams {
+                serial_number: SerialNumber::from(serial),
+                revocation_time: date_time_ymd(2026, 1, 1),
+                reason_code: Some(RevocationReason::KeyCompromise),
+                invalidity_date: None,
+            })
+            .collect(),
+        key_identifier_method: KeyIdMethod::Sha256,
+    };
+    params.signed_by(issuer).unwrap().pem().unwrap()
 }
 
 fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
@@ -72,8 +108,10 @@ fn leaf(
     name: &str,
     names: Vec<SanType>,
     usage: ExtendedKeyUsagePurpose,
+    serial: u64,
 ) -> Pem {
     let mut params = CertificateParams::default();
+    params.serial_number = Some(SerialNumber::from(serial));
     params.distinguished_name.push(DnType::CommonName, name);
     params
         .distinguished_name
@@ -93,32 +131,37 @@ fn pki() -> &'static Pki {
     PKI.get_or_init(|| {
         let dns = |n: &str| SanType::DnsName(n.try_into().unwrap());
         let server_names = || vec![dns("localhost"), SanType::IpAddress([127, 0, 0, 1].into())];
-        let client = |issuer, name: &str| {
+        let client = |issuer, name: &str, serial| {
             let names = vec![
                 dns(&format!("{name}.example")),
                 SanType::URI(format!("spiffe://rdma-rpc.test/{name}").try_into().unwrap()),
             ];
-            leaf(issuer, name, names, ExtendedKeyUsagePurpose::ClientAuth)
+            leaf(
+                issuer,
+                name,
+                names,
+                ExtendedKeyUsagePurpose::ClientAuth,
+                serial,
+            )
+        };
+        let server = |issuer| {
+            let usage = ExtendedKeyUsagePurpose::ServerAuth;
+            leaf(issuer, "server", server_names(), usage, SERVER_SERIAL)
         };
         let (good, rogue) = (ca("rdma-rpc test CA"), ca("another CA"));
         Pki {
             ca: good.pem(),
-            server: leaf(
-                &good,
-                "server",
-                server_names(),
-                ExtendedKeyUsagePurpose::ServerAuth,
-            ),
-            client_a: client(&good, "client-a"),
-            client_b: client(&good, "client-b"),
+            server: server(&good),
+            client_a: client(&good, "client-a", 1002),
+            client_b: client(&good, "client-b", CLIENT_B_SERIAL),
             rogue_ca: rogue.pem(),
-            rogue_server: leaf(
-                &rogue,
-                "server",
-                server_names(),
-                ExtendedKeyUsagePurpose::ServerAuth,
-            ),
-            rogue_client: client(&rogue, "client-a"),
+            rogue_server: server(&rogue),
+            rogue_client: client(&rogue, "client-a", 1002),
+            twin_server: server(&ca("rdma-rpc test CA")),
+            revokes_client_b: revocation_list(&good, &[CLIENT_B_SERIAL]),
+            revokes_server: revocation_list(&good, &[SERVER_SERIAL]),
+            revokes_nothing: revocation_list(&good, &[]),
+            rogue_list: revocation_list(&rogue, &[]),
         }
     })
 }
@@ -467,6 +510,153 @@ async fn tls_addresses_need_a_tls_transport() {
     // And a tls:// transport takes no tcp:// address.
     let err = client_only.connect("tcp://127.0.0.1:1").await.unwrap_err();
     assert!(err.to_string().contains("tls://"), "{err}");
+}
+
+fn lists(pem: &str) -> RevocationLists {
+    RevocationLists::from_pem(pem).expect("test revocation lists")
+}
+
+/// The error of a call on a new connection to `addr` with `transport` (which must fail at
+/// connect or at that first call: in TLS 1.3 a client learns of a refused certificate only
+/// after its own handshake ended).
+async fn refused_on_first_use(transport: Arc<dyn Transport>, addr: &str) -> String {
+    match Client::builder().transport(transport).connect(addr).await {
+        Err(e) => e.to_string(),
+        Ok(client) => inbound(&client, MSG_SEND, 64, 9)
+            .await
+            .expect_err("a refused certificate must fail the first call")
+            .to_string(),
+    }
+}
+
+/// Two authorities of the same name (two runs of a demo CA, say): a certificate of the other
+/// one is refused as signed by another key, and told so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_of_another_ca_of_the_same_name_is_told_apart() {
+    let server = ServerTlsConfig::new(pki().twin_server.identity());
+    let h = Harness::default_on(&backend_with(server, client_a())).await;
+    let err = bounded("twin", refused_with(tls_client(client_a()), &h.addr)).await;
+    assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("another CA of the same name"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoked_certificates_are_refused_with_the_list_that_names_them() {
+    // A server whose list revokes client-b: client-a is in, client-b is told why it is not.
+    let server = mtls_server().client_revocations(lists(&pki().revokes_client_b));
+    let h = Harness::default_on(&backend_with(server, client_a())).await;
+    bounded("revocations", async {
+        let a = h.client().await;
+        assert!(inbound(&a, MSG_SEND, 64, 1).await.unwrap().exact);
+        let config = ClientTlsConfig::new(roots(&pki().ca)).identity(pki().client_b.identity());
+        let err = refused_on_first_use(tls_client(config), &h.addr).await;
+        assert!(
+            err.contains("refused this client's certificate as revoked"),
+            "{err}"
+        );
+        assert!(inbound(&a, MSG_SEND, 64, 2).await.unwrap().exact);
+
+        // A client whose list revokes the server's certificate, and one whose list revokes
+        // nothing of it.
+        let config = client_a().revocations(lists(&pki().revokes_server));
+        let err = refused_with(tls_client(config), &h.addr).await;
+        assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+        assert!(
+            err.to_string()
+                .contains("the server's certificate is revoked"),
+            "{err}"
+        );
+        let config = client_a().revocations(lists(&pki().revokes_nothing));
+        let fine = Client::builder()
+            .transport(tls_client(config))
+            .connect(&h.addr)
+            .await
+            .expect("a list that revokes nothing of the server's lets it in");
+        assert!(inbound(&fine, MSG_SEND, 64, 3).await.unwrap().exact);
+
+        // A list of another authority says nothing of this one's certificates: unknown status,
+        // refused (the stricter reading), and said so.
+        let config = client_a().revocations(lists(&pki().rogue_list));
+        let err = refused_with(tls_client(config), &h.addr).await;
+        assert!(
+            err.to_string().contains("no revocation list of an issuer"),
+            "{err}"
+        );
+    })
+    .await;
+
+    // Lists that cannot be used are refused where they are given.
+    let err = TlsTransport::server(
+        ServerTlsConfig::new(pki().server.identity())
+            .client_revocations(lists(&pki().revokes_nothing)),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("needs client_roots"), "{err}");
+    let err = RevocationLists::from_pem(&pki().ca).unwrap_err();
+    assert!(err.to_string().contains("no X509 CRL block"), "{err}");
+    let list = TempFile::new("revoked.crl", &pki().revokes_client_b);
+    RevocationLists::from_pem_file(&list.0).expect("a list from a file");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloaded_settings_apply_to_new_handshakes_and_connections_made_keep_theirs() {
+    let tls = TlsTransport::new(Some(mtls_server()), Some(client_a())).unwrap();
+    let backend = Backend {
+        transport: Arc::new(tls.clone()),
+        bind: "tls://127.0.0.1:0".into(),
+    };
+    let h = Harness::default_on(&backend).await;
+    let client_b =
+        || tls_client(ClientTlsConfig::new(roots(&pki().ca)).identity(pki().client_b.identity()));
+    bounded("reloads", async {
+        let b = Client::builder()
+            .transport(client_b())
+            .connect(&h.addr)
+            .await
+            .expect("client-b is in before the reload");
+        assert!(inbound(&b, MSG_SEND, 64, 1).await.unwrap().exact);
+
+        // A new list that revokes client-b: its new connections are refused, the one it has
+        // goes on, client-a still connects.
+        tls.reload_server(mtls_server().client_revocations(lists(&pki().revokes_client_b)))
+            .unwrap();
+        let err = refused_on_first_use(client_b(), &h.addr).await;
+        assert!(err.contains("revoked"), "{err}");
+        assert!(inbound(&b, MSG_SEND, 64, 2).await.unwrap().exact);
+        let a = h.client().await;
+        assert!(inbound(&a, MSG_SEND, 64, 3).await.unwrap().exact);
+
+        // Unusable settings are refused and change nothing.
+        let mismatched = Identity::from_pem(&pki().server.cert, &pki().client_a.key).unwrap();
+        let err = tls
+            .reload_server(ServerTlsConfig::new(mismatched))
+            .unwrap_err();
+        assert!(err.to_string().contains("certificate and key"), "{err}");
+        let again = h.client().await;
+        assert!(inbound(&again, MSG_SEND, 64, 4).await.unwrap().exact);
+
+        // A certificate of another authority: clients that trust only the first one refuse
+        // the server from the next handshake on; the client side reloads to trust it.
+        let rogue =
+            ServerTlsConfig::new(pki().rogue_server.identity()).client_roots(roots(&pki().ca));
+        tls.reload_server(rogue).unwrap();
+        let err = refused_with(tls_client(client_a()), &h.addr).await;
+        assert!(
+            err.to_string()
+                .contains("not signed by a root this client trusts"),
+            "{err}"
+        );
+        let both = format!("{}{}", pki().ca, pki().rogue_ca);
+        tls.reload_client(ClientTlsConfig::new(roots(&both)).identity(pki().client_a.identity()))
+            .unwrap();
+        let reloaded = h.client().await;
+        assert!(inbound(&reloaded, MSG_SEND, 64, 5).await.unwrap().exact);
+        assert!(inbound(&a, MSG_SEND, 64, 6).await.unwrap().exact);
+    })
+    .await;
 }
 
 /// `doca+oob://` with its side channel in TLS (`DocaTransport::with_side_channel_tls`), on the

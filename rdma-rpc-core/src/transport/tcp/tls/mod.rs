@@ -35,230 +35,37 @@
 //! # drop((server, client)); Ok(()) }
 //! ```
 //!
+//! Revocation lists ([`RevocationLists`]: [`ServerTlsConfig::client_revocations`],
+//! [`ClientTlsConfig::revocations`]) refuse the certificates they name. A running transport
+//! takes new settings without a restart ([`TlsTransport::reload_server`],
+//! [`TlsTransport::reload_client`]): a renewed certificate, other roots, new lists, for the
+//! handshakes that follow; connections already made keep theirs.
+//!
 //! Failures name their cause: a certificate file that does not load (its path), a server
 //! certificate not signed by a trusted root or not for the name dialled, a client without the
 //! certificate the server requires, a peer that does not speak TLS. A handshake that fails on
 //! a server ends that connection only (logged within the log budget, like any refused peer).
 
+mod config;
+
 use std::fmt;
-use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::{self, PemObject};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::server::WebPkiClientVerifier;
-use rustls::{AlertDescription, CertificateError, RootCertStore};
+use rustls::pki_types::CertificateDer;
+use rustls::{AlertDescription, CertificateError};
 use tokio::net::TcpStream;
-use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
+use tokio_rustls::{TlsAcceptor, TlsStream};
+
+pub use config::{ClientTlsConfig, Identity, RevocationLists, Roots, ServerTlsConfig};
 
 use super::{Layer, Side, TcpConfig, TcpTransport};
 use crate::error::{Error, Result};
 use crate::transport::identity::Names;
 use crate::transport::{BoxFuture, Connection, Fencing, Listener, PeerIdentity, Transport};
-
-/// A certificate chain and its private key: a server's identity, or a client's for mutual
-/// TLS.
-pub struct Identity {
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
-}
-
-impl Identity {
-    /// From PEM text: the certificate chain (its own certificate first, then any
-    /// intermediates) and the private key (PKCS#8, PKCS#1 or SEC1).
-    pub fn from_pem(chain: impl AsRef<[u8]>, key: impl AsRef<[u8]>) -> Result<Identity> {
-        Ok(Identity {
-            chain: certificates(chain.as_ref(), "the certificate chain")?,
-            key: PrivateKeyDer::from_pem_slice(key.as_ref())
-                .map_err(|e| pem_error(e, "the private key", "PRIVATE KEY"))?,
-        })
-    }
-
-    /// From PEM files; see [`from_pem`](Self::from_pem). An error names the file.
-    pub fn from_pem_files(chain: impl AsRef<Path>, key: impl AsRef<Path>) -> Result<Identity> {
-        let (chain, key) = (read(chain.as_ref())?, read(key.as_ref())?);
-        Ok(Identity {
-            chain: certificates(&chain.1, &chain.0)?,
-            key: PrivateKeyDer::from_pem_slice(&key.1)
-                .map_err(|e| pem_error(e, &key.0, "PRIVATE KEY"))?,
-        })
-    }
-}
-
-impl Clone for Identity {
-    fn clone(&self) -> Self {
-        Identity {
-            chain: self.chain.clone(),
-            key: self.key.clone_key(),
-        }
-    }
-}
-
-impl fmt::Debug for Identity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Identity")
-            .field("chain_len", &self.chain.len())
-            .finish_non_exhaustive()
-    }
-}
-
-/// The certificates one side trusts (certificate authorities): a client's for the server's
-/// certificate, a server's for its clients' (mutual TLS).
-#[derive(Clone)]
-pub struct Roots(Vec<CertificateDer<'static>>);
-
-impl Roots {
-    /// From PEM text holding one or more certificates.
-    pub fn from_pem(pem: impl AsRef<[u8]>) -> Result<Roots> {
-        Ok(Roots(certificates(pem.as_ref(), "the roots")?))
-    }
-
-    /// From a PEM file holding one or more certificates. An error names the file.
-    pub fn from_pem_file(path: impl AsRef<Path>) -> Result<Roots> {
-        let (what, pem) = read(path.as_ref())?;
-        Ok(Roots(certificates(&pem, &what)?))
-    }
-
-    fn store(&self, what: &str) -> Result<Arc<RootCertStore>> {
-        let mut store = RootCertStore::empty();
-        for cert in &self.0 {
-            store.add(cert.clone()).map_err(|e| Error::Tls {
-                context: format!("loading {what}"),
-                reason: format!("a certificate is not a usable root: {e}"),
-            })?;
-        }
-        Ok(Arc::new(store))
-    }
-}
-
-impl fmt::Debug for Roots {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Roots").field(&self.0.len()).finish()
-    }
-}
-
-/// A server's TLS settings: its identity and, for mutual TLS, the roots of its clients'.
-#[derive(Debug, Clone)]
-pub struct ServerTlsConfig {
-    identity: Identity,
-    client_roots: Option<Roots>,
-    client_certificate_optional: bool,
-}
-
-impl ServerTlsConfig {
-    /// A server that proves itself with `identity` and asks clients for nothing.
-    pub fn new(identity: Identity) -> ServerTlsConfig {
-        ServerTlsConfig {
-            identity,
-            client_roots: None,
-            client_certificate_optional: false,
-        }
-    }
-
-    /// Mutual TLS: every client must present a certificate signed by one of `roots`, and its
-    /// calls carry it as their [`PeerIdentity`]. A client without one is refused in the
-    /// handshake.
-    pub fn client_roots(mut self, roots: Roots) -> ServerTlsConfig {
-        self.client_roots = Some(roots);
-        self
-    }
-
-    /// With [`client_roots`](Self::client_roots): also let in clients that present no
-    /// certificate (their calls have no identity, for an interceptor to decide on). A
-    /// certificate that is presented must still verify.
-    pub fn client_certificate_optional(mut self, optional: bool) -> ServerTlsConfig {
-        self.client_certificate_optional = optional;
-        self
-    }
-
-    fn acceptor(&self, provider: &Arc<CryptoProvider>) -> Result<TlsAcceptor> {
-        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| setup_error("the server's configuration", e))?;
-        let builder = match &self.client_roots {
-            None => builder.with_no_client_auth(),
-            Some(roots) => {
-                let verifier = WebPkiClientVerifier::builder_with_provider(
-                    roots.store("the client roots")?,
-                    provider.clone(),
-                );
-                let verifier = if self.client_certificate_optional {
-                    verifier.allow_unauthenticated()
-                } else {
-                    verifier
-                };
-                let verifier = verifier.build().map_err(|e| Error::Tls {
-                    context: "loading the client roots".into(),
-                    reason: e.to_string(),
-                })?;
-                builder.with_client_cert_verifier(verifier)
-            }
-        };
-        let config = builder
-            .with_single_cert(self.identity.chain.clone(), self.identity.key.clone_key())
-            .map_err(|e| setup_error("the server's certificate and key", e))?;
-        Ok(TlsAcceptor::from(Arc::new(config)))
-    }
-}
-
-/// A client's TLS settings: the roots it trusts and, for mutual TLS, its identity.
-#[derive(Debug, Clone)]
-pub struct ClientTlsConfig {
-    roots: Roots,
-    identity: Option<Identity>,
-    server_name: Option<String>,
-}
-
-impl ClientTlsConfig {
-    /// A client that accepts servers whose certificate is signed by one of `roots` and names
-    /// the host it dials.
-    pub fn new(roots: Roots) -> ClientTlsConfig {
-        ClientTlsConfig {
-            roots,
-            identity: None,
-            server_name: None,
-        }
-    }
-
-    /// The certificate and key this client proves itself with, to servers that ask (mutual
-    /// TLS).
-    pub fn identity(mut self, identity: Identity) -> ClientTlsConfig {
-        self.identity = Some(identity);
-        self
-    }
-
-    /// The name the server's certificate must carry, instead of the host of the address
-    /// dialled (to dial an IP address that the certificate does not name, say).
-    pub fn server_name(mut self, name: impl Into<String>) -> ClientTlsConfig {
-        self.server_name = Some(name.into());
-        self
-    }
-
-    fn connector(&self, provider: &Arc<CryptoProvider>) -> Result<Connector> {
-        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| setup_error("the client's configuration", e))?
-            .with_root_certificates(self.roots.store("the roots")?);
-        let config = match &self.identity {
-            None => builder.with_no_client_auth(),
-            Some(identity) => builder
-                .with_client_auth_cert(identity.chain.clone(), identity.key.clone_key())
-                .map_err(|e| setup_error("the client's certificate and key", e))?,
-        };
-        let server_name = self
-            .server_name
-            .as_deref()
-            .map(|name| server_name(name, "setting ClientTlsConfig::server_name"))
-            .transpose()?;
-        Ok(Connector {
-            connector: TlsConnector::from(Arc::new(config)),
-            server_name,
-        })
-    }
-}
+use config::{server_name, Connector};
 
 /// The software transport inside TLS: `tls://host:port`. Made for a server
 /// ([`server`](Self::server)), a client ([`client`](Self::client)) or a process that is both
@@ -291,8 +98,9 @@ impl TlsTransport {
     ) -> Result<TlsTransport> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let layer = Arc::new(TlsLayer {
-            acceptor: server.map(|s| s.acceptor(&provider)).transpose()?,
-            connector: client.map(|c| c.connector(&provider)).transpose()?,
+            acceptor: RwLock::new(server.map(|s| s.acceptor(&provider)).transpose()?),
+            connector: RwLock::new(client.map(|c| c.connector(&provider)).transpose()?),
+            provider,
         });
         Ok(TlsTransport {
             tcp: TcpTransport {
@@ -315,6 +123,34 @@ impl TlsTransport {
         self.tcp.config = Arc::new(config);
         self
     }
+
+    /// Serves with `server`'s settings from now on, without a restart: a renewed certificate,
+    /// other client roots, new revocation lists. Handshakes that start after this returns use
+    /// them; connections already made keep what they were made with (close them to make
+    /// their clients connect again under the new settings). Clones of this transport, and DOCA
+    /// side channels made with it, share the change. If the settings are unusable (a key that
+    /// is not the certificate's, say) this fails, naming why, and the old ones stay.
+    pub fn reload_server(&self, server: ServerTlsConfig) -> Result<()> {
+        let acceptor = server.acceptor(&self.layer.provider)?;
+        *write(&self.layer.acceptor) = Some(acceptor);
+        Ok(())
+    }
+
+    /// Connects with `client`'s settings from now on, as
+    /// [`reload_server`](Self::reload_server) serves with new ones.
+    pub fn reload_client(&self, client: ClientTlsConfig) -> Result<()> {
+        let connector = client.connector(&self.layer.provider)?;
+        *write(&self.layer.connector) = Some(connector);
+        Ok(())
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Transport for TlsTransport {
@@ -330,7 +166,7 @@ impl Transport for TlsTransport {
     }
 
     fn connect(&self, addr: &str) -> BoxFuture<'_, Result<Arc<dyn Connection>>> {
-        if self.layer.connector.is_none() {
+        if read(&self.layer.connector).is_none() {
             let err = Error::InvalidArgument(format!(
                 "cannot connect to {addr}: this TlsTransport has no client settings (make it \
                  with TlsTransport::client or TlsTransport::new)"
@@ -345,23 +181,20 @@ impl Transport for TlsTransport {
     }
 }
 
-struct Connector {
-    connector: TlsConnector,
-    /// Overrides the host dialled.
-    server_name: Option<ServerName<'static>>,
-}
-
-/// TLS between a socket and the software transport's packets (see `Layer`).
+/// TLS between a socket and the software transport's packets (see `Layer`): the settings of
+/// each side, which [`TlsTransport::reload_server`] and [`TlsTransport::reload_client`]
+/// replace while handshakes go on (each handshake takes the settings of its start).
 pub(crate) struct TlsLayer {
-    acceptor: Option<TlsAcceptor>,
-    connector: Option<Connector>,
+    acceptor: RwLock<Option<TlsAcceptor>>,
+    connector: RwLock<Option<Connector>>,
+    provider: Arc<CryptoProvider>,
 }
 
 impl fmt::Debug for TlsLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsLayer")
-            .field("serves", &self.acceptor.is_some())
-            .field("connects", &self.connector.is_some())
+            .field("serves", &self.serves())
+            .field("connects", &read(&self.connector).is_some())
             .finish()
     }
 }
@@ -369,7 +202,7 @@ impl fmt::Debug for TlsLayer {
 impl TlsLayer {
     /// Whether it has a server's settings (a certificate to serve with).
     pub(crate) fn serves(&self) -> bool {
-        self.acceptor.is_some()
+        read(&self.acceptor).is_some()
     }
 
     /// Runs the handshake on a new socket, within `limit`: the TLS stream, and the identity
@@ -384,7 +217,7 @@ impl TlsLayer {
         let handshake = async {
             match side {
                 Side::Accepted => {
-                    let Some(acceptor) = &self.acceptor else {
+                    let Some(acceptor) = read(&self.acceptor).clone() else {
                         return Err(no_side(peer, "serve"));
                     };
                     let stream = acceptor
@@ -401,12 +234,12 @@ impl TlsLayer {
                     let Some(Connector {
                         connector,
                         server_name: named,
-                    }) = &self.connector
+                    }) = read(&self.connector).clone()
                     else {
                         return Err(no_side(peer, "connect"));
                     };
                     let name = match named {
-                        Some(name) => name.clone(),
+                        Some(name) => name,
                         None => server_name(host, &format!("connecting to {peer}"))?,
                     };
                     let stream = connector
@@ -465,6 +298,44 @@ fn handshake_error(e: std::io::Error, side: Side<'_>, peer: &str) -> Error {
             "the server's certificate does not name the host dialled: dial a name it carries, \
              or set ClientTlsConfig::server_name"
         }
+        rustls::Error::InvalidCertificate(CertificateError::BadSignature) if server => {
+            "the client's certificate names an authority this server trusts but is not signed \
+             by it (another CA of the same name?)"
+        }
+        rustls::Error::InvalidCertificate(CertificateError::BadSignature) => {
+            "the server's certificate names a root this client trusts but is not signed by it \
+             (another CA of the same name?)"
+        }
+        rustls::Error::AlertReceived(AlertDescription::DecryptError) if server => {
+            "the client could not verify this server's certificate (does it trust another CA \
+             of the same name?)"
+        }
+        rustls::Error::InvalidCertRevocationList(_) => {
+            "a revocation list given is unusable (not signed by the authority it names, or \
+             not for it)"
+        }
+        rustls::Error::InvalidCertificate(CertificateError::Revoked) if server => {
+            "the client's certificate is revoked (a list given to \
+             ServerTlsConfig::client_revocations names it)"
+        }
+        rustls::Error::InvalidCertificate(CertificateError::Revoked) => {
+            "the server's certificate is revoked (a list given to ClientTlsConfig::revocations \
+             names it)"
+        }
+        rustls::Error::InvalidCertificate(CertificateError::UnknownRevocationStatus) if server => {
+            "no revocation list of an issuer of the client's certificate was given: \
+             ServerTlsConfig::client_revocations needs the list of every authority that signs"
+        }
+        rustls::Error::InvalidCertificate(CertificateError::UnknownRevocationStatus) => {
+            "no revocation list of an issuer of the server's certificate was given: \
+             ClientTlsConfig::revocations needs the list of every authority that signs"
+        }
+        rustls::Error::AlertReceived(AlertDescription::CertificateRevoked) if server => {
+            "the client refused this server's certificate as revoked"
+        }
+        rustls::Error::AlertReceived(AlertDescription::CertificateRevoked) => {
+            "the server refused this client's certificate as revoked"
+        }
         rustls::Error::NoCertificatesPresented => {
             "the client presented no certificate and this server requires one (mutual TLS): \
              give the client an identity (ClientTlsConfig::identity)"
@@ -503,52 +374,6 @@ fn no_side(peer: &str, what: &str) -> Error {
     Error::InvalidArgument(format!(
         "cannot {what} {peer}: this TlsTransport has no settings for it"
     ))
-}
-
-fn setup_error(what: &str, e: rustls::Error) -> Error {
-    Error::Tls {
-        context: format!("loading {what}"),
-        reason: e.to_string(),
-    }
-}
-
-/// The name a server's certificate must carry, from a host or an explicit setting.
-fn server_name(name: &str, context: &str) -> Result<ServerName<'static>> {
-    ServerName::try_from(name.to_owned()).map_err(|_| Error::Tls {
-        context: context.to_owned(),
-        reason: format!(
-            "`{name}` is neither a DNS name nor an IP address a certificate could carry: set \
-             ClientTlsConfig::server_name"
-        ),
-    })
-}
-
-/// A file's name (for errors) and bytes.
-fn read(path: &Path) -> Result<(String, Vec<u8>)> {
-    let what = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|e| Error::io(format!("reading {what}"), e))?;
-    Ok((what, bytes))
-}
-
-/// Every certificate of a PEM text; at least one.
-fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>> {
-    let certs = CertificateDer::pem_slice_iter(pem)
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| pem_error(e, what, "CERTIFICATE"))?;
-    if certs.is_empty() {
-        return Err(pem_error(pem::Error::NoItemsFound, what, "CERTIFICATE"));
-    }
-    Ok(certs)
-}
-
-fn pem_error(e: pem::Error, what: &str, block: &str) -> Error {
-    Error::Tls {
-        context: format!("loading {what}"),
-        reason: match e {
-            pem::Error::NoItemsFound => format!("no {block} block in it (is it PEM?)"),
-            other => format!("not valid PEM: {other}"),
-        },
-    }
 }
 
 /// The identity of a verified certificate chain: its first certificate's names.
