@@ -1,6 +1,7 @@
 //! The example binaries' TLS, as their flags set it up: demo certificates written by
 //! `tls-certs`, a server with `--tls-cert --tls-key --tls-client-ca`, a client with `--tls-ca
-//! --tls-cert --tls-key`, every endpoint of the doca-cpp service over `tls://`.
+//! --tls-cert --tls-key`, every endpoint of the doca-cpp service over `tls://`, and over
+//! `doca+oob://` with its side channel in TLS; a revocation list read again as on SIGHUP.
 
 use std::path::PathBuf;
 
@@ -8,35 +9,57 @@ use bytes::Bytes;
 use examples::buffers::PathBuffers;
 use examples::generated::doca_cpp::{DocaCppEndpointsClient, DocaCppEndpointsServer};
 use examples::tls::{ClientTlsArgs, DemoCerts, ServerTlsArgs};
+use rdma_rpc_core::transport::tls::TlsTransport;
 use rdma_rpc_core::{Client, Server};
 
-/// A directory of its own under the system's temporary directory, removed when dropped.
-struct TempDir(PathBuf);
+/// Demo certificates in a directory of their own under the system's temporary directory,
+/// removed when dropped.
+struct Certs(PathBuf);
 
-impl Drop for TempDir {
+impl Certs {
+    fn new(name: &str) -> Certs {
+        let dir = std::env::temp_dir().join(format!("rdma-rpc-{name}-{}", std::process::id()));
+        DemoCerts::generate().unwrap().write_to(&dir).unwrap();
+        Certs(dir)
+    }
+
+    fn file(&self, name: &str) -> Option<PathBuf> {
+        Some(self.0.join(name))
+    }
+
+    /// The server's flags: its certificate, and client certificates of the demo CA required.
+    fn server(&self) -> ServerTlsArgs {
+        ServerTlsArgs {
+            tls_cert: self.file("server.pem"),
+            tls_key: self.file("server.key"),
+            tls_client_ca: self.file("ca.pem"),
+            tls_client_optional: false,
+            tls_client_crl: None,
+        }
+    }
+
+    /// The client's flags: the demo CA, and the client's certificate.
+    fn client(&self) -> ClientTlsArgs {
+        ClientTlsArgs {
+            tls_ca: self.file("ca.pem"),
+            tls_cert: self.file("client.pem"),
+            tls_key: self.file("client.key"),
+            tls_server_name: None,
+            tls_crl: None,
+        }
+    }
+}
+
+impl Drop for Certs {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
-#[tokio::test]
-async fn the_example_flags_serve_and_call_over_mutual_tls() {
-    let dir = TempDir(std::env::temp_dir().join(format!("rdma-rpc-tls-{}", std::process::id())));
-    DemoCerts::generate().unwrap().write_to(&dir.0).unwrap();
-    let file = |name: &str| Some(dir.0.join(name));
-
-    let server_args = ServerTlsArgs {
-        tls_cert: file("server.pem"),
-        tls_key: file("server.key"),
-        tls_client_ca: file("ca.pem"),
-        tls_client_optional: false,
-        tls_client_crl: None,
-    };
-    let addr = "tls://127.0.0.1:0";
-    let (transport, server_tls) = server_args
-        .transports(addr)
-        .unwrap()
-        .expect("a TLS transport");
+/// Serves the doca-cpp endpoints on `addr` with `server`'s flags: the address bound and the
+/// TLS settings the flags made (what SIGHUP reloads).
+async fn serve(addr: &str, server: &ServerTlsArgs) -> (String, TlsTransport) {
+    let (transport, tls) = server.transports(addr).unwrap().expect("a transport");
     let server = Server::builder()
         .transport(transport)
         .add_service(DocaCppEndpointsServer::new(PathBuffers::default()))
@@ -45,26 +68,43 @@ async fn the_example_flags_serve_and_call_over_mutual_tls() {
         .unwrap();
     let addr = server.local_addr();
     tokio::spawn(server.serve());
+    (addr, tls)
+}
 
-    let client_args = ClientTlsArgs {
-        tls_ca: file("ca.pem"),
-        tls_cert: file("client.pem"),
-        tls_key: file("client.key"),
-        tls_server_name: None,
-        tls_crl: None,
-    };
-    let transport = client_args
-        .transport(&addr)
-        .unwrap()
-        .expect("a TLS transport");
-    let client = Client::builder().transport(transport).connect(&addr).await;
-    let client = DocaCppEndpointsClient::new(client.unwrap());
-    let message = Bytes::from_static(b"over tls://");
+/// A client of `addr` with `flags`, or why it could not make a call: in TLS 1.3 a client
+/// hears of its refused certificate on its first use of the connection, so one call is made.
+async fn client(addr: &str, flags: &ClientTlsArgs) -> Result<DocaCppEndpointsClient, String> {
+    let transport = flags.transport(addr).unwrap().expect("a transport");
+    let client = Client::builder()
+        .transport(transport)
+        .connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let client = DocaCppEndpointsClient::new(client);
+    client
+        .rdma_ep0_send((), Bytes::from_static(b"hello"))
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(client)
+}
+
+/// Every endpoint once, byte-exact.
+async fn every_endpoint(client: &DocaCppEndpointsClient, what: &'static str) {
+    let message = Bytes::from_static(what.as_bytes());
     client.rdma_ep0_send((), message.clone()).await.unwrap();
     assert_eq!(client.rdma_ep0_receive(()).await.unwrap().1, message);
     let block = Bytes::from(vec![7u8; 1 << 20]);
     client.rdma_ep1_write((), block.clone()).await.unwrap();
     assert_eq!(client.rdma_ep1_read(()).await.unwrap().1, block);
+}
+
+#[tokio::test]
+async fn the_example_flags_serve_and_call_over_mutual_tls() {
+    let certs = Certs::new("tls");
+    let (addr, server_tls) = serve("tls://127.0.0.1:0", &certs.server()).await;
+    let client_args = certs.client();
+    let good = client(&addr, &client_args).await.unwrap();
+    every_endpoint(&good, "over tls://").await;
 
     // Without its certificate the client is refused, and told why.
     let no_cert = ClientTlsArgs {
@@ -72,49 +112,27 @@ async fn the_example_flags_serve_and_call_over_mutual_tls() {
         tls_key: None,
         ..client_args.clone()
     };
-    let transport = no_cert.transport(&addr).unwrap().expect("a TLS transport");
-    let err = Client::builder()
-        .transport(transport)
-        .connect(&addr)
-        .await
-        .unwrap_err();
-    assert!(
-        err.to_string().contains("requires a client certificate"),
-        "{err}"
-    );
+    let err = client(&addr, &no_cert).await.err().unwrap();
+    assert!(err.contains("requires a client certificate"), "{err}");
 
     // The server's files read again (what the example server does on SIGHUP), now with the
     // demo list that revokes the client's certificate: a new connection of the client is
     // refused, the one it has goes on.
     let revoking = ServerTlsArgs {
-        tls_client_crl: file("client-revoked.crl"),
-        ..server_args.clone()
+        tls_client_crl: certs.file("client-revoked.crl"),
+        ..certs.server()
     };
     revoking.reload(&server_tls).unwrap();
-    let transport = client_args
-        .transport(&addr)
-        .unwrap()
-        .expect("a TLS transport");
-    // (In TLS 1.3 the client hears of the refusal on its first use of the connection.)
-    let err = match Client::builder().transport(transport).connect(&addr).await {
-        Err(e) => e.to_string(),
-        Ok(again) => DocaCppEndpointsClient::new(again)
-            .rdma_ep0_send((), message.clone())
-            .await
-            .unwrap_err()
-            .to_string(),
-    };
+    let err = client(&addr, &client_args).await.err().unwrap();
     assert!(err.contains("revoked"), "{err}");
-    client.rdma_ep0_send((), message.clone()).await.unwrap();
+    every_endpoint(&good, "still over tls://").await;
     // Files that do not load leave the settings as they were.
     let broken = ServerTlsArgs {
-        tls_key: file("client-revoked.crl"),
-        ..server_args.clone()
+        tls_key: certs.file("client-revoked.crl"),
+        ..certs.server()
     };
-    assert!(broken
-        .reload(&server_tls)
-        .unwrap_err()
-        .contains("client-revoked.crl"));
+    let err = broken.reload(&server_tls).unwrap_err();
+    assert!(err.contains("client-revoked.crl"), "{err}");
 
     // Flags that do not fit the address are refused before anything runs.
     let err = client_args.transport("tcp://127.0.0.1:7470").unwrap_err();
@@ -132,63 +150,21 @@ async fn the_example_flags_serve_and_call_over_mutual_tls() {
 
 /// The same flags with a `doca+oob://` address: the DOCA transport (software provider) with its
 /// side channel in TLS, every endpoint of the doca-cpp service, and the refusal of a client
-/// without its certificate.
+/// without its certificate or without TLS.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_flags_put_a_doca_side_channel_in_mutual_tls() {
-    let dir =
-        TempDir(std::env::temp_dir().join(format!("rdma-rpc-oob-tls-{}", std::process::id())));
-    DemoCerts::generate().unwrap().write_to(&dir.0).unwrap();
-    let file = |name: &str| Some(dir.0.join(name));
-    let server_args = ServerTlsArgs {
-        tls_cert: file("server.pem"),
-        tls_key: file("server.key"),
-        tls_client_ca: file("ca.pem"),
-        tls_client_optional: false,
-        tls_client_crl: None,
-    };
-    let addr = "doca+oob://127.0.0.1:0";
-    let transport = server_args.transport(addr).unwrap().expect("a transport");
-    let server = Server::builder()
-        .transport(transport)
-        .add_service(DocaCppEndpointsServer::new(PathBuffers::default()))
-        .bind(addr)
-        .await
-        .unwrap();
-    let addr = server.local_addr();
-    tokio::spawn(server.serve());
-
-    let client_args = ClientTlsArgs {
-        tls_ca: file("ca.pem"),
-        tls_cert: file("client.pem"),
-        tls_key: file("client.key"),
-        tls_server_name: None,
-        tls_crl: None,
-    };
-    let transport = client_args.transport(&addr).unwrap().expect("a transport");
-    let client = Client::builder().transport(transport).connect(&addr).await;
-    let client = DocaCppEndpointsClient::new(client.unwrap());
-    let message = Bytes::from_static(b"over doca+oob:// with its side channel in TLS");
-    client.rdma_ep0_send((), message.clone()).await.unwrap();
-    assert_eq!(client.rdma_ep0_receive(()).await.unwrap().1, message);
-    let block = Bytes::from(vec![9u8; 1 << 20]);
-    client.rdma_ep1_write((), block.clone()).await.unwrap();
-    assert_eq!(client.rdma_ep1_read(()).await.unwrap().1, block);
+    let certs = Certs::new("oob-tls");
+    let (addr, _) = serve("doca+oob://127.0.0.1:0", &certs.server()).await;
+    let good = client(&addr, &certs.client()).await.unwrap();
+    every_endpoint(&good, "over doca+oob:// with its side channel in TLS").await;
 
     let no_cert = ClientTlsArgs {
         tls_cert: None,
         tls_key: None,
-        ..client_args.clone()
+        ..certs.client()
     };
-    let transport = no_cert.transport(&addr).unwrap().expect("a transport");
-    let err = Client::builder()
-        .transport(transport)
-        .connect(&addr)
-        .await
-        .unwrap_err();
-    assert!(
-        err.to_string().contains("requires a client certificate"),
-        "{err}"
-    );
+    let err = client(&addr, &no_cert).await.err().unwrap();
+    assert!(err.contains("requires a client certificate"), "{err}");
     // Without flags a doca+oob:// address is the plain side channel (the address names the
     // transport), and the server above refuses it, saying its side channel runs TLS.
     assert!(ClientTlsArgs::default().transport(&addr).unwrap().is_none());

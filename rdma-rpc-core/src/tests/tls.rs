@@ -351,6 +351,41 @@ async fn without_client_certificates_calls_carry_no_identity() {
     .await;
 }
 
+/// The refusals of a server at `addr` that requires client certificates of the test CA,
+/// each told to the client with its cause: a client that trusts another CA, one without a
+/// certificate, one whose certificate another CA signed (`client_of` makes a client transport
+/// of the settings).
+async fn certificate_refusals(
+    client_of: &impl Fn(ClientTlsConfig) -> Arc<dyn Transport>,
+    addr: &str,
+) {
+    let config = ClientTlsConfig::new(roots(&pki().rogue_ca)).identity(pki().client_a.identity());
+    let err = refused_with(client_of(config), addr).await;
+    assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("not signed by a root this client trusts"),
+        "{text}"
+    );
+    assert!(text.contains(addr), "{text}");
+
+    let err = refused_with(client_of(ClientTlsConfig::new(roots(&pki().ca))), addr).await;
+    assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("requires a client certificate"),
+        "{err}"
+    );
+
+    let config = ClientTlsConfig::new(roots(&pki().ca)).identity(pki().rogue_client.identity());
+    let err = refused_with(client_of(config), addr).await;
+    assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("does not trust this client's certificate"),
+        "{err}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_peers_are_told_why_and_the_server_goes_on() {
     let h = Harness::default_on(&b()).await;
@@ -359,36 +394,7 @@ async fn refused_peers_are_told_why_and_the_server_goes_on() {
         let good = h.client().await;
         assert!(inbound(&good, MSG_SEND, 64, 1).await.unwrap().exact);
 
-        // A client that trusts another CA refuses the server's certificate.
-        let config =
-            ClientTlsConfig::new(roots(&pki().rogue_ca)).identity(pki().client_a.identity());
-        let err = refused_with(tls_client(config), &h.addr).await;
-        assert!(matches!(err, Error::Tls { .. }), "{err:?}");
-        let text = err.to_string();
-        assert!(
-            text.contains("not signed by a root this client trusts"),
-            "{text}"
-        );
-        assert!(text.contains(&h.addr), "{text}");
-
-        // A client without a certificate, against a server that requires one.
-        let config = ClientTlsConfig::new(roots(&pki().ca));
-        let err = refused_with(tls_client(config), &h.addr).await;
-        assert!(matches!(err, Error::Tls { .. }), "{err:?}");
-        assert!(
-            err.to_string().contains("requires a client certificate"),
-            "{err}"
-        );
-
-        // A client whose certificate another CA signed.
-        let config = ClientTlsConfig::new(roots(&pki().ca)).identity(pki().rogue_client.identity());
-        let err = refused_with(tls_client(config), &h.addr).await;
-        assert!(matches!(err, Error::Tls { .. }), "{err:?}");
-        assert!(
-            err.to_string()
-                .contains("does not trust this client's certificate"),
-            "{err}"
-        );
+        certificate_refusals(&tls_client, &h.addr).await;
 
         // A client that speaks no TLS is refused cleanly, told that the server speaks TLS.
         let plain_addr = h.addr.replacen("tls://", "tcp://", 1);
@@ -685,6 +691,16 @@ mod doca_side_channel {
         }
     }
 
+    /// A `doca+oob://` server that requires client certificates of the test CA, its client
+    /// `client-a`.
+    async fn mtls_harness() -> Harness {
+        Harness::default_on(&oob_backend(doca_with(
+            Some(mtls_server()),
+            Some(client_a()),
+        )))
+        .await
+    }
+
     /// Nothing here did what DOCA documents as undefined or forbidden.
     fn no_contract_violations() {
         let violations = doca_sys::take_contract_violations();
@@ -693,11 +709,7 @@ mod doca_side_channel {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn side_channels_in_tls_carry_calls_and_the_client_certificate_is_the_identity() {
-        let h = Harness::default_on(&oob_backend(doca_with(
-            Some(mtls_server()),
-            Some(client_a()),
-        )))
-        .await;
+        let h = mtls_harness().await;
         bounded("calls over doca+oob with side-channel TLS", async {
             let client = h.client().await;
             assert!(inbound(&client, MSG_SEND, 100, 1).await.unwrap().exact);
@@ -737,11 +749,7 @@ mod doca_side_channel {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn side_channel_refusals_name_their_cause_and_the_server_goes_on() {
-        let h = Harness::default_on(&oob_backend(doca_with(
-            Some(mtls_server()),
-            Some(client_a()),
-        )))
-        .await;
+        let h = mtls_harness().await;
         let client_of = |config: ClientTlsConfig| -> Arc<dyn Transport> {
             Arc::new(doca_with(None, Some(config)))
         };
@@ -749,37 +757,9 @@ mod doca_side_channel {
             let good = h.client().await;
             assert!(inbound(&good, MSG_SEND, 64, 1).await.unwrap().exact);
 
-            // A client that trusts another CA refuses the server's certificate.
-            let config =
-                ClientTlsConfig::new(roots(&pki().rogue_ca)).identity(pki().client_a.identity());
-            let err = refused_with(client_of(config), &h.addr).await;
-            assert!(matches!(err, Error::Tls { .. }), "{err:?}");
-            assert!(
-                err.to_string()
-                    .contains("not signed by a root this client trusts"),
-                "{err}"
-            );
-            assert!(err.to_string().contains(&h.addr), "{err}");
-
-            // A client without a certificate, against a server that requires one: the refusal
-            // reaches the client on its first read of the exchange, and is said as TLS's.
-            let err =
-                refused_with(client_of(ClientTlsConfig::new(roots(&pki().ca))), &h.addr).await;
-            assert!(matches!(err, Error::Tls { .. }), "{err:?}");
-            assert!(
-                err.to_string().contains("requires a client certificate"),
-                "{err}"
-            );
-
-            // A client whose certificate another CA signed.
-            let config =
-                ClientTlsConfig::new(roots(&pki().ca)).identity(pki().rogue_client.identity());
-            let err = refused_with(client_of(config), &h.addr).await;
-            assert!(
-                err.to_string()
-                    .contains("does not trust this client's certificate"),
-                "{err}"
-            );
+            // The same refusals as over tls://; a certificate the server refuses reaches the
+            // client on its first read of the exchange, said as TLS's.
+            certificate_refusals(&client_of, &h.addr).await;
 
             // A client whose side channel is plain is told the server's runs TLS.
             let plain = DocaTransport::new(DocaConfig::from_env()).expect("a DOCA device");
@@ -814,11 +794,7 @@ mod doca_side_channel {
     /// here would make a context of its own, with one place per context: checked).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_refused_handshake_gives_its_place_in_a_client_context_back() {
-        let h = Harness::default_on(&oob_backend(doca_with(
-            Some(mtls_server()),
-            Some(client_a()),
-        )))
-        .await;
+        let h = mtls_harness().await;
         let untrusting = TlsTransport::client(
             ClientTlsConfig::new(roots(&pki().rogue_ca)).identity(pki().client_a.identity()),
         )
