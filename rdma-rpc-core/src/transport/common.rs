@@ -11,7 +11,7 @@ use std::task::{Context, Poll, RawWakerVTable, Waker};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::{mpsc, Mutex, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::{BoxFuture, Connection, Listener, RecvCompletion};
@@ -203,8 +203,17 @@ fn dropping(from: SocketAddr, e: &Error) {
     }
 }
 
+/// Sockets one listener sets up at once (their transport handshake: the preamble, TLS, the
+/// out-of-band exchange, each bounded by `handshake_timeout`). A socket accepted past it is
+/// closed at once: a peer that opens sockets and says nothing holds at most this many (their
+/// task, socket and TLS state), not as many as the process has file descriptors. As many as a
+/// `doca+oob://` listener keeps waiting to be accepted, for a thousand clients that reconnect
+/// together.
+pub(crate) const MAX_SETTING_UP: usize = 4096;
+
 /// A TCP listener whose accepted sockets become connections through `setup`, each in its own
-/// task, so a slow or silent peer never holds up the others.
+/// task, so a slow or silent peer never holds up the others; at most [`MAX_SETTING_UP`] at
+/// once.
 pub(crate) struct QueuedListener {
     local: String,
     ready: Mutex<mpsc::Receiver<Result<Arc<dyn Connection>>>>,
@@ -217,8 +226,23 @@ impl QueuedListener {
         F: Fn(TcpStream, SocketAddr) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Arc<dyn Connection>>> + Send + 'static,
     {
+        QueuedListener::start_capped(listener, local, MAX_SETTING_UP, setup)
+    }
+
+    /// As [`start`](Self::start), with at most `cap` sockets in their setup at once.
+    pub(crate) fn start_capped<F, Fut>(
+        listener: TcpListener,
+        local: String,
+        cap: usize,
+        setup: F,
+    ) -> QueuedListener
+    where
+        F: Fn(TcpStream, SocketAddr) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Arc<dyn Connection>>> + Send + 'static,
+    {
         let (tx, rx) = mpsc::channel(64);
         let setup = Arc::new(setup);
+        let setting_up = Arc::new(Semaphore::new(cap));
         let task = tokio::spawn(async move {
             loop {
                 let (stream, from) = match listener.accept().await {
@@ -236,9 +260,21 @@ impl QueuedListener {
                         continue;
                     }
                 };
+                let Ok(permit) = setting_up.clone().try_acquire_owned() else {
+                    drop(stream);
+                    let full = Error::LimitExceeded {
+                        limit: "sockets in their transport handshake, per listener",
+                        max: cap as u64,
+                        actual: cap as u64 + 1,
+                    };
+                    dropping(from, &full);
+                    continue;
+                };
                 let (tx, setup) = (tx.clone(), setup.clone());
                 tokio::spawn(async move {
-                    match setup(stream, from).await {
+                    let set_up = setup(stream, from).await;
+                    drop(permit);
+                    match set_up {
                         Ok(conn) => {
                             if tx.send(Ok(conn)).await.is_err() {
                                 tracing::debug!("listener closed before a connection was taken");
@@ -361,5 +397,74 @@ mod tests {
         assert!(poll(&q, &w2).is_pending());
         q.close();
         assert!(matches!(poll(&q, &w2), Poll::Ready(Err(_))));
+    }
+
+    /// A listener sets up at most its cap of sockets at once: one more is closed as it is
+    /// accepted (the peer reads the end of the stream), and once the setups end it sets up
+    /// new sockets again.
+    #[tokio::test]
+    async fn sockets_past_the_cap_are_closed_while_others_set_up() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        use tokio::io::AsyncReadExt;
+        use tokio::net::{TcpListener, TcpStream};
+
+        use super::QueuedListener;
+        use crate::tests::bounded;
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let started = Arc::new(AtomicUsize::new(0));
+        let (release, released) = tokio::sync::watch::channel(false);
+        let count = started.clone();
+        let _listener = QueuedListener::start_capped(listener, "test".into(), 2, move |s, _| {
+            let (count, mut released) = (count.clone(), released.clone());
+            async move {
+                count.fetch_add(1, Ordering::SeqCst);
+                let _ = released.wait_for(|r| *r).await;
+                drop(s);
+                Err(Error::ConnectionClosed {
+                    peer: String::new(),
+                    reason: "the test's setup ends".into(),
+                })
+            }
+        });
+        let connect = || async { TcpStream::connect(addr).await.unwrap() };
+        let mut held = vec![connect().await, connect().await];
+        bounded("two setups", async {
+            while started.load(Ordering::SeqCst) < 2 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        // The third is closed as it is accepted: the end of the stream (or a reset).
+        let mut third = connect().await;
+        let mut byte = [0u8; 1];
+        let read = bounded("the third closed", third.read(&mut byte)).await;
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        assert_eq!(started.load(Ordering::SeqCst), 2);
+
+        // The setups end (they close their sockets); a new socket is set up again. Its
+        // permit may come back just after its socket closed: a socket accepted before then
+        // is closed too, and the peer tries again.
+        release.send_replace(true);
+        for h in &mut held {
+            let read = bounded("a held socket closed", h.read(&mut byte)).await;
+            assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        }
+        bounded("a setup again", async {
+            loop {
+                let mut next = connect().await;
+                tokio::select! {
+                    _ = next.read(&mut byte) => {}
+                    _ = async {
+                        while started.load(Ordering::SeqCst) < 3 {
+                            tokio::task::yield_now().await;
+                        }
+                    } => return,
+                }
+            }
+        })
+        .await;
     }
 }
