@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use rdma_rpc_codegen::{EndpointIr, ServiceIr};
-use rdma_rpc_core::{Bytes, CallOptions, Client};
+use rdma_rpc_core::{Bytes, CallOptions};
 use serde_json::Value;
 
 use crate::dynamic;
@@ -20,6 +20,7 @@ use crate::request::{self, RequestArgs, RequestError};
 #[derive(Debug)]
 pub(crate) struct CallArgs {
     pub(crate) addr: String,
+    pub(crate) tls: crate::tls::TlsArgs,
     pub(crate) spec: PathBuf,
     pub(crate) method: String,
     pub(crate) request: RequestArgs,
@@ -39,7 +40,11 @@ pub(crate) async fn call(args: CallArgs) -> ExitCode {
         Err(e) => return refuse(&e),
     };
     let ep = prepared.ep;
-    let client = match Client::builder().reconnect(false).connect(&args.addr).await {
+    let connector = match args.tls.connector(&args.addr) {
+        Ok(connector) => connector,
+        Err(code) => return code,
+    };
+    let client = match connector.builder().connect(&args.addr).await {
         Ok(client) => client,
         Err(e) => return crate::fail(&format!("cannot connect to {}", args.addr), &e),
     };

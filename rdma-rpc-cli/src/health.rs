@@ -5,11 +5,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use rdma_rpc_core::health::{HealthCheckRequest, HealthClient, ServingStatus};
-use rdma_rpc_core::{Client, Code, Metadata, Request, Status};
+use rdma_rpc_core::{Code, Metadata, Request, Status};
 
 /// What `health` asks, and how.
 pub(crate) struct HealthArgs {
     pub(crate) addr: String,
+    pub(crate) tls: crate::tls::TlsArgs,
     /// The service's name; empty for the server as a whole.
     pub(crate) service: String,
     /// Follow the status instead of asking once.
@@ -39,7 +40,11 @@ impl HealthArgs {
 /// change until the server shuts down or the connection ends. Exits 0 when the (last) status
 /// is `SERVING`, 1 otherwise or when the call fails.
 pub(crate) async fn health(args: HealthArgs) -> ExitCode {
-    let client = match Client::builder().reconnect(false).connect(&args.addr).await {
+    let connector = match args.tls.connector(&args.addr) {
+        Ok(connector) => connector,
+        Err(code) => return code,
+    };
+    let client = match connector.builder().connect(&args.addr).await {
         Ok(client) => client,
         Err(e) => return crate::fail(&format!("cannot connect to {}", args.addr), &e),
     };

@@ -11,6 +11,10 @@
 //! rdma-rpc bench <ADDR> --spec S --method M [-d JSON] [-H K=V]...   the same, typed
 //! ```
 //!
+//! The commands that connect take `--tls-ca FILE [--tls-cert FILE --tls-key FILE]
+//! [--tls-server-name NAME] [--tls-crl FILE]` for a `tls://` server, or a `doca+oob://` one
+//! whose side channel runs TLS.
+//!
 //! Exit codes: 0 success, 1 a spec is invalid or a command failed, 2 usage errors.
 
 mod call;
@@ -20,6 +24,7 @@ mod health;
 mod net;
 mod request;
 mod specs;
+mod tls;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,6 +39,8 @@ use crate::request::RequestArgs;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    tls: tls::TlsArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -266,7 +273,7 @@ fn main() -> ExitCode {
             addr,
             count,
             interval,
-        } => runtime().block_on(net::ping(&addr, count, interval)),
+        } => runtime().block_on(net::ping(&addr, &cli.tls, count, interval)),
         Command::Health {
             addr,
             service,
@@ -280,6 +287,7 @@ fn main() -> ExitCode {
             };
             runtime().block_on(health::health(health::HealthArgs {
                 addr,
+                tls: cli.tls,
                 service,
                 watch,
                 metadata,
@@ -296,6 +304,7 @@ fn main() -> ExitCode {
             timeout,
         } => runtime().block_on(call::call(call::CallArgs {
             addr,
+            tls: cli.tls,
             spec,
             method,
             request,
@@ -317,6 +326,7 @@ fn main() -> ExitCode {
             timeout,
         } => runtime().block_on(net::bench(net::BenchArgs {
             addr,
+            tls: cli.tls,
             spec,
             method,
             path,

@@ -6,16 +6,21 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use rdma_rpc_core::{Bytes, CallOptions, Client, EndpointDef, OpKind};
+use rdma_rpc_core::{Bytes, CallOptions, EndpointDef, OpKind};
 
 use crate::call;
 use crate::request::{self, RequestArgs, RequestError};
+use crate::tls::TlsArgs;
 
 /// Connects, then pings `count` times, `interval_ms` apart, and prints each round trip and a
 /// summary as ping(8) does. Fails if a ping fails.
-pub(crate) async fn ping(addr: &str, count: u32, interval_ms: u64) -> ExitCode {
+pub(crate) async fn ping(addr: &str, tls: &TlsArgs, count: u32, interval_ms: u64) -> ExitCode {
+    let connector = match tls.connector(addr) {
+        Ok(connector) => connector,
+        Err(code) => return code,
+    };
     let started = Instant::now();
-    let client = match Client::builder().reconnect(false).connect(addr).await {
+    let client = match connector.builder().connect(addr).await {
         Ok(client) => client,
         Err(e) => return crate::fail(&format!("cannot connect to {addr}"), &e),
     };
@@ -51,6 +56,7 @@ pub(crate) async fn ping(addr: &str, count: u32, interval_ms: u64) -> ExitCode {
 /// What `bench` calls, and how.
 pub(crate) struct BenchArgs {
     pub(crate) addr: String,
+    pub(crate) tls: TlsArgs,
     /// The spec that types the endpoint's request; with it, `method` or `path` and `op`
     /// find the endpoint there.
     pub(crate) spec: Option<PathBuf>,
@@ -153,10 +159,14 @@ pub(crate) async fn bench(args: BenchArgs) -> ExitCode {
     };
     let endpoint = target.endpoint;
     let (op, path) = (endpoint.op, endpoint.path);
+    let connector = match args.tls.connector(&args.addr) {
+        Ok(connector) => connector,
+        Err(code) => return code,
+    };
     let mut clients = Vec::new();
     for _ in 0..args.connections {
-        match Client::builder()
-            .reconnect(false)
+        match connector
+            .builder()
             .max_in_flight(args.in_flight)
             .connect(&args.addr)
             .await
