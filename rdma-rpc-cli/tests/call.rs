@@ -92,32 +92,18 @@ impl Inventory for Store {
 }
 
 /// The Inventory server on a thread of its own, `whoami` refused without the token by an
-/// interceptor: its address.
-fn server() -> String {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let server = Server::builder()
-                .interceptor(|call: &mut IncomingCall<'_>| {
-                    let authorized = call.metadata().get_str("authorization") == Some(TOKEN);
-                    if call.endpoint().path == "/inv/whoami" && !authorized {
-                        return Err(Status::new(Code::Unauthenticated, "no valid token"));
-                    }
-                    Ok(())
-                })
-                .add_service(InventoryServer::new(Store))
-                .bind("tcp://127.0.0.1:0")
-                .await
-                .unwrap();
-            tx.send(server.local_addr()).unwrap();
-            server.serve().await.unwrap();
-        });
-    });
-    rx.recv().unwrap()
+/// interceptor: its address, and what shuts it down.
+fn server() -> (String, tokio::sync::oneshot::Sender<()>) {
+    let builder = Server::builder()
+        .interceptor(|call: &mut IncomingCall<'_>| {
+            let authorized = call.metadata().get_str("authorization") == Some(TOKEN);
+            if call.endpoint().path == "/inv/whoami" && !authorized {
+                return Err(Status::new(Code::Unauthenticated, "no valid token"));
+            }
+            Ok(())
+        })
+        .add_service(InventoryServer::new(Store));
+    common::serve(builder, "tcp://127.0.0.1:0")
 }
 
 /// An item with nested messages, enums and repeated fields in every shape, and the JSON
@@ -175,7 +161,7 @@ fn item() -> (Value, Value) {
 
 #[test]
 fn a_typed_call_round_trips_nested_enum_and_repeated_fields() {
-    let addr = server();
+    let (addr, _stop) = server();
     let (given, printed) = item();
     let request = given.to_string();
     let (code, stdout, stderr) = run(&["call", &addr, "echo", "--spec", SPEC, "-d", &request]);
@@ -203,7 +189,7 @@ fn a_typed_call_round_trips_nested_enum_and_repeated_fields() {
 
 #[test]
 fn metadata_reaches_the_interceptor_and_the_handler() {
-    let addr = server();
+    let (addr, _stop) = server();
     let (code, stdout, stderr) = run(&["call", &addr, "whoami", "--spec", SPEC]);
     assert_eq!(code, 1);
     assert_eq!(stdout, "");
@@ -295,7 +281,7 @@ fn bad_requests_are_refused_before_anything_is_sent() {
 
 #[test]
 fn payloads_come_from_and_go_to_files() {
-    let addr = server();
+    let (addr, _stop) = server();
     let dir = std::env::temp_dir();
     let input = dir.join(format!("rdma-rpc-call-in-{}.bin", std::process::id()));
     let output = dir.join(format!("rdma-rpc-call-out-{}.bin", std::process::id()));
@@ -354,7 +340,7 @@ fn payloads_come_from_and_go_to_files() {
 
 #[test]
 fn server_streams_print_one_json_line_per_message() {
-    let addr = server();
+    let (addr, _stop) = server();
     let (code, stdout, stderr) = run(&["call", &addr, "list", "--spec", SPEC, "-d", "count: 3"]);
     assert_eq!(code, 0, "{stderr}");
     let lines: Vec<Value> = stdout
@@ -371,7 +357,7 @@ fn server_streams_print_one_json_line_per_message() {
 
 #[test]
 fn bench_sends_the_typed_request_and_metadata() {
-    let addr = server();
+    let (addr, _stop) = server();
     let header = format!("authorization={TOKEN}");
     let (code, stdout, stderr) = run(&[
         "bench", &addr, "--spec", SPEC, "--method", "whoami", "-H", &header, "--calls", "20",

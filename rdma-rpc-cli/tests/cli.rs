@@ -174,8 +174,9 @@ fn devices_lists_the_providers_devices() {
 }
 
 /// A server with one send endpoint (`/echo`, answers with the payload's length) and one
-/// receive endpoint (`/echo`, 1000 bytes), on a thread of its own: its address.
-fn server() -> String {
+/// receive endpoint (`/echo`, 1000 bytes), on a thread of its own: its address, and what
+/// shuts it down.
+fn server() -> (String, tokio::sync::oneshot::Sender<()>) {
     use rdma_rpc_core::service::{EndpointDef, OpKind, ServerCall, Service};
     use rdma_rpc_core::transport::BoxFuture;
     use rdma_rpc_core::{Server, Status};
@@ -223,28 +224,12 @@ fn server() -> String {
             })
         }
     }
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let server = Server::builder()
-                .add_service(Echo)
-                .bind("tcp://127.0.0.1:0")
-                .await
-                .unwrap();
-            tx.send(server.local_addr()).unwrap();
-            server.serve().await.unwrap();
-        });
-    });
-    rx.recv().unwrap()
+    common::serve(Server::builder().add_service(Echo), "tcp://127.0.0.1:0")
 }
 
 #[test]
 fn ping_reports_each_round_trip_and_a_summary() {
-    let addr = server();
+    let (addr, _stop) = server();
     let (code, stdout, stderr) = run(&["ping", &addr, "--count", "3", "--interval", "0"]);
     assert_eq!(code, 0, "{stderr}");
     let lines: Vec<&str> = stdout.lines().collect();
@@ -272,7 +257,7 @@ fn ping_reports_each_round_trip_and_a_summary() {
 
 #[test]
 fn bench_calls_an_endpoint_and_reports_rates_and_latency() {
-    let addr = server();
+    let (addr, _stop) = server();
     let (code, stdout, stderr) = run(&[
         "bench",
         &addr,

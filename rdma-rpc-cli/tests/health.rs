@@ -26,36 +26,16 @@ fn server() -> (String, HealthReporter, tokio::sync::oneshot::Sender<()>) {
     let reporter = HealthReporter::new();
     reporter.set_serving("Inventory");
     reporter.set_not_serving("Storage");
-    let (tx, rx) = mpsc::channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let health = reporter.clone();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let server = Server::builder()
-                .interceptor(|call: &mut IncomingCall<'_>| {
-                    match call.metadata().get_str("authorization") {
-                        Some("Bearer 0123") => Ok(()),
-                        _ => Err(Status::new(Code::Unauthenticated, "no valid token")),
-                    }
-                })
-                .add_health(&health)
-                .bind("tcp://127.0.0.1:0")
-                .await
-                .unwrap();
-            tx.send(server.local_addr()).unwrap();
-            server
-                .serve_with_shutdown(async {
-                    let _ = stopped.await;
-                })
-                .await
-                .unwrap();
-        });
-    });
-    (rx.recv().unwrap(), reporter, stop)
+    let builder = Server::builder()
+        .interceptor(
+            |call: &mut IncomingCall<'_>| match call.metadata().get_str("authorization") {
+                Some("Bearer 0123") => Ok(()),
+                _ => Err(Status::new(Code::Unauthenticated, "no valid token")),
+            },
+        )
+        .add_health(&reporter);
+    let (addr, stop) = common::serve(builder, "tcp://127.0.0.1:0");
+    (addr, reporter, stop)
 }
 
 #[test]

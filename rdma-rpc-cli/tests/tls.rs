@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::sync::mpsc;
 use std::sync::Arc;
 
 use common::run;
@@ -80,38 +79,17 @@ impl Drop for Certs {
     }
 }
 
-/// A `tls://` server with the health service that requires client certificates of the CA,
-/// on a thread of its own: its address, and what shuts it down.
+/// A `tls://` server with the health service that requires client certificates of the CA:
+/// its address, and what shuts it down.
 fn server(certs: &Certs) -> (String, tokio::sync::oneshot::Sender<()>) {
     let identity = Identity::from_pem_files(certs.file("server.pem"), certs.file("server.key"));
     let tls = ServerTlsConfig::new(identity.unwrap())
         .client_roots(Roots::from_pem_file(certs.file("ca.pem")).unwrap());
     let transport = Arc::new(TlsTransport::server(tls).unwrap());
-    let (tx, rx) = mpsc::channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let health = HealthReporter::new();
-            let server = Server::builder()
-                .transport(transport)
-                .add_health(&health)
-                .bind("tls://127.0.0.1:0")
-                .await
-                .unwrap();
-            tx.send(server.local_addr()).unwrap();
-            server
-                .serve_with_shutdown(async {
-                    let _ = stopped.await;
-                })
-                .await
-                .unwrap();
-        });
-    });
-    (rx.recv().unwrap(), stop)
+    let builder = Server::builder()
+        .transport(transport)
+        .add_health(&HealthReporter::new());
+    common::serve(builder, "tls://127.0.0.1:0")
 }
 
 #[test]

@@ -30,3 +30,30 @@ pub(crate) fn run_with_stdin(args: &[&str], stdin: &str) -> (i32, String, String
         String::from_utf8(out.stderr).unwrap(),
     )
 }
+
+/// Serves what `builder` holds on `addr`, on a thread and runtime of its own: the address it
+/// bound, and what shuts it down (sent, or dropped).
+pub(crate) fn serve(
+    builder: rdma_rpc_core::ServerBuilder,
+    addr: &'static str,
+) -> (String, tokio::sync::oneshot::Sender<()>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let server = builder.bind(addr).await.unwrap();
+            tx.send(server.local_addr()).unwrap();
+            server
+                .serve_with_shutdown(async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        });
+    });
+    (rx.recv().unwrap(), stop)
+}
