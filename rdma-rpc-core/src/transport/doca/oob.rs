@@ -72,12 +72,17 @@ impl SideChannel {
         peer: &str,
         limit: Duration,
     ) -> Result<(Box<dyn SideStream>, Option<Arc<PeerIdentity>>)> {
+        // A few small messages each way: none should wait for the peer's ACK of the last
+        // (Nagle), the TLS handshake's flights least of all.
+        stream
+            .set_nodelay(true)
+            .map_err(|e| Error::io(format!("setting TCP_NODELAY for {peer}"), e))?;
         #[cfg(feature = "tls")]
         if let Some(tls) = &self.tls {
             let (stream, identity) = tls.handshake(stream, side, peer, limit).await?;
             return Ok((Box::new(stream), identity));
         }
-        let _ = (side, peer, limit);
+        let _ = (side, limit);
         Ok((Box::new(stream), None))
     }
 
