@@ -15,7 +15,7 @@ use rcgen::{
 };
 use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport};
 use rdma_rpc_core::transport::tls::{
-    ClientTlsConfig, Identity, RevocationLists, Roots, ServerTlsConfig, TlsTransport,
+    ClientTlsConfig, Identity, Recheck, RevocationLists, Roots, ServerTlsConfig, TlsTransport,
 };
 use rdma_rpc_core::transport::Transport;
 
@@ -208,11 +208,14 @@ impl ServerTlsArgs {
     }
 
     /// Reads the flags' files again and serves with them from now on (the example server
-    /// does on SIGHUP): a renewed certificate, a new revocation list. Connections already
-    /// made keep their settings; if the files are unusable the old settings stay.
-    pub fn reload(&self, tls: &TlsTransport) -> Result<(), String> {
+    /// does on SIGHUP): a renewed certificate, a new revocation list. Then checks the clients
+    /// already connected against them and closes the connections of those they refuse (a
+    /// certificate the new list revokes, say); what it did is returned. If the files are
+    /// unusable the old settings stay and nothing is closed.
+    pub fn reload(&self, tls: &TlsTransport) -> Result<Recheck, String> {
         tls.reload_server(self.config("the reload")?)
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        Ok(tls.recheck_clients())
     }
 
     /// The settings the flags name, read from their files now.

@@ -116,16 +116,24 @@ async fn the_example_flags_serve_and_call_over_mutual_tls() {
     assert!(err.contains("requires a client certificate"), "{err}");
 
     // The server's files read again (what the example server does on SIGHUP), now with the
-    // demo list that revokes the client's certificate: a new connection of the client is
-    // refused, the one it has goes on.
+    // demo list that revokes the client's certificate: the connection the client has is
+    // closed, and a new one is refused.
     let revoking = ServerTlsArgs {
         tls_client_crl: certs.file("client-revoked.crl"),
         ..certs.server()
     };
-    revoking.reload(&server_tls).unwrap();
+    let recheck = revoking.reload(&server_tls).unwrap();
+    assert_eq!(recheck.closed.len(), 1, "{recheck:?}");
+    assert!(
+        recheck.closed[0].reason.to_string().contains("revoked"),
+        "{recheck:?}"
+    );
+    assert!(good
+        .rdma_ep0_send((), Bytes::from_static(b"x"))
+        .await
+        .is_err());
     let err = client(&addr, &client_args).await.err().unwrap();
     assert!(err.contains("revoked"), "{err}");
-    every_endpoint(&good, "still over tls://").await;
     // Files that do not load leave the settings as they were.
     let broken = ServerTlsArgs {
         tls_key: certs.file("client-revoked.crl"),

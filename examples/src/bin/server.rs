@@ -7,7 +7,8 @@
 //! `--tls-client-ca` to require client certificates of that CA (mutual TLS) and
 //! `--tls-client-crl` to refuse those a revocation list names; the same flags with
 //! `doca+oob://<ip>:<port>` put its side channel in TLS, the client's certificate then the
-//! identity over RDMA too; SIGHUP reads the TLS files again, for new connections). Ctrl-C
+//! identity over RDMA too; SIGHUP reads the TLS files again, and closes the connections of
+//! clients they now refuse). Ctrl-C
 //! shuts down gracefully. Logs go to stderr, filtered by `RUST_LOG`
 //! (default `warn`: every dropped connection and refused call with its reason;
 //! `RUST_LOG=rdma_rpc_core=debug` for every call). `--metrics` serves Prometheus metrics at
@@ -73,7 +74,8 @@ async fn report(handle: ServerHandle, every: Duration) {
 }
 
 /// Reads the TLS files again on every SIGHUP: new handshakes use what they hold (a renewed
-/// certificate, a new revocation list); unusable files leave the settings as they were.
+/// certificate, a new revocation list), and clients connected that they refuse are closed;
+/// unusable files leave the settings as they were.
 #[cfg(unix)]
 async fn reload_on_hangup(flags: ServerTlsArgs, tls: TlsTransport) {
     use tokio::signal::unix::{signal, SignalKind};
@@ -86,7 +88,17 @@ async fn reload_on_hangup(flags: ServerTlsArgs, tls: TlsTransport) {
     };
     while hangups.recv().await.is_some() {
         match flags.reload(&tls) {
-            Ok(()) => println!("TLS settings read again from their files"),
+            Ok(recheck) => {
+                println!(
+                    "TLS settings read again from their files; clients connected: {} kept, {} \
+                     closed",
+                    recheck.kept,
+                    recheck.closed.len()
+                );
+                for closed in &recheck.closed {
+                    println!("  closed {}: {}", closed.peer, closed.reason);
+                }
+            }
             Err(e) => eprintln!("server: TLS settings not reloaded, the old ones stay: {e}"),
         }
     }

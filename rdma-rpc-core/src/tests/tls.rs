@@ -615,8 +615,6 @@ async fn reloaded_settings_apply_to_new_handshakes_and_connections_made_keep_the
         bind: "tls://127.0.0.1:0".into(),
     };
     let h = Harness::default_on(&backend).await;
-    let client_b =
-        || tls_client(ClientTlsConfig::new(roots(&pki().ca)).identity(pki().client_b.identity()));
     bounded("reloads", async {
         let b = Client::builder()
             .transport(client_b())
@@ -661,6 +659,90 @@ async fn reloaded_settings_apply_to_new_handshakes_and_connections_made_keep_the
         let reloaded = h.client().await;
         assert!(inbound(&reloaded, MSG_SEND, 64, 5).await.unwrap().exact);
         assert!(inbound(&a, MSG_SEND, 64, 6).await.unwrap().exact);
+    })
+    .await;
+}
+
+/// A client transport of the test CA, as `client-b`.
+fn client_b() -> Arc<dyn Transport> {
+    tls_client(ClientTlsConfig::new(roots(&pki().ca)).identity(pki().client_b.identity()))
+}
+
+/// The common name of the one connection a recheck closed, having checked that its reason
+/// contains `why`.
+fn closed_one(recheck: &crate::transport::tls::Recheck, why: &str) -> Option<String> {
+    assert_eq!(recheck.closed.len(), 1, "{recheck:?}");
+    let closed = &recheck.closed[0];
+    assert!(closed.reason.to_string().contains(why), "{}", closed.reason);
+    closed
+        .identity
+        .as_ref()
+        .and_then(|id| id.common_name().map(str::to_owned))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recheck_closes_the_connections_whose_client_new_settings_refuse() {
+    // Client certificates optional at first: client-a and client-b prove theirs, a third
+    // client presents none.
+    let tls = TlsTransport::new(
+        Some(mtls_server().client_certificate_optional(true)),
+        Some(client_a()),
+    )
+    .unwrap();
+    let backend = Backend {
+        transport: Arc::new(tls.clone()),
+        bind: "tls://127.0.0.1:0".into(),
+    };
+    let h = Harness::default_on(&backend).await;
+    bounded("rechecks", async {
+        let a = h.client().await;
+        let connect = |transport| Client::builder().transport(transport).connect(&h.addr);
+        let b = connect(client_b()).await.expect("client-b is in");
+        let anonymous = connect(tls_client(ClientTlsConfig::new(roots(&pki().ca))))
+            .await
+            .expect("a client without a certificate is in while they are optional");
+        for (i, client) in [&a, &b, &anonymous].into_iter().enumerate() {
+            assert!(inbound(client, MSG_SEND, 64, i as u32).await.unwrap().exact);
+        }
+
+        // Nothing changed: a recheck keeps every connection.
+        let recheck = tls.recheck_clients();
+        assert!(recheck.closed.is_empty(), "{recheck:?}");
+        assert!(recheck.kept >= 3, "{recheck:?}");
+
+        // A list that revokes client-b: its connection ends, with why; the others go on.
+        let revokes_b = || mtls_server().client_certificate_optional(true);
+        tls.reload_server(revokes_b().client_revocations(lists(&pki().revokes_client_b)))
+            .unwrap();
+        let recheck = tls.recheck_clients();
+        let name = closed_one(&recheck, "the client's certificate is revoked");
+        assert_eq!(name.as_deref(), Some("client-b"));
+        let err = inbound(&b, MSG_SEND, 64, 4)
+            .await
+            .expect_err("client-b's connection is closed");
+        assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+        assert!(inbound(&a, MSG_SEND, 64, 5).await.unwrap().exact);
+        assert!(inbound(&anonymous, MSG_SEND, 64, 6).await.unwrap().exact);
+
+        // Certificates required from now on: the client that presented none is closed.
+        tls.reload_server(mtls_server()).unwrap();
+        let recheck = tls.recheck_clients();
+        assert_eq!(closed_one(&recheck, "presented no certificate"), None);
+        let err = inbound(&anonymous, MSG_SEND, 64, 7)
+            .await
+            .expect_err("the anonymous client's connection is closed");
+        assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+        assert!(inbound(&a, MSG_SEND, 64, 8).await.unwrap().exact);
+
+        // Another authority's roots only: every client of the test CA is closed.
+        tls.reload_server(
+            ServerTlsConfig::new(pki().server.identity()).client_roots(roots(&pki().rogue_ca)),
+        )
+        .unwrap();
+        let recheck = tls.recheck_clients();
+        assert!(!recheck.closed.is_empty(), "{recheck:?}");
+        assert_eq!(recheck.kept, 0, "{recheck:?}");
+        assert!(inbound(&a, MSG_SEND, 64, 9).await.is_err());
     })
     .await;
 }
@@ -742,6 +824,40 @@ mod doca_side_channel {
             let client = h.client().await;
             assert!(inbound(&client, MSG_SEND, 64, 3).await.unwrap().exact);
             assert!(h.service.identity_seen.lock().unwrap().is_none());
+        })
+        .await;
+        no_contract_violations();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_recheck_closes_the_side_channel_connections_of_revoked_clients() {
+        let tls = TlsTransport::new(Some(mtls_server()), Some(client_a())).unwrap();
+        let server = DocaTransport::new(DocaConfig::from_env())
+            .expect("a DOCA device")
+            .with_side_channel_tls(&tls);
+        let h = Harness::default_on(&oob_backend(server)).await;
+        bounded("rechecks over doca+oob", async {
+            let a = h.client().await;
+            let as_b = ClientTlsConfig::new(roots(&pki().ca)).identity(pki().client_b.identity());
+            let b = Client::builder()
+                .transport(Arc::new(doca_with(None, Some(as_b))))
+                .connect(&h.addr)
+                .await
+                .expect("client-b is in");
+            assert!(inbound(&a, MSG_SEND, 64, 1).await.unwrap().exact);
+            assert!(inbound(&b, MSG_SEND, 64, 2).await.unwrap().exact);
+
+            tls.reload_server(mtls_server().client_revocations(lists(&pki().revokes_client_b)))
+                .unwrap();
+            let recheck = tls.recheck_clients();
+            let name = closed_one(&recheck, "the client's certificate is revoked");
+            assert_eq!(name.as_deref(), Some("client-b"));
+            assert!(recheck.kept >= 1, "{recheck:?}");
+            let err = inbound(&b, MSG_SEND, 64, 3)
+                .await
+                .expect_err("client-b's connection is closed");
+            assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+            assert!(inbound(&a, MSG_SEND, 64, 4).await.unwrap().exact);
         })
         .await;
         no_contract_violations();

@@ -67,6 +67,13 @@ impl DocaConnection {
         self
     }
 
+    /// What a side channel's TLS layer holds of this connection to end it on a recheck.
+    #[cfg(feature = "tls")]
+    pub(super) fn revocable(&self) -> std::sync::Weak<dyn crate::transport::tcp::tls::Revocable> {
+        let shared: Arc<dyn crate::transport::tcp::tls::Revocable> = self.shared.clone();
+        Arc::downgrade(&shared)
+    }
+
     fn engine(&self) -> &Arc<EngineShared> {
         &self.shared.engine
     }
@@ -445,5 +452,12 @@ impl Listener for CmListener {
 
     fn local_addr(&self) -> String {
         self.local.clone()
+    }
+}
+
+#[cfg(feature = "tls")]
+impl crate::transport::tcp::tls::Revocable for ConnShared {
+    fn revoke(&self, err: Error) {
+        self.fail_and_close(err);
     }
 }

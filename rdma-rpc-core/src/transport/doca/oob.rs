@@ -86,6 +86,16 @@ impl SideChannel {
         Ok((Box::new(stream), None))
     }
 
+    /// Hands `conn`, accepted from `peer` over this side channel, to its TLS layer (if any)
+    /// for rechecks of its client (`TlsTransport::recheck_clients`).
+    pub(super) fn hold(&self, peer: &str, conn: &DocaConnection) {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            tls.hold(peer, conn.peer_identity(), conn.revocable());
+        }
+        let _ = (peer, conn);
+    }
+
     /// `err`, which the exchange over an opened side channel ended with, said as the TLS
     /// error it is where TLS caused it (a client certificate the server refused shows on the
     /// client's first read, in TLS 1.3).
@@ -289,6 +299,7 @@ pub(super) fn oob_listener(
             let conn = oob_connect(&engine, stream, &peer, limit, bounce_budget, identity)
                 .await
                 .map_err(|e| side.explain(e, Side::Accepted, &peer))?;
+            side.hold(&peer, &conn);
             Ok(Arc::new(conn) as Arc<dyn Connection>)
         }
     })

@@ -140,6 +140,13 @@ impl TcpConnection {
         Arc::new(TcpConnection { shared })
     }
 
+    /// What a TLS layer holds of this connection to end it on a recheck.
+    #[cfg(feature = "tls")]
+    pub(super) fn revocable(&self) -> std::sync::Weak<dyn super::tls::Revocable> {
+        let shared: Arc<dyn super::tls::Revocable> = self.shared.clone();
+        Arc::downgrade(&shared)
+    }
+
     /// Times a send of the peer found no posted receive here and waited for one.
     #[cfg(test)]
     pub(super) fn rnr_waits(&self) -> usize {

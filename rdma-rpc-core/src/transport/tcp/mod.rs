@@ -186,13 +186,17 @@ async fn establish(
                 .map_err(|e| tls::explain(e, side, &peer))?;
             let halves = tokio::io::split(stream);
             // TLS seals each write separately: small packets are gathered in a buffer first.
-            Ok(TcpConnection::start(
+            let conn = TcpConnection::start(
                 halves,
-                peer,
-                identity,
+                peer.clone(),
+                identity.clone(),
                 config.clone(),
                 Writes::Buffered,
-            ))
+            );
+            if matches!(side, Side::Accepted) {
+                tls.hold(&peer, identity, conn.revocable());
+            }
+            Ok(conn)
         }
     }
 }

@@ -268,3 +268,10 @@ impl Shared {
         Ok((w.slot.clone(), w.offset + start as usize))
     }
 }
+
+#[cfg(feature = "tls")]
+impl super::tls::Revocable for Shared {
+    fn revoke(&self, err: Error) {
+        self.fail(err);
+    }
+}

@@ -9,6 +9,7 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer, ServerName};
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::RootCertStore;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
@@ -172,10 +173,16 @@ impl ServerTlsConfig {
         self
     }
 
-    pub(super) fn acceptor(&self, provider: &Arc<CryptoProvider>) -> Result<TlsAcceptor> {
+    /// The acceptor of these settings, and the verifier of client certificates it runs (none
+    /// when it asks clients for no certificate), which rechecks of live connections run again.
+    pub(super) fn acceptor(
+        &self,
+        provider: &Arc<CryptoProvider>,
+    ) -> Result<(TlsAcceptor, Option<Arc<dyn ClientCertVerifier>>)> {
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| setup_error("the server's configuration", e))?;
+        let mut checks = None;
         let builder = match &self.client_roots {
             None if self.client_revocations.is_some() => {
                 return Err(Error::InvalidArgument(
@@ -203,13 +210,14 @@ impl ServerTlsConfig {
                     context: "loading the client roots and revocation lists".into(),
                     reason: e.to_string(),
                 })?;
+                checks = Some(verifier.clone());
                 builder.with_client_cert_verifier(verifier)
             }
         };
         let config = builder
             .with_single_cert(self.identity.chain.clone(), self.identity.key.clone_key())
             .map_err(|e| setup_error("the server's certificate and key", e))?;
-        Ok(TlsAcceptor::from(Arc::new(config)))
+        Ok((TlsAcceptor::from(Arc::new(config)), checks))
     }
 }
 

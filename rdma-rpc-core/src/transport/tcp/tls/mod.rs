@@ -39,7 +39,8 @@
 //! [`ClientTlsConfig::revocations`]) refuse the certificates they name. A running transport
 //! takes new settings without a restart ([`TlsTransport::reload_server`],
 //! [`TlsTransport::reload_client`]): a renewed certificate, other roots, new lists, for the
-//! handshakes that follow; connections already made keep theirs.
+//! handshakes that follow; [`TlsTransport::recheck_clients`] then closes the connections of
+//! clients already connected that the new settings refuse.
 //!
 //! Failures name their cause: a certificate file that does not load (its path), a server
 //! certificate not signed by a trusted root or not for the name dialled, a client without the
@@ -47,25 +48,30 @@
 //! a server ends that connection only (logged within the log budget, like any refused peer).
 
 mod config;
+mod recheck;
 
 use std::fmt;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::CertificateDer;
+use rustls::server::danger::ClientCertVerifier;
 use rustls::{AlertDescription, CertificateError};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsStream};
 
 pub use config::{ClientTlsConfig, Identity, RevocationLists, Roots, ServerTlsConfig};
+pub(crate) use recheck::Revocable;
+pub use recheck::{ClosedClient, Recheck};
 
 use super::{Layer, Side, TcpConfig, TcpTransport};
 use crate::error::{Error, Result};
 use crate::transport::identity::Names;
 use crate::transport::{BoxFuture, Connection, Fencing, Listener, PeerIdentity, Transport};
 use config::{server_name, Connector};
+use recheck::Accepted;
 
 /// The software transport inside TLS: `tls://host:port`. Made for a server
 /// ([`server`](Self::server)), a client ([`client`](Self::client)) or a process that is both
@@ -98,7 +104,12 @@ impl TlsTransport {
     ) -> Result<TlsTransport> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let layer = Arc::new(TlsLayer {
-            acceptor: RwLock::new(server.map(|s| s.acceptor(&provider)).transpose()?),
+            acceptor: RwLock::new(
+                server
+                    .map(|s| Acceptor::new(&s, &provider, 0))
+                    .transpose()?,
+            ),
+            accepted: Accepted::default(),
             connector: RwLock::new(client.map(|c| c.connector(&provider)).transpose()?),
             provider,
         });
@@ -125,14 +136,15 @@ impl TlsTransport {
     }
 
     /// Serves with `server`'s settings from now on, without a restart: a renewed certificate,
-    /// other client roots, new revocation lists. Handshakes that start after this returns use
-    /// them; connections already made keep what they were made with (close them to make
-    /// their clients connect again under the new settings). Clones of this transport, and DOCA
-    /// side channels made with it, share the change. If the settings are unusable (a key that
-    /// is not the certificate's, say) this fails, naming why, and the old ones stay.
+    /// other client roots, new revocation lists. Handshakes that end after this returns are
+    /// held to them; connections already made keep going ([`recheck_clients`](Self::recheck_clients)
+    /// then closes those whose client the new settings refuse). Clones of this transport, and
+    /// DOCA side channels made with it, share the change. If the settings are unusable (a key
+    /// that is not the certificate's, say) this fails, naming why, and the old ones stay.
     pub fn reload_server(&self, server: ServerTlsConfig) -> Result<()> {
-        let acceptor = server.acceptor(&self.layer.provider)?;
-        *write(&self.layer.acceptor) = Some(acceptor);
+        let mut acceptor = write(&self.layer.acceptor);
+        let generation = acceptor.as_ref().map_or(0, |a| a.generation + 1);
+        *acceptor = Some(Acceptor::new(&server, &self.layer.provider, generation)?);
         Ok(())
     }
 
@@ -185,9 +197,34 @@ impl Transport for TlsTransport {
 /// each side, which [`TlsTransport::reload_server`] and [`TlsTransport::reload_client`]
 /// replace while handshakes go on (each handshake takes the settings of its start).
 pub(crate) struct TlsLayer {
-    acceptor: RwLock<Option<TlsAcceptor>>,
+    acceptor: RwLock<Option<Acceptor>>,
     connector: RwLock<Option<Connector>>,
     provider: Arc<CryptoProvider>,
+    /// The connections accepted with this layer, for [`TlsTransport::recheck_clients`].
+    accepted: Accepted,
+}
+
+/// A server's settings in force: the acceptor, the verifier of client certificates it runs
+/// (none when it asks for none), and how many reloads came before it.
+struct Acceptor {
+    tls: TlsAcceptor,
+    verifier: Option<Arc<dyn ClientCertVerifier>>,
+    generation: u64,
+}
+
+impl Acceptor {
+    fn new(
+        server: &ServerTlsConfig,
+        provider: &Arc<CryptoProvider>,
+        generation: u64,
+    ) -> Result<Self> {
+        let (tls, verifier) = server.acceptor(provider)?;
+        Ok(Acceptor {
+            tls,
+            verifier,
+            generation,
+        })
+    }
 }
 
 impl fmt::Debug for TlsLayer {
@@ -205,6 +242,36 @@ impl TlsLayer {
         read(&self.acceptor).is_some()
     }
 
+    /// Holds `conn`, accepted from `peer` who proved `identity` in its handshake, for
+    /// [`TlsTransport::recheck_clients`].
+    pub(crate) fn hold(
+        &self,
+        peer: &str,
+        identity: Option<Arc<PeerIdentity>>,
+        conn: Weak<dyn Revocable>,
+    ) {
+        self.accepted.hold(peer.to_owned(), identity, conn);
+    }
+
+    /// Refuses a client whose handshake ran under settings that a reload replaced while it ran
+    /// (`generation`) if the settings now in force refuse it: none slips past
+    /// [`TlsTransport::recheck_clients`] by finishing between the reload and the recheck.
+    fn still_admitted(
+        &self,
+        generation: u64,
+        identity: Option<&PeerIdentity>,
+        peer: &str,
+    ) -> Result<()> {
+        let acceptor = read(&self.acceptor);
+        let Some(now) = acceptor.as_ref().filter(|a| a.generation != generation) else {
+            return Ok(());
+        };
+        match recheck::refusal(now.verifier.as_ref(), identity) {
+            None => Ok(()),
+            Some(tls) => Err(refusal_error(&tls, Side::Accepted, peer)),
+        }
+    }
+
     /// Runs the handshake on a new socket, within `limit`: the TLS stream, and the identity
     /// the peer proved (a client's certificate, on a server that asks for one).
     pub(crate) async fn handshake(
@@ -217,7 +284,10 @@ impl TlsLayer {
         let handshake = async {
             match side {
                 Side::Accepted => {
-                    let Some(acceptor) = read(&self.acceptor).clone() else {
+                    let Some((acceptor, generation)) = read(&self.acceptor)
+                        .as_ref()
+                        .map(|a| (a.tls.clone(), a.generation))
+                    else {
                         return Err(no_side(peer, "serve"));
                     };
                     let stream = acceptor
@@ -228,6 +298,7 @@ impl TlsLayer {
                         Some(chain) if !chain.is_empty() => Some(Arc::new(identity(chain, peer)?)),
                         _ => None,
                     };
+                    self.still_admitted(generation, identity.as_deref(), peer)?;
                     Ok((TlsStream::from(stream), identity))
                 }
                 Side::Connected { host } => {
@@ -279,11 +350,29 @@ fn rustls_error(e: &std::io::Error) -> Option<&rustls::Error> {
 /// A handshake's I/O error: a refusal by TLS (either side's) as [`Error::Tls`] with its cause
 /// and what to change; a socket error as it is (a peer that went away).
 fn handshake_error(e: std::io::Error, side: Side<'_>, peer: &str) -> Error {
-    let Some(tls) = rustls_error(&e) else {
-        return Error::io(format!("TLS handshake with {peer}"), e);
-    };
-    let server = matches!(side, Side::Accepted);
-    let hint = match tls {
+    match rustls_error(&e) {
+        Some(tls) => refusal_error(tls, side, peer),
+        None => Error::io(format!("TLS handshake with {peer}"), e),
+    }
+}
+
+/// A refusal by TLS in a handshake with `peer`, with its cause and what to change.
+fn refusal_error(tls: &rustls::Error, side: Side<'_>, peer: &str) -> Error {
+    let hint = hint(tls, matches!(side, Side::Accepted));
+    Error::Tls {
+        context: format!("handshake with {peer}"),
+        reason: if hint.is_empty() {
+            tls.to_string()
+        } else {
+            format!("{tls}: {hint}")
+        },
+    }
+}
+
+/// What to change about a refusal by TLS (empty where there is nothing to add), on a server
+/// if `server`.
+fn hint(tls: &rustls::Error, server: bool) -> &'static str {
+    match tls {
         rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) if server => {
             "the client's certificate is not signed by a root this server trusts \
              (ServerTlsConfig::client_roots)"
@@ -359,14 +448,6 @@ fn handshake_error(e: std::io::Error, side: Side<'_>, peer: &str) -> Error {
              doca+oob:// without side-channel TLS?)"
         }
         _ => "",
-    };
-    Error::Tls {
-        context: format!("handshake with {peer}"),
-        reason: if hint.is_empty() {
-            tls.to_string()
-        } else {
-            format!("{tls}: {hint}")
-        },
     }
 }
 
