@@ -268,7 +268,11 @@ impl TlsLayer {
         };
         match recheck::refusal(now.verifier.as_ref(), identity) {
             None => Ok(()),
-            Some(tls) => Err(refusal_error(&tls, Side::Accepted, peer)),
+            Some(tls) => Err(refusal_error(
+                &tls,
+                Side::Accepted,
+                format!("handshake with {peer}"),
+            )),
         }
     }
 
@@ -351,16 +355,16 @@ fn rustls_error(e: &std::io::Error) -> Option<&rustls::Error> {
 /// and what to change; a socket error as it is (a peer that went away).
 fn handshake_error(e: std::io::Error, side: Side<'_>, peer: &str) -> Error {
     match rustls_error(&e) {
-        Some(tls) => refusal_error(tls, side, peer),
+        Some(tls) => refusal_error(tls, side, format!("handshake with {peer}")),
         None => Error::io(format!("TLS handshake with {peer}"), e),
     }
 }
 
-/// A refusal by TLS in a handshake with `peer`, with its cause and what to change.
-fn refusal_error(tls: &rustls::Error, side: Side<'_>, peer: &str) -> Error {
+/// A refusal by TLS (in `context`), with its cause and what to change.
+fn refusal_error(tls: &rustls::Error, side: Side<'_>, context: String) -> Error {
     let hint = hint(tls, matches!(side, Side::Accepted));
     Error::Tls {
-        context: format!("handshake with {peer}"),
+        context,
         reason: if hint.is_empty() {
             tls.to_string()
         } else {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::ClientCertVerifier;
 
-use super::{hint, read, TlsTransport};
+use super::{read, refusal_error, Side, TlsTransport};
 use crate::error::Error;
 use crate::transport::PeerIdentity;
 
@@ -100,19 +100,6 @@ pub(super) fn refusal(
         .err()
 }
 
-/// The error a connection refused on a recheck ends with.
-fn refused(peer: &str, tls: &rustls::Error) -> Error {
-    let hint = hint(tls, true);
-    Error::Tls {
-        context: format!("recheck of {peer}'s client certificate under the current settings"),
-        reason: if hint.is_empty() {
-            tls.to_string()
-        } else {
-            format!("{tls}: {hint}")
-        },
-    }
-}
-
 /// What [`TlsTransport::recheck_clients`] did.
 #[derive(Debug, Default)]
 #[non_exhaustive]
@@ -177,7 +164,10 @@ impl TlsTransport {
             match refusal(verifier.as_ref(), identity.as_deref()) {
                 None => recheck.kept += 1,
                 Some(tls) => {
-                    let reason = refused(&peer, &tls);
+                    let context = format!(
+                        "recheck of {peer}'s client certificate under the current settings"
+                    );
+                    let reason = refusal_error(&tls, Side::Accepted, context);
                     tracing::warn!(
                         peer = %peer,
                         error = %reason,
