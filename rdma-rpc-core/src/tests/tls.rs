@@ -747,6 +747,50 @@ async fn a_recheck_closes_the_connections_whose_client_new_settings_refuse() {
     .await;
 }
 
+/// A handshake that began under settings a reload replaced is held to the new ones as it
+/// ends (the check `TlsLayer::handshake` makes after `accept`), so that no client slips in
+/// between a reload and `recheck_clients`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_that_spans_a_reload_is_held_to_the_new_settings() {
+    let tls = TlsTransport::new(Some(mtls_server()), Some(client_a())).unwrap();
+    let backend = Backend {
+        transport: Arc::new(tls.clone()),
+        bind: "tls://127.0.0.1:0".into(),
+    };
+    let h = Harness::default_on(&backend).await;
+    // The identities the two clients prove, as handlers see them.
+    let mut seen = Vec::new();
+    for transport in [tls_client(client_a()), client_b()] {
+        let client = Client::builder()
+            .transport(transport)
+            .connect(&h.addr)
+            .await
+            .unwrap();
+        assert!(inbound(&client, MSG_SEND, 64, 1).await.unwrap().exact);
+        seen.push(h.service.identity_seen.lock().unwrap().take().unwrap());
+    }
+    let [a, b] = <[PeerIdentity; 2]>::try_from(seen).unwrap();
+    let layer = tls.layer();
+    let began = layer.generation();
+    tls.reload_server(mtls_server().client_revocations(lists(&pki().revokes_client_b)))
+        .unwrap();
+    let err = layer
+        .still_admitted(began, Some(&b), "tls://client-b")
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("the client's certificate is revoked"),
+        "{err}"
+    );
+    layer
+        .still_admitted(began, Some(&a), "tls://client-a")
+        .unwrap();
+    // A handshake under the settings in force was checked by them already.
+    layer
+        .still_admitted(layer.generation(), Some(&b), "tls://client-b")
+        .unwrap();
+}
+
 /// `doca+oob://` with its side channel in TLS (`DocaTransport::with_side_channel_tls`), on the
 /// software provider: the same certificates as `tls://`, the same identity for handlers, the
 /// same refusals with their causes.

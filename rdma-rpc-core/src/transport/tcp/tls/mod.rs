@@ -253,10 +253,16 @@ impl TlsLayer {
         self.accepted.hold(peer.to_owned(), identity, conn);
     }
 
+    /// How many reloads of the server's settings came before the ones in force.
+    #[cfg(test)]
+    pub(crate) fn generation(&self) -> u64 {
+        read(&self.acceptor).as_ref().map_or(0, |a| a.generation)
+    }
+
     /// Refuses a client whose handshake ran under settings that a reload replaced while it ran
     /// (`generation`) if the settings now in force refuse it: none slips past
     /// [`TlsTransport::recheck_clients`] by finishing between the reload and the recheck.
-    fn still_admitted(
+    pub(crate) fn still_admitted(
         &self,
         generation: u64,
         identity: Option<&PeerIdentity>,
