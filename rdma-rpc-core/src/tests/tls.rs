@@ -181,8 +181,13 @@ fn client_a() -> ClientTlsConfig {
 }
 
 fn backend_with(server: ServerTlsConfig, client: ClientTlsConfig) -> Backend {
+    served_by(&TlsTransport::new(Some(server), Some(client)).expect("TLS transport"))
+}
+
+/// `tls` on loopback (a clone: the test keeps `tls` to reload and recheck it).
+fn served_by(tls: &TlsTransport) -> Backend {
     Backend {
-        transport: Arc::new(TlsTransport::new(Some(server), Some(client)).expect("TLS transport")),
+        transport: Arc::new(tls.clone()),
         bind: "tls://127.0.0.1:0".into(),
     }
 }
@@ -610,11 +615,7 @@ async fn revoked_certificates_are_refused_with_the_list_that_names_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reloaded_settings_apply_to_new_handshakes_and_connections_made_keep_theirs() {
     let tls = TlsTransport::new(Some(mtls_server()), Some(client_a())).unwrap();
-    let backend = Backend {
-        transport: Arc::new(tls.clone()),
-        bind: "tls://127.0.0.1:0".into(),
-    };
-    let h = Harness::default_on(&backend).await;
+    let h = Harness::default_on(&served_by(&tls)).await;
     bounded("reloads", async {
         let b = Client::builder()
             .transport(client_b())
@@ -689,11 +690,7 @@ async fn a_recheck_closes_the_connections_whose_client_new_settings_refuse() {
         Some(client_a()),
     )
     .unwrap();
-    let backend = Backend {
-        transport: Arc::new(tls.clone()),
-        bind: "tls://127.0.0.1:0".into(),
-    };
-    let h = Harness::default_on(&backend).await;
+    let h = Harness::default_on(&served_by(&tls)).await;
     bounded("rechecks", async {
         let a = h.client().await;
         let connect = |transport| Client::builder().transport(transport).connect(&h.addr);
@@ -753,11 +750,7 @@ async fn a_recheck_closes_the_connections_whose_client_new_settings_refuse() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handshake_that_spans_a_reload_is_held_to_the_new_settings() {
     let tls = TlsTransport::new(Some(mtls_server()), Some(client_a())).unwrap();
-    let backend = Backend {
-        transport: Arc::new(tls.clone()),
-        bind: "tls://127.0.0.1:0".into(),
-    };
-    let h = Harness::default_on(&backend).await;
+    let h = Harness::default_on(&served_by(&tls)).await;
     // The identities the two clients prove, as handlers see them.
     let mut seen = Vec::new();
     for transport in [tls_client(client_a()), client_b()] {
