@@ -1,12 +1,14 @@
 //! Frames to bytes and back, without I/O.
 //!
 //! A frame is encoded once, when it is queued, into memory its side reuses (the sending half's
-//! queue: no allocation and no reference count per frame), followed by room for the credits it
+//! queue, borrowed from the thread while frames wait: no allocation and no reference count per
+//! frame; see `protocol::connection::scratch`), followed by room for the credits it
 //! returns, which are written when it leaves, since they are known only then (`Frame.credits`,
 //! field 15, is a varint at the end, followed by `Frame.starved`, field 17, when set: protobuf
 //! fields may come in any order). The transport copies it from there. A received frame is
-//! copied into a block shared by consecutive frames before it is decoded, so its byte fields
-//! (path, message, inline payload) are slices of that block rather than an allocation each.
+//! copied into a block shared by consecutive frames (of every connection of the thread) before
+//! it is decoded, so its byte fields (path, message, inline payload) are slices of that block
+//! rather than an allocation each.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;

@@ -39,7 +39,6 @@ impl<H: Handles> super::Connection<H> {
         super::Connection {
             core,
             side: super::Side::Client(ClientSide::new(settings)),
-            frame: Default::default(),
         }
     }
 

@@ -27,12 +27,14 @@
 //! Files: `transmit.rs` (the send queue and credits), `handshake.rs` (what each side announces
 //! and accepts), `client.rs` and `server.rs` (each side as the peer's frames move it),
 //! `client_calls.rs` and `server_calls.rs` (what each side's application asks of it),
-//! `offers.rs` (remote buffers). Its behaviour is proven by `protocol::sim`.
+//! `offers.rs` (remote buffers), `scratch.rs` (the memory frames pass through, the thread's
+//! rather than each connection's). Its behaviour is proven by `protocol::sim`.
 
 mod client;
 mod client_calls;
 pub(crate) mod handshake;
 mod offers;
+mod scratch;
 mod server;
 mod server_calls;
 mod transmit;
@@ -216,7 +218,6 @@ impl Woken {
 #[derive(Debug)]
 pub(crate) struct Core {
     pub(crate) tx: transmit::Transmits,
-    decoder: Decoder,
     /// The peer's address, for messages.
     peer: Arc<str>,
     /// Size of the peer's receives (from its handshake; until then the smallest any build
@@ -244,7 +245,6 @@ impl Core {
     fn new(peer: Arc<str>, credits: Credits, token: u64) -> Core {
         Core {
             tx: transmit::Transmits::new(credits),
-            decoder: Decoder::default(),
             peer,
             peer_max_frame: super::FRAME_OVERHEAD * 2,
             phase: Phase::Handshake,
@@ -381,8 +381,6 @@ enum Side<H: Handles> {
 pub(crate) struct Connection<H: Handles> {
     pub(crate) core: Core,
     side: Side<H>,
-    /// The last frame received: the next one is decoded in its place.
-    frame: super::frames::Frame,
 }
 
 impl<H: Handles> std::fmt::Debug for Connection<H> {
@@ -425,19 +423,37 @@ impl<H: Handles> Connection<H> {
         now: impl FnOnce() -> Instant,
         incoming: &mut Option<Incoming<H>>,
     ) {
+        // The block the bytes are copied into and the frame they are decoded into are the
+        // thread's (see `scratch`): the same few cache lines for every connection.
+        scratch::with_decode(|scratch| {
+            let frame = match self.side {
+                Side::Client(_) => &mut scratch.client,
+                Side::Server(_) => &mut scratch.server,
+            };
+            self.handle_decoded(bytes, now, incoming, &mut scratch.decoder, frame);
+        });
+    }
+
+    #[inline(always)]
+    fn handle_decoded(
+        &mut self,
+        bytes: &[u8],
+        now: impl FnOnce() -> Instant,
+        incoming: &mut Option<Incoming<H>>,
+        decoder: &mut Decoder,
+        frame: &mut super::frames::Frame,
+    ) {
         if matches!(self.core.phase, Phase::Closing | Phase::Closed) {
             // What still arrives after the end changes nothing, but the credits it returns
             // while a draining end waits for them.
-            if self.is_draining() {
-                let Connection { core, frame, .. } = self;
-                if core.decoder.decode_into(bytes, frame).is_ok() && frame.credits > 0 {
-                    core.tx.credits.returned(frame.credits);
-                }
+            if self.is_draining() && decoder.decode_into(bytes, frame).is_ok() && frame.credits > 0
+            {
+                self.core.tx.credits.returned(frame.credits);
             }
             return;
         }
-        let Connection { core, side, frame } = self;
-        if let Err(reason) = core.decoder.decode_into(bytes, frame) {
+        let Connection { core, side } = self;
+        if let Err(reason) = decoder.decode_into(bytes, frame) {
             let tell = matches!(side, Side::Server(_));
             core.violation(reason, tell);
             self.after();

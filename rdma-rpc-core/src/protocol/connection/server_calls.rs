@@ -27,7 +27,6 @@ impl<H: Handles> super::Connection<H> {
         super::Connection {
             core,
             side: super::Side::Server(ServerSide::new(settings, now)),
-            frame: Default::default(),
         }
     }
 

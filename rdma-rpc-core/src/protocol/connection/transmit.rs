@@ -13,6 +13,8 @@ use crate::protocol::credits::{Credits, Need};
 use crate::protocol::frames::Kind;
 use crate::protocol::hot::Hot;
 
+use super::scratch;
+
 /// A frame ready to go to the transport (which copies it).
 #[derive(Debug)]
 pub(crate) struct Transmit<'a> {
@@ -36,16 +38,53 @@ struct Queued {
 const RECLAIM: usize = 4096;
 
 /// Memory the buffer keeps once nothing waits in it: a burst of large frames does not stay
-/// allocated for the connection's life.
+/// allocated for the thread's life.
 const KEEP: usize = 16 * 1024;
+
+/// Entries the queue keeps once nothing waits in it.
+const KEEP_QUEUED: usize = 64;
+
+/// Where frames wait to leave: their bytes, and where each starts.
+#[derive(Debug, Default)]
+pub(super) struct Buffers {
+    /// Frames encoded, each followed by [`CREDITS_ROOM`] bytes for its credits.
+    frames: Vec<u8>,
+    /// The frames in `frames`, in order.
+    queue: VecDeque<Queued>,
+}
+
+impl Buffers {
+    /// Empties them (no frame waits: only the sent ones' bytes remain) for the next
+    /// connection, trimmed to [`KEEP`] and [`KEEP_QUEUED`].
+    #[inline(always)]
+    pub(super) fn reset(&mut self) {
+        debug_assert!(self.queue.is_empty(), "lent with frames waiting");
+        self.frames.clear();
+        if self.frames.capacity() > KEEP || self.queue.capacity() > KEEP_QUEUED {
+            self.trim();
+        }
+    }
+
+    #[cold]
+    fn trim(&mut self) {
+        self.frames.shrink_to(KEEP);
+        self.queue.shrink_to(KEEP_QUEUED);
+    }
+
+    /// Bytes allocated for frames.
+    #[cfg(test)]
+    pub(super) fn capacity(&self) -> usize {
+        self.frames.capacity()
+    }
+}
 
 /// The sending half of one side. See the module docs.
 #[derive(Debug)]
 pub(crate) struct Transmits {
     pub(super) credits: Credits,
-    /// Frames encoded, each followed by [`CREDITS_ROOM`] bytes for its credits.
-    frames: Vec<u8>,
-    queue: VecDeque<Queued>,
+    /// Where frames wait: the thread's, borrowed while frames wait in them and given back
+    /// once they have all gone ([`super::scratch`]), `None` in between.
+    bufs: Option<Box<Buffers>>,
     /// Receives re-posted here make a credit update due (no frame carried their credits).
     update_due: bool,
     /// A frame waited for a credit since the last frame went: the next one says so.
@@ -65,8 +104,7 @@ impl Transmits {
     pub(super) fn new(credits: Credits) -> Transmits {
         Transmits {
             credits,
-            frames: Vec::new(),
-            queue: VecDeque::new(),
+            bufs: None,
             update_due: false,
             starved: false,
             closing: false,
@@ -97,45 +135,28 @@ impl Transmits {
         need: Need,
         encode: impl FnOnce(&mut Vec<u8>) -> Result<usize>,
     ) -> Result<()> {
-        self.reclaim();
-        let start = self.frames.len();
-        let len = encode(&mut self.frames)?;
-        self.queue.push_back(Queued { start, len, need });
+        let bufs = self.bufs();
+        bufs.reclaim();
+        let start = bufs.frames.len();
+        let len = encode(&mut bufs.frames)?;
+        bufs.queue.push_back(Queued { start, len, need });
         Ok(())
     }
 
-    /// Gives back the memory of frames already sent: all of it when none waits (keeping at
-    /// most [`KEEP`] bytes allocated), or the sent front once it is large (see [`RECLAIM`]).
-    /// No frame handed out is borrowed any more when this runs (`poll` and `queue` take
-    /// `&mut self`).
+    /// The buffers, the thread's taken if this side holds none.
     #[inline(always)]
-    fn reclaim(&mut self) {
-        match self.queue.front() {
-            None => {
-                self.frames.clear();
-                if self.frames.capacity() > KEEP {
-                    self.shrink();
-                }
-            }
-            Some(head) if head.start >= RECLAIM && head.start * 2 >= self.frames.len() => {
-                self.compact();
-            }
-            Some(_) => {}
-        }
+    fn bufs(&mut self) -> &mut Buffers {
+        self.bufs.get_or_insert_with(scratch::take_transmit)
     }
 
-    #[cold]
-    fn shrink(&mut self) {
-        self.frames.shrink_to(KEEP);
-    }
-
-    /// Drops the sent front of the buffer (the bytes before the first frame waiting).
-    #[cold]
-    fn compact(&mut self) {
-        let sent = self.queue.front().map_or(0, |head| head.start);
-        self.frames.drain(..sent);
-        for q in &mut self.queue {
-            q.start -= sent;
+    /// Gives the buffers back to the thread once no frame waits in them (the last one handed
+    /// out has been sent: `poll` takes `&mut self`).
+    #[inline(always)]
+    fn lend(&mut self) {
+        if self.bufs.as_ref().is_some_and(|b| b.queue.is_empty()) {
+            if let Some(bufs) = self.bufs.take() {
+                scratch::give_transmit(bufs);
+            }
         }
     }
 
@@ -161,7 +182,7 @@ impl Transmits {
 
     /// Whether a draining end still has frames to send (the peer's credits still matter).
     pub(super) fn is_draining(&self) -> bool {
-        self.draining && (!self.queue.is_empty() || self.last.is_some())
+        self.draining && (self.queued() > 0 || self.last.is_some())
     }
 
     /// A receive was re-posted: the peer is owed a credit for it.
@@ -179,23 +200,26 @@ impl Transmits {
 
     /// The next frame that may go now.
     pub(super) fn poll(&mut self, peer_max_frame: usize) -> Option<Transmit<'_>> {
-        self.reclaim();
-        if let Some(head) = self.queue.front() {
-            if self.credits.try_take(head.need) {
-                let head = self.queue.pop_front().expect("a head was seen");
-                return Some(self.send(head.start, head.len, false));
-            }
-            self.starved = true;
-            if self.closing && !self.draining {
-                // What cannot go now never will: the connection is ending.
-                self.queue.clear();
+        if let Some(bufs) = &mut self.bufs {
+            bufs.reclaim();
+            if let Some(head) = bufs.queue.front() {
+                if self.credits.try_take(head.need) {
+                    let head = bufs.queue.pop_front().expect("a head was seen");
+                    return Some(self.send(head.start, head.len, false));
+                }
+                self.starved = true;
+                if self.closing && !self.draining {
+                    // What cannot go now never will: the connection is ending.
+                    bufs.queue.clear();
+                }
             }
         }
-        if self.closing && self.queue.is_empty() {
+        if self.closing && self.queued() == 0 {
             if self.last.is_some() && self.credits.try_take(Need::Priority) {
                 let (frame, len) = self.last.take().expect("a last frame was seen");
-                let start = self.frames.len();
-                self.frames.extend_from_slice(&frame);
+                let bufs = self.bufs();
+                let start = bufs.frames.len();
+                bufs.frames.extend_from_slice(&frame);
                 return Some(self.send(start, len, true));
             }
             if !self.draining {
@@ -204,16 +228,19 @@ impl Transmits {
             }
             // Nothing follows the last frame (and a last frame waiting for a credit has the
             // same need as an update: neither could go).
+            self.lend();
             return None;
         }
         // A side short of credits (a draining end too) still returns the peer's: the peer may
         // be waiting for them to send what this side waits for.
         if self.update_due && self.credits.try_take(Need::Priority) {
             // After the frames still queued, if any: given back with them.
-            let start = self.frames.len();
-            let len = encode_frame(None, peer_max_frame, &mut self.frames).ok()?;
+            let frames = &mut self.bufs().frames;
+            let start = frames.len();
+            let len = encode_frame(None, peer_max_frame, frames).ok()?;
             return Some(self.send(start, len, false));
         }
+        self.lend();
         None
     }
 
@@ -223,21 +250,52 @@ impl Transmits {
         self.update_due = false;
         let end = start + len;
         let starved = std::mem::take(&mut self.starved);
-        let written = put_credits(&mut self.frames[end..end + CREDITS_ROOM], owed, starved);
+        let frames = &mut self
+            .bufs
+            .as_mut()
+            .expect("a frame is in the buffers")
+            .frames;
+        let written = put_credits(&mut frames[end..end + CREDITS_ROOM], owed, starved);
         Transmit {
-            frame: &self.frames[start..end + written],
+            frame: &frames[start..end + written],
             last,
         }
     }
 
     /// Frames waiting for a credit.
     pub(super) fn queued(&self) -> usize {
-        self.queue.len()
+        self.bufs.as_ref().map_or(0, |b| b.queue.len())
     }
 
     /// Whether [`poll`](Self::poll) may have something to give.
     pub(super) fn has_output(&self) -> bool {
-        !self.queue.is_empty() || self.update_due || self.last.is_some()
+        self.queued() > 0 || self.update_due || self.last.is_some()
+    }
+}
+
+impl Buffers {
+    /// Gives back the memory of frames already sent: all of it when none waits, or the sent
+    /// front once it is large (see [`RECLAIM`]). No frame handed out is borrowed any more
+    /// when this runs (`poll` and `queue` take `&mut self`).
+    #[inline(always)]
+    fn reclaim(&mut self) {
+        match self.queue.front() {
+            None => self.frames.clear(),
+            Some(head) if head.start >= RECLAIM && head.start * 2 >= self.frames.len() => {
+                self.compact();
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Drops the sent front of the buffer (the bytes before the first frame waiting).
+    #[cold]
+    fn compact(&mut self) {
+        let sent = self.queue.front().map_or(0, |head| head.start);
+        self.frames.drain(..sent);
+        for q in &mut self.queue {
+            q.start -= sent;
+        }
     }
 }
 
@@ -262,8 +320,14 @@ mod tests {
         Decoder::default().decode(t.frame).unwrap()
     }
 
+    /// The bytes of the frames waiting, or 0 when this side holds no buffers.
+    fn held(tx: &Transmits) -> Option<usize> {
+        tx.bufs.as_ref().map(|b| b.frames.len())
+    }
+
     /// Frames go in order, each with the credits owed when it leaves; once none waits, the
-    /// next one is written where the first was (the memory is reused, not grown).
+    /// buffers go back to the thread, and the next frame is written into the same memory
+    /// (reused, not grown), whichever side of the thread queues it.
     #[test]
     fn frames_go_in_order_and_the_memory_is_reused() {
         let mut tx = with_credits(8);
@@ -275,18 +339,41 @@ mod tests {
         let second = decoded(tx.poll(1024).unwrap());
         assert_eq!((second.kind, second.credits), (Some(cancel(2)), 0));
         assert!(tx.poll(1024).is_none());
-        let used = tx.frames.capacity();
+        assert_eq!(held(&tx), None, "given back once none waits");
+        let used = scratch::spare_capacity().expect("the thread has them");
+        let mut other = with_credits(8);
         for id in 3..1000 {
-            tx.queue(&cancel(id), Need::Ordinary, 1024).unwrap();
-            let frame = decoded(tx.poll(1024).unwrap());
+            let side = if id % 2 == 0 { &mut tx } else { &mut other };
+            side.queue(&cancel(id), Need::Ordinary, 1024).unwrap();
+            let frame = decoded(side.poll(1024).unwrap());
             assert_eq!(frame.kind, Some(cancel(id)));
-            tx.credits.returned(1);
+            assert!(side.poll(1024).is_none());
+            side.credits.returned(1);
         }
         assert_eq!(
-            tx.frames.capacity(),
-            used,
+            scratch::spare_capacity(),
+            Some(used),
             "the same memory, frame after frame"
         );
+    }
+
+    /// A side whose frame waits for a credit keeps its buffers; another side of the thread
+    /// queues into buffers of its own meanwhile, and the frame that waited is intact.
+    #[test]
+    fn a_side_whose_frame_waits_keeps_its_buffers() {
+        let mut waiting = with_credits(1); // the one credit is the reserve
+        waiting.queue(&cancel(1), Need::Ordinary, 1024).unwrap();
+        assert!(waiting.poll(1024).is_none(), "no credit for it");
+        assert!(held(&waiting).is_some_and(|len| len > 0));
+        let mut other = with_credits(8);
+        other.queue(&cancel(2), Need::Ordinary, 1024).unwrap();
+        let frame = decoded(other.poll(1024).unwrap());
+        assert_eq!(frame.kind, Some(cancel(2)));
+        waiting.credits.returned(1);
+        let frame = decoded(waiting.poll(1024).expect("a credit came back"));
+        assert_eq!(frame.kind, Some(cancel(1)));
+        assert!(waiting.poll(1024).is_none());
+        assert_eq!(held(&waiting), None);
     }
 
     /// A burst of large frames, once sent, leaves no more than `KEEP` bytes allocated.
@@ -301,14 +388,11 @@ mod tests {
         for _ in 0..20 {
             tx.queue(&large, Need::Ordinary, 1 << 20).unwrap();
         }
-        assert!(tx.frames.capacity() >= 20 * 8 * 1024);
+        assert!(held(&tx).is_some_and(|len| len >= 20 * 8 * 1024));
         while tx.poll(1 << 20).is_some() {}
-        tx.queue(&cancel(2), Need::Ordinary, 1 << 20).unwrap();
-        assert!(
-            tx.frames.capacity() <= KEEP,
-            "{} bytes kept",
-            tx.frames.capacity()
-        );
+        assert_eq!(held(&tx), None);
+        let kept = scratch::spare_capacity().expect("given back");
+        assert!(kept <= KEEP, "{kept} bytes kept");
     }
 
     /// A queue that never empties (a frame always waits for a credit) gives back the memory
@@ -323,11 +407,8 @@ mod tests {
             assert_eq!(frame.kind, Some(cancel(id - 1)));
             assert!(tx.poll(1024).is_none(), "one credit, one frame");
             tx.credits.returned(1);
-            assert!(
-                tx.frames.len() <= 2 * RECLAIM + 64,
-                "{} bytes",
-                tx.frames.len()
-            );
+            let len = held(&tx).expect("frames wait");
+            assert!(len <= 2 * RECLAIM + 64, "{len} bytes");
         }
         assert_eq!(tx.queued(), 1);
     }
