@@ -84,6 +84,19 @@ impl DocaConnection {
         self.shared.early_messages()
     }
 
+    /// Operations of this connection's context submitted by their posting task.
+    #[cfg(test)]
+    pub(super) fn direct_posts(&self) -> u64 {
+        self.engine().direct_posts()
+    }
+
+    /// Takes the seat of this connection's context owner, as its task does while it
+    /// progresses (`None` in busy-poll mode, which has none).
+    #[cfg(test)]
+    pub(super) fn hold_seat(&self) -> Option<impl Drop + '_> {
+        self.engine().hold_seat()
+    }
+
     /// Source memory: registered buffers as they are, other bytes copied into a registered
     /// staging buffer of the transport's pool.
     fn source(&self, data: SendData) -> Result<Local> {
@@ -190,15 +203,13 @@ impl DocaConnection {
         })
     }
 
-    /// Hands `op` to the context's owner, unless the connection already failed.
+    /// Posts `op` on the context (submitted by this task when it can, see
+    /// `EngineShared::post`), unless the connection already failed.
     fn submit(&self, op: Op) -> Result<()> {
         if let Some(e) = self.shared.current_error() {
             return Err(e);
         }
-        self.engine().send(Cmd::Op {
-            id: self.shared.id,
-            op,
-        });
+        self.engine().post(self.shared.id, op);
         Ok(())
     }
 }

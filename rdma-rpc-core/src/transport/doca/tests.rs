@@ -726,6 +726,66 @@ async fn busy_polling_mode_moves_bytes() {
     pair_traffic(&transport_with(ProgressMode::BusyPoll)).await;
 }
 
+/// A sending connection of `t` (its client side) and the connection it sends to, which has
+/// `receives` receives of 16 bytes posted.
+async fn sender_and_receiver(
+    t: &DocaTransport,
+    receives: usize,
+) -> (super::DocaConnection, Arc<dyn Connection>) {
+    let listener = t.listen("doca://127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr();
+    let (sender, receiver) = tokio::join!(t.connect_doca(&addr), listener.accept());
+    let (a, b) = (sender.unwrap(), receiver.unwrap());
+    for _ in 0..receives {
+        b.post_recv(recv_buf(16)).unwrap();
+    }
+    (a, b)
+}
+
+/// An operation posted while its context's owner is idle is submitted by the posting task
+/// itself (no command, no hop to the owner's task). One posted while the owner holds its seat
+/// (progressing on another worker thread) goes to it as a command, and so does every later
+/// one of the context until that command was handled: the connection's messages arrive in
+/// the order they were posted. On a one-thread runtime, so the owner's task runs only where
+/// the test awaits.
+#[tokio::test]
+async fn operations_are_posted_by_their_task_when_the_owner_is_free_and_stay_in_order() {
+    let t = transport();
+    let (a, b) = sender_and_receiver(&t, 4).await;
+    let before = a.direct_posts();
+    a.send_frame(b"one").unwrap();
+    assert_eq!(a.direct_posts(), before + 1, "posted by the task itself");
+    let seat = a.hold_seat().expect("event mode has a seat");
+    a.send_frame(b"two").unwrap();
+    drop(seat);
+    // The owner has not run since: "two" still waits in its queue.
+    a.send_frame(b"three").unwrap();
+    assert_eq!(
+        a.direct_posts(),
+        before + 1,
+        "queued behind the waiting command"
+    );
+    for expected in [&b"one"[..], b"two", b"three"] {
+        assert_eq!(b.recv().await.unwrap().buf.to_vec(), expected);
+    }
+    // The owner handled its commands while the test waited: posted directly again.
+    a.send_frame(b"four").unwrap();
+    assert_eq!(a.direct_posts(), before + 2);
+    assert_eq!(b.recv().await.unwrap().buf.to_vec(), b"four");
+}
+
+/// Busy-poll contexts share the polling thread's engine with other contexts: their operations
+/// always go to the thread as commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_poll_operations_go_to_the_polling_thread() {
+    let t = transport_with(ProgressMode::BusyPoll);
+    let (a, b) = sender_and_receiver(&t, 1).await;
+    assert!(a.hold_seat().is_none());
+    a.send_frame(b"polled").unwrap();
+    assert_eq!(b.recv().await.unwrap().buf.to_vec(), b"polled");
+    assert_eq!(a.direct_posts(), 0);
+}
+
 /// Sends, receives and atomics between a pair of connections of `t`, in whatever progress mode
 /// it runs.
 async fn pair_traffic(t: &DocaTransport) {

@@ -27,7 +27,8 @@ use tokio::io::Interest;
 use tokio::sync::mpsc;
 
 use super::super::sys::PeDriver;
-use super::{Cmd, Owner, Poller};
+use super::shared::sit;
+use super::{Cmd, Owner, Poller, Seat};
 use crate::error::{Error, Result};
 
 /// How stale the event loop's answer to `Owner::cm_poll` may be.
@@ -93,9 +94,9 @@ impl AsRawFd for NotifyFd {
     }
 }
 
-/// Holds the owner inside its event-mode task. If the task is dropped before it stopped the
-/// context (its runtime shut down), the context is stopped on a thread of its own, never on a
-/// runtime worker.
+/// An owner its event-mode task holds. If the task is dropped before it stopped the context
+/// (its runtime shut down), the context is stopped on a thread of its own, never on a runtime
+/// worker.
 struct StopOnDrop(Option<Owner>);
 
 impl Drop for StopOnDrop {
@@ -103,6 +104,16 @@ impl Drop for StopOnDrop {
         if let Some(owner) = self.0.take().filter(|o| !o.stopped) {
             stop_elsewhere(owner);
         }
+    }
+}
+
+/// The owner's seat inside its event-mode task: dropped with the owner still in it, the owner
+/// leaves the seat and stops as [`StopOnDrop`] says.
+struct LeaveOnDrop(Arc<Seat>);
+
+impl Drop for LeaveOnDrop {
+    fn drop(&mut self) {
+        drop(StopOnDrop(sit(&self.0).take()));
     }
 }
 
@@ -122,122 +133,179 @@ impl Owner {
             }
         }
     }
+}
 
-    /// The event-mode loop; with a non-zero `spin` (spin mode), an owner whose context did
-    /// something less than `spin` ago polls again after yielding to the runtime's other tasks
-    /// instead of waiting on the notification fd.
-    pub(super) async fn run_event(self, mut cmds: mpsc::UnboundedReceiver<Cmd>, spin: Duration) {
-        let mut guard = StopOnDrop(Some(self));
-        let owner = guard.0.as_mut().expect("just set");
-        let fd = match owner.own_pe.as_ref().map(PeDriver::notification_fd) {
-            Some(Ok(fd)) => fd,
-            failed => {
-                let e = failed.and_then(Result::err).unwrap_or_else(|| {
-                    Error::InvalidArgument("no progress engine of its own".into())
-                });
-                tracing::error!(error = %e, "DOCA event mode unavailable; polling instead");
-                let owner = guard.0.take().expect("just set");
-                let doorbell = match owner.shared.upgrade() {
-                    Some(shared) => shared.doorbell.clone(),
-                    // Every handle is gone already: the thread sees the queue closed.
-                    None => Arc::new(AtomicBool::new(true)),
-                };
-                if let Err(e) = Poller::spawn().and_then(|p| p.add(owner, cmds, doorbell)) {
-                    tracing::error!(error = %e, "the DOCA context has no progress owner");
-                }
+/// What one turn of the loop decided, the seat held.
+enum Turn {
+    /// Spin mode, active: yield to the runtime and progress again.
+    Spin,
+    /// Armed: wait for the notification fd, a command or the timer.
+    Wait,
+    /// Every sender is gone: stop.
+    End,
+}
+
+/// The event-mode loop of the owner in `seat`; with a non-zero `spin` (spin mode), an owner
+/// whose context did something less than `spin` ago polls again after yielding to the
+/// runtime's other tasks instead of waiting on the notification fd. The seat is held for each
+/// step and never across an await, so the context's handles post operations in between
+/// (`EngineShared::post`).
+pub(super) async fn run(seat: Arc<Seat>, mut cmds: mpsc::UnboundedReceiver<Cmd>, spin: Duration) {
+    let guard = LeaveOnDrop(seat);
+    let seat = &guard.0;
+    let fd = sit(seat)
+        .as_ref()
+        .and_then(|o| o.own_pe.as_ref())
+        .map(PeDriver::notification_fd);
+    let fd = match fd {
+        Some(Ok(fd)) => fd,
+        failed => {
+            let e = failed
+                .and_then(Result::err)
+                .unwrap_or_else(|| Error::InvalidArgument("no progress engine of its own".into()));
+            tracing::error!(error = %e, "DOCA event mode unavailable; polling instead");
+            // Out of the seat: from now on every operation goes to the polling thread as a
+            // command.
+            let Some(owner) = sit(seat).take() else {
                 return;
+            };
+            let doorbell = match owner.shared.upgrade() {
+                Some(shared) => shared.doorbell.clone(),
+                // Every handle is gone already: the thread sees the queue closed.
+                None => Arc::new(AtomicBool::new(true)),
+            };
+            if let Err(e) = Poller::spawn().and_then(|p| p.add(owner, cmds, doorbell)) {
+                tracing::error!(error = %e, "the DOCA context has no progress owner");
             }
-        };
-        // SAFETY: the fd is the progress engine's notification handle; the engine (its driver
-        // held by the owner) outlives `afd`, which is dropped before the context stops.
-        let afd = match unsafe { AsyncFd::register_with_interest(NotifyFd(fd), Interest::READABLE) }
-        {
-            Ok(afd) => afd,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot watch the DOCA notification fd");
-                owner.shutdown_async().await;
+            return;
+        }
+    };
+    // SAFETY: the fd is the progress engine's notification handle; the engine (its driver
+    // held by the owner) outlives `afd`, which is dropped before the context stops.
+    let afd = match unsafe { AsyncFd::register_with_interest(NotifyFd(fd), Interest::READABLE) } {
+        Ok(afd) => afd,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot watch the DOCA notification fd");
+            return shutdown(seat).await;
+        }
+    };
+    // One timer, moved only when the next wake-up changes (not re-armed per event).
+    let timer = tokio::time::sleep(IDLE_WAKE);
+    tokio::pin!(timer);
+    let mut timer_at = Instant::now() + IDLE_WAKE;
+    let mut next_poll: Option<Instant> = None;
+    let mut cm_cache = CmPollCache::default();
+    // Spin mode: when the context last did something.
+    let mut active_at = Instant::now();
+    'run: loop {
+        let turn = {
+            let mut held = sit(seat);
+            let Some(owner) = held.as_mut() else {
                 return;
-            }
-        };
-        // One timer, moved only when the next wake-up changes (not re-armed per event).
-        let timer = tokio::time::sleep(IDLE_WAKE);
-        tokio::pin!(timer);
-        let mut timer_at = Instant::now() + IDLE_WAKE;
-        let mut next_poll: Option<Instant> = None;
-        let mut cm_cache = CmPollCache::default();
-        // Spin mode: when the context last did something.
-        let mut active_at = Instant::now();
-        'run: loop {
+            };
             let worked = owner.progress_all();
             owner.expire_deadlines();
-            if !spin.is_zero() {
-                let now = Instant::now();
-                if worked {
-                    active_at = now;
-                }
-                if now.duration_since(active_at) < spin {
-                    // Active within the window: take the commands that came and progress
-                    // again once the runtime ran its other tasks, without arming or sleeping.
-                    match owner.take_commands(&mut cmds) {
-                        Some(true) => active_at = now,
-                        Some(false) => {}
-                        None => break 'run,
-                    }
-                    tokio::task::yield_now().await;
-                    continue;
-                }
-            }
-            if let Some(Err(e)) = owner.own_pe.as_mut().map(PeDriver::arm) {
-                tracing::warn!(error = %e, "arming DOCA notifications");
-            }
             let now = Instant::now();
-            // Which RDMA CM events may come looks at every connection: with a thousand of
-            // them, once per millisecond (or when the owner's shape changed) is enough.
-            let shape = (owner.conns.len(), owner.listening.len());
-            let cm_every = cm_cache.get(now, shape, || owner.cm_poll());
-            next_poll = match (cm_every, next_poll) {
-                (None, _) => None,
-                (Some(every), Some(at)) if at > now && at <= now + every => Some(at),
-                (Some(every), _) => Some(now + every),
-            };
-            let wake = [next_poll, owner.deadlines.next()]
-                .into_iter()
-                .flatten()
-                .min()
-                .unwrap_or(now + IDLE_WAKE);
-            if wake != timer_at {
-                timer_at = wake;
-                timer.as_mut().reset(wake.into());
+            if worked {
+                active_at = now;
             }
-            tokio::select! {
-                ready = afd.readable() => {
-                    if let Ok(mut guard) = ready {
-                        if let Some(pe) = owner.own_pe.as_mut() {
-                            let _ = pe.clear(fd);
-                        }
-                        guard.clear_ready();
+            if !spin.is_zero() && now.duration_since(active_at) < spin {
+                // Active within the window: take the commands that came and progress
+                // again once the runtime ran its other tasks, without arming or sleeping.
+                match owner.take_commands(&mut cmds) {
+                    Some(true) => {
+                        active_at = now;
+                        Turn::Spin
                     }
+                    Some(false) => Turn::Spin,
+                    None => Turn::End,
                 }
-                cmd = cmds.recv() => match cmd {
-                    Some(cmd) => {
-                        owner.handle(cmd, None);
-                        // And the ones queued behind it; senders gone is seen by the next
-                        // `recv`, after one more round of progress.
-                        let _ = owner.take_commands(&mut cmds);
-                    }
-                    None => break 'run,
-                },
-                () = &mut timer => {
-                    // Fired: wait for the next deadline computed above.
-                    timer_at = now;
+            } else {
+                // Armed with the seat held: an operation posted after this is submitted
+                // behind the arming, so its completion signals the fd.
+                if let Some(Err(e)) = owner.own_pe.as_mut().map(PeDriver::arm) {
+                    tracing::warn!(error = %e, "arming DOCA notifications");
                 }
+                // Which RDMA CM events may come looks at every connection: with a thousand
+                // of them, once per millisecond (or when the owner's shape changed) is
+                // enough.
+                let shape = (owner.conns.len(), owner.listening.len());
+                let cm_every = cm_cache.get(now, shape, || owner.cm_poll());
+                next_poll = match (cm_every, next_poll) {
+                    (None, _) => None,
+                    (Some(every), Some(at)) if at > now && at <= now + every => Some(at),
+                    (Some(every), _) => Some(now + every),
+                };
+                let wake = [next_poll, owner.deadlines.next()]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .unwrap_or(now + IDLE_WAKE);
+                if wake != timer_at {
+                    timer_at = wake;
+                    timer.as_mut().reset(wake.into());
+                }
+                Turn::Wait
+            }
+        };
+        match turn {
+            Turn::Spin => {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            Turn::End => break 'run,
+            Turn::Wait => {}
+        }
+        let mut readable = false;
+        let cmd = tokio::select! {
+            ready = afd.readable() => {
+                if let Ok(mut ready) = ready {
+                    ready.clear_ready();
+                    readable = true;
+                }
+                None
+            }
+            cmd = cmds.recv() => match cmd {
+                Some(cmd) => Some(cmd),
+                None => break 'run,
+            },
+            () = &mut timer => {
+                // Fired: wait for the next deadline computed above.
+                timer_at = Instant::now();
+                None
+            }
+        };
+        {
+            let mut held = sit(seat);
+            let Some(owner) = held.as_mut() else {
+                return;
+            };
+            if readable {
+                if let Some(pe) = owner.own_pe.as_mut() {
+                    let _ = pe.clear(fd);
+                }
+            }
+            if let Some(cmd) = cmd {
+                owner.handle(cmd, None);
+                // And the ones queued behind it; senders gone is seen by the next `recv`,
+                // after one more round of progress.
+                let _ = owner.take_commands(&mut cmds);
             }
             if let Some(shared) = owner.shared.upgrade() {
                 shared.wakeups.fetch_add(1, Ordering::Relaxed);
             }
-            active_at = Instant::now();
         }
-        drop(afd);
+        active_at = Instant::now();
+    }
+    drop(afd);
+    shutdown(seat).await;
+}
+
+/// Stops the context of the owner in `seat`, taken out of it first: every operation posted
+/// from now on goes to the closed command queue and fails.
+async fn shutdown(seat: &Seat) {
+    let mut owner = StopOnDrop(sit(seat).take());
+    if let Some(owner) = owner.0.as_mut() {
         owner.shutdown_async().await;
     }
 }

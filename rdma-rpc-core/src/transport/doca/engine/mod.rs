@@ -1,19 +1,23 @@
 //! The progress owner of one DOCA RDMA context.
 //!
 //! Every DOCA object of a context (the context, its progress engine, buffer inventory, tasks,
-//! connections, imported mmaps) is touched only by its owner's thread: in event and spin modes
-//! a tokio task waiting on the notification fd of the context's own progress engine; in busy-poll
-//! mode the polling thread of its transport, whose engine every context of the transport is
-//! connected to (`poller`). An engine is driven only through its one [`PeDriver`], held by the
-//! owner of an engine of its own or by the polling thread, which lends it to the owners it
-//! visits. Other tasks send the owner [`Cmd`]s through a channel and get results through
-//! oneshots. C callbacks only record events; the owner handles them after `doca_pe_progress`
-//! returns, so no DOCA call ever runs re-entrantly.
+//! connections, imported mmaps) is touched by one thread at a time, through its [`Owner`]: in
+//! event and spin modes a tokio task waiting on the notification fd of the context's own
+//! progress engine; in busy-poll mode the polling thread of its transport, whose engine every
+//! context of the transport is connected to (`poller`). An engine is driven only through its
+//! one [`PeDriver`], held by the owner of an engine of its own or by the polling thread, which
+//! lends it to the owners it visits. Other tasks send the owner [`Cmd`]s through a channel and
+//! get results through oneshots; in event and spin modes a task that posts an operation
+//! submits it itself when the owner's seat (a lock its task holds while it works, never across
+//! an await) is free and no command waits (`shared`). C callbacks only record events; the
+//! owner handles them after `doca_pe_progress` returns, so no DOCA call ever runs
+//! re-entrantly, and only the owner's task progresses.
 //!
 //! The owner's concerns, one file each:
 //! - `callbacks`: the C callbacks and the events they record;
 //! - `shared`: what other tasks hold: the way to the owner ([`EngineShared`], the [`Cmd`]s
-//!   they send), and the staging receives their connections reserve;
+//!   they send, the seat through which they post operations themselves), and the staging
+//!   receives their connections reserve;
 //! - `setup`: context setup (sizes from the device's capabilities) and teardown, off the
 //!   async runtime's workers;
 //! - `task`: DOCA tasks as owned types, one builder per operation;
@@ -37,7 +41,7 @@ mod shared;
 mod task;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -56,6 +60,7 @@ pub(super) use poller::Poller;
 pub(super) use receive::ConnShared;
 use receive::{Deadlines, Staging};
 use setup::Sizes;
+use shared::Seat;
 pub(super) use shared::{AtomicOp, Cmd, EngineShared, Local, Op, Receives};
 use task::SlabBuf;
 
@@ -72,6 +77,9 @@ pub(super) struct Owner {
     // Drop order matters: operations (tasks and buffers) go first, then connections (their
     // idle tasks), the idle slab buffers, the staging receives, the inventory, the context,
     // the progress engine and last the sink the context's callbacks point to.
+    /// Commands sent and not yet handled (`EngineShared::queued`), counted off by
+    /// [`Owner::handle`].
+    queued: Arc<AtomicUsize>,
     /// Operations in flight, by their task's address (`Task::key`).
     ops: IdMap<u64, Inflight>,
     conns: IdMap<ConnId, OwnedConn>,
@@ -107,11 +115,12 @@ pub(super) struct Owner {
     stopped: bool,
 }
 
-// SAFETY: the owner is used by one thread at a time (its tokio task, its polling thread, or
-// the thread that stops it); every DOCA object it holds may move between threads (see the
-// wrappers), and the `Sink`'s cells are only touched by callbacks that run inside a
-// `doca_pe_progress` of the owner's engine, called by the owner (or by the polling thread
-// that visits it) on the same thread.
+// SAFETY: the owner is used by one thread at a time (its tokio task, its polling thread, the
+// thread that stops it, or a task that posts an operation while it holds the owner's seat, a
+// mutex); every DOCA object it holds may move between threads (see the wrappers), and the
+// `Sink`'s cells are only touched by callbacks that run inside a `doca_pe_progress` of the
+// owner's engine, called by the owner (or by the polling thread that visits it) on the same
+// thread, never by a posting task.
 unsafe impl Send for Owner {}
 
 /// Starts a context and its owner; returns the handle other tasks use. In busy-poll mode the
@@ -130,8 +139,16 @@ pub(super) async fn start(
     let (tx, rx) = mpsc::unbounded_channel();
     let doorbell = Arc::new(AtomicBool::new(false));
     let sizes = Sizes::new(config, dev, max_connections);
+    let seat = match config.progress {
+        ProgressMode::BusyPoll => None,
+        ProgressMode::Event | ProgressMode::Spin => Some(Arc::new(Seat::default())),
+    };
     let shared = Arc::new(EngineShared {
         cmds: tx,
+        queued: Arc::default(),
+        seat: seat.clone(),
+        #[cfg(test)]
+        direct: AtomicU64::new(0),
         doorbell: doorbell.clone(),
         dev: dev.clone(),
         staging: staging.clone(),
@@ -170,7 +187,9 @@ pub(super) async fn start(
                 .spawn_blocking(move || Owner::start(weak, &dev, &cfg, max_connections))
                 .await
                 .map_err(|e| Error::InvalidArgument(format!("DOCA context setup failed: {e}")))??;
-            runtime.spawn(owner.run_event(rx, spin));
+            let seat = seat.expect("event and spin modes have a seat");
+            *shared::sit(&seat) = Some(owner);
+            runtime.spawn(event_loop::run(seat, rx, spin));
         }
     }
     Ok(shared)

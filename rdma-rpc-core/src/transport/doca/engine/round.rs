@@ -98,6 +98,9 @@ impl Owner {
     /// Handles a command. `shared` is the polling thread's engine driver when the owner is
     /// visited by the thread (busy-poll mode), `None` for an owner with an engine of its own.
     pub(super) fn handle(&mut self, cmd: Cmd, shared: Option<&mut PeDriver>) {
+        // Counted off while the seat is held (see `EngineShared::post`).
+        self.queued
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         match cmd {
             Cmd::Listen {
                 port,

@@ -202,8 +202,13 @@ impl Owner {
         }
         let inv = Inventory::new(sizes.inventory, MAX_INVENTORY)?;
         let staging = Staging::new(sizes.recv_slot, sizes.recv_count as usize);
+        let queued = shared
+            .upgrade()
+            .map(|s| s.queued.clone())
+            .unwrap_or_default();
         Ok(Owner {
             shared,
+            queued,
             config: config.clone(),
             sizes,
             ops: IdMap::default(),
