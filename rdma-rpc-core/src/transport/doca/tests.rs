@@ -774,6 +774,52 @@ async fn operations_are_posted_by_their_task_when_the_owner_is_free_and_stay_in_
     assert_eq!(b.recv().await.unwrap().buf.to_vec(), b"four");
 }
 
+/// On two worker threads the owner progresses, holding its seat, while the sender posts:
+/// operations go to it as commands or are submitted directly as the seat allows, and arrive
+/// in the order they were posted all the same. Signaled sends keep completions coming, so
+/// the owner holds the seat often; the receiver keeps 64 receives posted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_posted_while_the_owner_works_on_another_thread_stay_in_order() {
+    const N: u32 = 3_000;
+    let t = DocaTransport::new(DocaConfig {
+        // Messages that outrun the receiver's receives wait for them, however loaded the
+        // machine.
+        rnr_timeout: Duration::from_secs(3600),
+        ..DocaConfig::default()
+    })
+    .unwrap();
+    let (a, b) = sender_and_receiver(&t, 64).await;
+    let a = Arc::new(a);
+    let sender = tokio::spawn({
+        let a = a.clone();
+        async move {
+            let mut sent = Vec::with_capacity(32);
+            for i in 0..N {
+                let message = Bytes::copy_from_slice(&i.to_le_bytes());
+                sent.push(a.send(SendData::Bytes(message), None));
+                if sent.len() == 32 {
+                    for done in sent.drain(..) {
+                        done.await.unwrap();
+                    }
+                }
+            }
+            for done in sent {
+                done.await.unwrap();
+            }
+        }
+    });
+    for i in 0..N {
+        let got = b.recv().await.unwrap();
+        assert_eq!(
+            got.buf.as_slice(),
+            i.to_le_bytes(),
+            "message {i} out of order"
+        );
+        b.post_recv(recv_buf(16)).unwrap();
+    }
+    bounded("the sender finishes", sender).await.unwrap();
+}
+
 /// Busy-poll contexts share the polling thread's engine with other contexts: their operations
 /// always go to the thread as commands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
