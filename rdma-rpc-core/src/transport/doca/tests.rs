@@ -820,6 +820,33 @@ async fn operations_posted_while_the_owner_works_on_another_thread_stay_in_order
     bounded("the sender finishes", sender).await.unwrap();
 }
 
+/// A connection whose context's runtime ended fails its operations instead of waiting for
+/// completions nobody progresses: the owner left its seat when its task was dropped, so the
+/// operation goes to the closed command queue. Both contexts belong to the first runtime.
+#[test]
+fn operations_on_a_context_whose_runtime_ended_fail() {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let t = transport();
+    let first = runtime();
+    let (a, _b) = first.block_on(sender_and_receiver(&t, 1));
+    drop(first);
+    runtime().block_on(async {
+        let sent = a.send(SendData::Bytes(Bytes::from_static(b"late")), None);
+        let err = bounded("the send ends", sent).await.unwrap_err();
+        assert!(err.is_connection_fatal(), "{err}");
+        assert_eq!(
+            a.direct_posts(),
+            0,
+            "nothing was submitted to the orphaned context"
+        );
+    });
+}
+
 /// Busy-poll contexts share the polling thread's engine with other contexts: their operations
 /// always go to the thread as commands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -150,8 +150,18 @@ enum Turn {
 /// runtime's other tasks instead of waiting on the notification fd. The seat is held for each
 /// step and never across an await, so the context's handles post operations in between
 /// (`EngineShared::post`).
-pub(super) async fn run(seat: Arc<Seat>, mut cmds: mpsc::UnboundedReceiver<Cmd>, spin: Duration) {
-    let guard = LeaveOnDrop(seat);
+pub(super) fn run(
+    seat: Arc<Seat>,
+    cmds: mpsc::UnboundedReceiver<Cmd>,
+    spin: Duration,
+) -> impl std::future::Future<Output = ()> + Send {
+    // Made before the task first runs: a task dropped unpolled (its runtime shutting down)
+    // still takes the owner out of the seat and stops its context, and no handle submits to
+    // a context nobody progresses.
+    serve(LeaveOnDrop(seat), cmds, spin)
+}
+
+async fn serve(guard: LeaveOnDrop, mut cmds: mpsc::UnboundedReceiver<Cmd>, spin: Duration) {
     let seat = &guard.0;
     let fd = sit(seat)
         .as_ref()
