@@ -847,6 +847,42 @@ fn operations_on_a_context_whose_runtime_ended_fail() {
     });
 }
 
+/// A flood of completions is delivered in batches of `DELIVER_BATCH`, with the runtime's
+/// other tasks run in between: the receiver reads the first messages while the rest still
+/// wait in the engine, so what a batch delivered is still in the cache when it is read. On a
+/// one-thread runtime, where the owner's task runs only while the test awaits.
+#[tokio::test]
+async fn a_flood_of_completions_is_delivered_in_batches_between_other_tasks() {
+    use super::engine::DELIVER_BATCH;
+    use std::task::{Context, Poll, Waker};
+    const N: usize = 4 * DELIVER_BATCH;
+    let t = transport();
+    let (a, b) = sender_and_receiver(&t, N).await;
+    // A round trip first: the receiver's owner registers the staging receives its posts
+    // reserved before the flood comes.
+    a.send_frame(b"ready").unwrap();
+    assert_eq!(b.recv().await.unwrap().buf.to_vec(), b"ready");
+    b.post_recv(recv_buf(16)).unwrap();
+    // Every message reaches the receiver's context before its owner runs again.
+    for i in 0..N {
+        a.send_frame(&[i as u8]).unwrap();
+    }
+    assert_eq!(b.recv().await.unwrap().buf.to_vec(), [0]);
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut read = 1;
+    while let Poll::Ready(message) = b.poll_recv(&mut cx) {
+        assert_eq!(message.unwrap().buf.to_vec(), [read as u8]);
+        read += 1;
+    }
+    assert!(
+        read <= DELIVER_BATCH,
+        "{read} messages were delivered before the receiver ran (batch {DELIVER_BATCH})"
+    );
+    for i in read..N {
+        assert_eq!(b.recv().await.unwrap().buf.to_vec(), [i as u8]);
+    }
+}
+
 /// Busy-poll contexts share the polling thread's engine with other contexts: their operations
 /// always go to the thread as commands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,6 +7,14 @@
 //! 2 ms while a request or an establishment may arrive, every 50 ms while only a
 //! disconnection may (see `Owner::cm_poll`); early-message deadlines wake it too.
 //!
+//! # Batches
+//! In either mode a turn makes at most [`DELIVER_BATCH`] `doca_pe_progress` calls; if the
+//! engine still has work, the owner takes its commands and yields to the runtime's other
+//! tasks before the next turn instead of arming. The tasks its batch woke read their
+//! messages while those are still in the cache: unbounded, a turn among 1,000 busy
+//! connections delivered every waiting message before any task ran, and the first ones were
+//! out of the cache again by then.
+//!
 //! # Progress in spin mode
 //! The same loop, but while the context did something (progress found work, or a command
 //! came) less than `DocaConfig::spin` ago, the owner takes the queued commands and yields to
@@ -70,6 +78,12 @@ impl CmPollCache {
         self.every
     }
 }
+
+/// Most `doca_pe_progress` calls (each one completion or event) before the owner lets the
+/// runtime's other tasks run. Unbounded, a round among 1,000 busy connections delivered every
+/// waiting message before any task read one, and by then the first ones were out of the
+/// cache again; a batch leaves its messages warm for the tasks they woke.
+pub(in crate::transport::doca) const DELIVER_BATCH: usize = 32;
 
 /// How long an event-mode owner with nothing scheduled sleeps between checks.
 const IDLE_WAKE: Duration = Duration::from_secs(1);
@@ -213,15 +227,17 @@ async fn serve(guard: LeaveOnDrop, mut cmds: mpsc::UnboundedReceiver<Cmd>, spin:
             let Some(owner) = held.as_mut() else {
                 return;
             };
-            let worked = owner.progress_all();
+            let progressed = owner.progress_bounded(None, DELIVER_BATCH);
             owner.expire_deadlines();
             let now = Instant::now();
-            if worked {
+            if progressed.any {
                 active_at = now;
             }
-            if !spin.is_zero() && now.duration_since(active_at) < spin {
-                // Active within the window: take the commands that came and progress
-                // again once the runtime ran its other tasks, without arming or sleeping.
+            if progressed.more || (!spin.is_zero() && now.duration_since(active_at) < spin) {
+                // More completions wait (their tasks run first, while what this batch
+                // delivered is still in the cache), or active within the spin window: take
+                // the commands that came and progress again once the runtime ran its other
+                // tasks, without arming or sleeping.
                 match owner.take_commands(&mut cmds) {
                     Some(true) => {
                         active_at = now;

@@ -55,6 +55,8 @@ use crate::memory::StagingPools;
 
 use callbacks::{Event, Sink};
 use datapath::Inflight;
+#[cfg(test)]
+pub(super) use event_loop::DELIVER_BATCH;
 use lifecycle::OwnedConn;
 pub(super) use poller::Poller;
 pub(super) use receive::ConnShared;

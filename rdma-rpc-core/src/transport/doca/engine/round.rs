@@ -10,6 +10,15 @@ use super::task::Kind;
 use super::{lifecycle, receive, Cmd, Owner, PROGRESS_ROUNDS};
 use crate::transport::RecvOpcode;
 
+/// What a bounded round of progress did.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Progressed {
+    /// Anything happened (a callback ran or an event was handled).
+    pub(super) any: bool,
+    /// The bound ran out while the engine still had work.
+    pub(super) more: bool,
+}
+
 impl Owner {
     /// Progresses the owner's own engine until nothing happens; returns whether anything
     /// did. The event loop arms the engine's notification only after this (DOCA's loop:
@@ -25,27 +34,40 @@ impl Owner {
     /// wait in their own sinks for their owners, and a busy neighbour is why `rounds` bounds
     /// the loop.
     pub(super) fn progress_up_to(&mut self, shared: Option<&mut PeDriver>, rounds: usize) -> bool {
-        let any = if let Some(mut own) = self.own_pe.take() {
-            let any = self.drive(&mut own, rounds);
+        self.progress_bounded(shared, rounds).any
+    }
+
+    /// As [`Owner::progress_up_to`], also saying whether `rounds` ran out while the engine
+    /// still had work.
+    pub(super) fn progress_bounded(
+        &mut self,
+        shared: Option<&mut PeDriver>,
+        rounds: usize,
+    ) -> Progressed {
+        let progressed = if let Some(mut own) = self.own_pe.take() {
+            let progressed = self.drive(&mut own, rounds);
             self.own_pe = Some(own);
-            any
+            progressed
         } else {
             match shared {
                 Some(pe) => self.drive(pe, rounds),
-                None => self.handle_events(),
+                None => Progressed {
+                    any: self.handle_events(),
+                    more: false,
+                },
             }
         };
         // What the completions of this round freed goes out together, with one doorbell.
         self.drain_freed();
-        any
+        progressed
     }
 
-    fn drive(&mut self, pe: &mut PeDriver, rounds: usize) -> bool {
+    fn drive(&mut self, pe: &mut PeDriver, rounds: usize) -> Progressed {
         let mut any = false;
         for round in 1..=rounds {
             let progressed = pe.progress();
             if !self.handle_events() && !progressed {
-                return any;
+                return Progressed { any, more: false };
             }
             any = true;
             if round % PROGRESS_ROUNDS == 0 {
@@ -53,7 +75,7 @@ impl Owner {
                 self.drain_freed();
             }
         }
-        any
+        Progressed { any, more: true }
     }
 
     /// Acts on the events the callbacks recorded; whether there were any.
