@@ -151,8 +151,9 @@ impl Owner {
 
 /// What one turn of the loop decided, the seat held.
 enum Turn {
-    /// Spin mode, active: yield to the runtime and progress again.
-    Spin,
+    /// The batch ran out with work left, or spin mode is active: yield to the runtime and
+    /// progress again, without arming.
+    Again,
     /// Armed: wait for the notification fd, a command or the timer.
     Wait,
     /// Every sender is gone: stop.
@@ -241,9 +242,9 @@ async fn serve(guard: LeaveOnDrop, mut cmds: mpsc::UnboundedReceiver<Cmd>, spin:
                 match owner.take_commands(&mut cmds) {
                     Some(true) => {
                         active_at = now;
-                        Turn::Spin
+                        Turn::Again
                     }
-                    Some(false) => Turn::Spin,
+                    Some(false) => Turn::Again,
                     None => Turn::End,
                 }
             } else {
@@ -275,7 +276,7 @@ async fn serve(guard: LeaveOnDrop, mut cmds: mpsc::UnboundedReceiver<Cmd>, spin:
             }
         };
         match turn {
-            Turn::Spin => {
+            Turn::Again => {
                 tokio::task::yield_now().await;
                 continue;
             }
