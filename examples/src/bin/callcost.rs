@@ -42,6 +42,10 @@
 //! # per call: (totals of cs.100000 - totals of cs.50000) / 50000
 //! ```
 //!
+//! With `--split` the server runs on a thread of its own, as in the benchmark's default
+//! `split` mode: its many-connection figures for one connection count at a time, without the
+//! rest of the benchmark (under `perf record`, for example).
+//!
 //! Instructions are not the whole cost: an atomic read-modify-write (every lock and unlock,
 //! reference count and task wake) took about 7 ns on the VM of earlier sessions, the time of
 //! some 20 plain instructions (about 2 ns on the AMD EPYC VM of 2026-11-29), and callgrind
@@ -97,6 +101,10 @@ struct Options {
     /// does: the call then waits, and watches for its end (a cancel, its deadline).
     #[arg(long, conflicts_with = "connections")]
     handler_waits: bool,
+    /// With `--connections`: the server runs on a thread of its own, as in the benchmark's
+    /// default `split` mode, instead of on the clients' thread.
+    #[arg(long, requires = "connections")]
+    split: bool,
 }
 
 /// The benchmark's handlers, each yielding once first (`--handler-waits`).
@@ -217,17 +225,36 @@ async fn many(options: &Options, n: usize) -> Result<(), BenchError> {
             (Arc::new(DocaTransport::new(config)?), "doca://127.0.0.1:0")
         }
     };
-    let server = Server::builder()
-        .transport(transport.clone())
-        .max_connections(n)
-        .add_service(BenchServer::new(Sink))
-        .bind(bind)
-        .await?;
-    let addr = server.local_addr();
-    tokio::spawn(server.serve());
+    let serve = {
+        let transport = transport.clone();
+        async move {
+            let server = Server::builder()
+                .transport(transport)
+                .max_connections(n)
+                .add_service(BenchServer::new(Sink))
+                .bind(bind)
+                .await?;
+            let addr = server.local_addr();
+            Ok::<_, BenchError>((addr, tokio::spawn(server.serve())))
+        }
+    };
+    // The server's runtime (`--split`) lives until the process ends.
+    let (addr, threads) = if options.split {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let handle = runtime.handle().clone();
+        std::thread::spawn(move || runtime.block_on(std::future::pending::<()>()));
+        (
+            handle.spawn(serve).await??.0,
+            "client and server on a thread each",
+        )
+    } else {
+        (serve.await?.0, "one thread")
+    };
     let rate = calls_per_second(&transport, &addr, n, options.calls).await?;
     println!(
-        "{} calls of 64 B over {bind}, {n} connections with one call each, one thread: \
+        "{} calls of 64 B over {bind}, {n} connections with one call each, {threads}: \
          {rate:.0} calls/s",
         options.calls
     );

@@ -90,6 +90,13 @@ impl DocaConnection {
         self.engine().direct_posts()
     }
 
+    /// Idle tasks of this connection's context owner, and how often it allocated a new one
+    /// (see `EngineShared::idle_tasks`).
+    #[cfg(test)]
+    pub(super) fn idle_tasks(&self) -> Option<(usize, u64)> {
+        self.engine().idle_tasks()
+    }
+
     /// Takes the seat of this connection's context owner, as its task does while it
     /// progresses (`None` in busy-poll mode, which has none).
     #[cfg(test)]

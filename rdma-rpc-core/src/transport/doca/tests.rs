@@ -742,6 +742,49 @@ async fn sender_and_receiver(
     (a, b)
 }
 
+/// A context's idle tasks serve all its connections: the send task that completed on one
+/// connection carries the next send of another, named for that connection (its message
+/// reaches that connection's peer and nobody else's), also once the connection it last ran
+/// on has ended. No task is allocated after the first.
+#[tokio::test]
+async fn a_contexts_idle_tasks_carry_any_of_its_connections_operations() {
+    let t = transport();
+    let listener = t.listen("doca://127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr();
+    let mut pairs = Vec::new();
+    for _ in 0..3 {
+        let (c, s) = tokio::join!(t.connect_doca(&addr), listener.accept());
+        let (c, s) = (c.unwrap(), s.unwrap());
+        s.post_recv(recv_buf(16)).unwrap();
+        pairs.push((c, s));
+    }
+    let send = |i: usize, message: &'static [u8]| {
+        pairs[i]
+            .0
+            .send(SendData::Bytes(Bytes::from_static(message)), None)
+    };
+    bounded("the first send", send(0, b"zero")).await.unwrap();
+    let (kept, allocated) = pairs[0].0.idle_tasks().expect("event mode");
+    assert_eq!(kept, 1, "the completed send task is kept");
+    bounded("a send of the next connection", send(1, b"one"))
+        .await
+        .unwrap();
+    assert_eq!(pairs[0].0.idle_tasks(), Some((1, allocated)), "reused");
+    for (i, expected) in [(0, &b"zero"[..]), (1, b"one")] {
+        let got = bounded("the message", pairs[i].1.recv()).await.unwrap();
+        assert_eq!(got.buf.to_vec(), expected, "connection {i}");
+    }
+    // The task last ran on connection 1, which ends now; connection 2 sends on it.
+    pairs[1].0.close();
+    bounded("the end reaches the server", pairs[1].1.closed()).await;
+    bounded("a send after the task's connection ended", send(2, b"two"))
+        .await
+        .unwrap();
+    let got = bounded("the message", pairs[2].1.recv()).await.unwrap();
+    assert_eq!(got.buf.to_vec(), b"two");
+    assert_eq!(pairs[0].0.idle_tasks(), Some((1, allocated)), "reused");
+}
+
 /// An operation posted while its context's owner is idle is submitted by the posting task
 /// itself (no command, no hop to the owner's task). One posted while the owner holds its seat
 /// (progressing on another worker thread) goes to it as a command, and so does every later

@@ -282,8 +282,9 @@ impl Owner {
         remote: Option<&Arc<Mmap>>,
         len: u64,
     ) -> Result<(Task, TaskBufs)> {
-        let c = self.conns.get_mut(&id).expect("live connection");
+        let c = self.conns.get(&id).expect("live connection");
         let conn: ConnPtr = c.raw.expect("a live connection has its DOCA connection");
+        let idle = &mut self.idle;
         let inv = &self.inv;
         let rdma = &self.rdma;
         let remote_buf = |d: &Descriptor, data_len: usize| -> Result<Buf> {
@@ -316,7 +317,13 @@ impl Owner {
                     0 => None,
                     _ => Some(source_buf(inv, &mut self.slab_bufs, src)?),
                 };
-                let task = Task::send(rdma, conn, c.idle(kind), b.as_ref().map(Source::buf), *imm)?;
+                let task = Task::send(
+                    rdma,
+                    conn,
+                    idle.take(kind),
+                    b.as_ref().map(Source::buf),
+                    *imm,
+                )?;
                 Ok((task, TaskBufs::of(b, None)))
             }
             Op::Write { src, dst, imm, .. } => {
@@ -335,7 +342,7 @@ impl Owner {
                     ),
                 };
                 let s_buf = s.as_ref().map(Source::buf);
-                let task = Task::write(rdma, conn, c.idle(kind), s_buf, d.as_ref(), *imm)?;
+                let task = Task::write(rdma, conn, idle.take(kind), s_buf, d.as_ref(), *imm)?;
                 Ok((task, TaskBufs::of(s, d)))
             }
             Op::Read { src, dst, .. } => {
@@ -349,7 +356,7 @@ impl Owner {
                         }?),
                     ),
                 };
-                let task = Task::read(rdma, conn, c.idle(Kind::Read), s.as_ref(), d.as_ref())?;
+                let task = Task::read(rdma, conn, idle.take(Kind::Read), s.as_ref(), d.as_ref())?;
                 Ok((task, TaskBufs::of(s.map(Source::Own), d)))
             }
             Op::Atomic {
@@ -366,14 +373,14 @@ impl Owner {
                     AtomicOp::CompareAndSwap { expected, new } => Task::compare_and_swap(
                         rdma,
                         conn,
-                        c.idle(Kind::CmpSwp),
+                        idle.take(Kind::CmpSwp),
                         &d,
                         &r,
                         expected,
                         new,
                     )?,
                     AtomicOp::FetchAndAdd { add } => {
-                        Task::fetch_and_add(rdma, conn, c.idle(Kind::FetchAdd), &d, &r, add)?
+                        Task::fetch_and_add(rdma, conn, idle.take(Kind::FetchAdd), &d, &r, add)?
                     }
                 };
                 Ok((task, TaskBufs::of(Some(Source::Own(d)), Some(r))))
@@ -400,7 +407,7 @@ impl Owner {
                 task
             }
             Err((task, code)) => {
-                c.pool(task);
+                self.idle.put(task);
                 if busy(code) {
                     return Err(NotSubmitted::Busy(op));
                 }
@@ -475,7 +482,7 @@ impl Owner {
         if let Some(c) = c {
             c.inflight -= 1;
             if live {
-                c.pool(task);
+                self.idle.put(task);
             }
         }
         if status == sys::DOCA_SUCCESS {

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::super::sys::{check, Mmap, RdmaAddr};
 use super::receive::ConnShared;
-use super::task::{ConnPtr, Kind, Task, POOLS};
+use super::task::ConnPtr;
 use super::{ConnId, Op, Owner};
 use crate::error::{Error, Result};
 
@@ -40,8 +40,6 @@ pub(super) struct OwnedConn {
     disconnected: bool,
     pub(super) peer: String,
     pub(super) shared: Option<Arc<ConnShared>>,
-    /// Idle tasks bound to this connection, per kind.
-    pools: [Vec<Task>; POOLS],
     /// Operations submitted and not completed.
     pub(super) inflight: usize,
     /// Operations waiting for room, in posting order.
@@ -67,24 +65,11 @@ impl OwnedConn {
             disconnected: false,
             peer,
             shared: None,
-            pools: Default::default(),
             inflight: 0,
             backlog: VecDeque::new(),
             remote: HashMap::new(),
             connect_reply: reply,
             _addr: addr,
-        }
-    }
-
-    /// An idle task of `kind` bound to this connection, if one is pooled.
-    pub(super) fn idle(&mut self, kind: Kind) -> Option<Task> {
-        self.pools[kind.pool()?].pop()
-    }
-
-    /// Keeps an idle task for reuse on this connection.
-    pub(super) fn pool(&mut self, task: Task) {
-        if let Some(i) = task.kind().pool() {
-            self.pools[i].push(task);
         }
     }
 
@@ -388,9 +373,6 @@ impl Owner {
         }
         for op in c.backlog.drain(..) {
             op.fail(err.duplicate());
-        }
-        for pool in &mut c.pools {
-            pool.clear();
         }
         self.maybe_remove(id);
     }

@@ -76,14 +76,16 @@ pub(super) struct Owner {
     shared: Weak<EngineShared>,
     config: Arc<DocaConfig>,
     sizes: Sizes,
-    // Drop order matters: operations (tasks and buffers) go first, then connections (their
-    // idle tasks), the idle slab buffers, the staging receives, the inventory, the context,
+    // Drop order matters: operations (tasks and buffers) go first, then the idle tasks, the
+    // connections, the idle slab buffers, the staging receives, the inventory, the context,
     // the progress engine and last the sink the context's callbacks point to.
     /// Commands sent and not yet handled (`EngineShared::queued`), counted off by
     /// [`Owner::handle`].
     queued: Arc<AtomicUsize>,
     /// Operations in flight, by their task's address (`Task::key`).
     ops: IdMap<u64, Inflight>,
+    /// Idle tasks, for any connection (`task::IdleTasks`).
+    idle: task::IdleTasks,
     conns: IdMap<ConnId, OwnedConn>,
     by_raw: IdMap<usize, ConnId>,
     accepted: Option<mpsc::UnboundedSender<Arc<ConnShared>>>,

@@ -212,6 +212,7 @@ impl Owner {
             config: config.clone(),
             sizes,
             ops: IdMap::default(),
+            idle: Default::default(),
             conns: IdMap::default(),
             by_raw: IdMap::default(),
             accepted: None,

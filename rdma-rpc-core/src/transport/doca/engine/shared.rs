@@ -240,6 +240,14 @@ impl EngineShared {
         self.seat.as_deref().map(sit)
     }
 
+    /// The owner's idle tasks kept, and how often it found none to reuse and allocated one
+    /// (`None` while the owner is elsewhere: busy poll, or a stopped context).
+    #[cfg(test)]
+    pub(in crate::transport::doca) fn idle_tasks(&self) -> Option<(usize, u64)> {
+        let seat = sit(self.seat.as_deref()?);
+        seat.as_ref().map(|o| (o.idle.len(), o.idle.empty))
+    }
+
     /// Operations submitted by their posting task, not sent to the owner as commands.
     #[cfg(test)]
     pub(in crate::transport::doca) fn direct_posts(&self) -> u64 {

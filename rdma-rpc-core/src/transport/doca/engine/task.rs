@@ -6,8 +6,10 @@
 //! the submitted task keeps the `doca_buf`s it uses, so they cannot be released early, and
 //! dropping a submitted task leaks it instead of freeing memory DOCA still uses.
 //!
-//! Every task type is reusable: DOCA 3.x has setters for the buffers and operands of every
-//! type, atomics included, so tasks are allocated once per connection and kind.
+//! Every task type is reusable: DOCA 3.x has setters for the buffers, operands and connection
+//! of every type, atomics included. So a context's idle tasks serve all its connections
+//! ([`IdleTasks`]): a task that completes is the next one of its kind submitted, on whichever
+//! connection posts next, while its memory (ours and DOCA's) is still in the cache.
 
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
@@ -31,12 +33,12 @@ pub(super) enum Kind {
     FetchAdd,
 }
 
-/// Number of kinds kept in per-connection pools (every kind but receive).
-pub(super) const POOLS: usize = 7;
+/// Number of kinds kept in [`IdleTasks`] (every kind but receive).
+const POOLS: usize = 7;
 
 impl Kind {
-    /// Index of the per-connection pool of idle tasks of this kind (receives belong to the
-    /// context, not to a connection, and are never pooled).
+    /// Index of the pool of idle tasks of this kind (receives are reposted as they are, never
+    /// pooled).
     pub(super) fn pool(self) -> Option<usize> {
         match self {
             Kind::Receive => None,
@@ -51,6 +53,44 @@ impl Kind {
     }
 }
 
+/// A context's idle tasks of every kind but receive, for any of its connections: the last one
+/// back is the first one out (its memory is the most likely to be in the cache). A task
+/// taken from here still names the connection it last ran on; the builders name the new one
+/// (`*_set_rdma_connection`) before anything else, so a task is never submitted on a
+/// connection it was not built for, even one that has ended since.
+#[derive(Default)]
+pub(super) struct IdleTasks {
+    pools: [Vec<Task>; POOLS],
+    /// Takes that found no idle task (so a new one was allocated).
+    #[cfg(test)]
+    pub(super) empty: u64,
+}
+
+impl IdleTasks {
+    /// The last idle task of `kind` put back, if any.
+    pub(super) fn take(&mut self, kind: Kind) -> Option<Task> {
+        let task = self.pools[kind.pool()?].pop();
+        #[cfg(test)]
+        if task.is_none() {
+            self.empty += 1;
+        }
+        task
+    }
+
+    /// Keeps an idle task for reuse (receives are not kept: they are dropped, so freed).
+    pub(super) fn put(&mut self, task: Task) {
+        if let Some(i) = task.kind().pool() {
+            self.pools[i].push(task);
+        }
+    }
+
+    /// Idle tasks kept, of every kind.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.pools.iter().map(Vec::len).sum()
+    }
+}
+
 /// A connection of a context, as tasks name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) struct ConnPtr(NonNull<sys::doca_rdma_connection>);
@@ -58,8 +98,9 @@ pub(super) struct ConnPtr(NonNull<sys::doca_rdma_connection>);
 impl ConnPtr {
     /// # Safety
     /// `raw` is a connection of the context the tasks built on it are allocated from, and
-    /// stays valid while any such task exists (the owner frees a connection's tasks before
-    /// it forgets the connection).
+    /// stays valid while any task submitted on it is in flight (the owner forgets a
+    /// connection only once none of its operations is). An idle task may still name a
+    /// connection that has gone; it is never submitted before it names a live one again.
     pub(super) unsafe fn new(raw: *mut sys::doca_rdma_connection) -> Option<ConnPtr> {
         NonNull::new(raw).map(ConnPtr)
     }
@@ -174,7 +215,8 @@ impl Task {
     }
 
     /// A send of `src` (`None`: an empty message), with an immediate when `imm` is set.
-    /// Reuses `idle` (a task of the same kind on the same connection) when given.
+    /// Reuses `idle` (an idle task of the same kind of this context, last run on any of its
+    /// connections) when given.
     pub(super) fn send(
         rdma: &Rdma,
         conn: ConnPtr,
@@ -185,13 +227,18 @@ impl Task {
         let src = buf_ptr(src);
         match (idle.map(Task::into_raw), imm) {
             (Some(Raw::Send(t)), None) => {
-                // SAFETY: an idle send task; the buffer (or null for an empty message) is live.
-                unsafe { sys::doca_rdma_task_send_set_src_buf(t.as_ptr(), src) };
+                // SAFETY: an idle send task of this context, one of its live connections; the
+                // buffer (or null for an empty message) is live.
+                unsafe {
+                    sys::doca_rdma_task_send_set_rdma_connection(t.as_ptr(), conn.raw());
+                    sys::doca_rdma_task_send_set_src_buf(t.as_ptr(), src);
+                }
                 Ok(Task { raw: Raw::Send(t) })
             }
             (Some(Raw::SendImm(t)), Some(imm)) => {
                 // SAFETY: as above.
                 unsafe {
+                    sys::doca_rdma_task_send_imm_set_rdma_connection(t.as_ptr(), conn.raw());
                     sys::doca_rdma_task_send_imm_set_src_buf(t.as_ptr(), src);
                     sys::doca_rdma_task_send_imm_set_immediate_data(t.as_ptr(), imm.to_be());
                 }
@@ -245,8 +292,10 @@ impl Task {
         let (src, dst) = (buf_ptr(src), buf_ptr(dst));
         match (idle.map(Task::into_raw), imm) {
             (Some(Raw::Write(t)), None) => {
-                // SAFETY: an idle write task; both buffers are live.
+                // SAFETY: an idle write task of this context, one of its live connections;
+                // both buffers are live.
                 unsafe {
+                    sys::doca_rdma_task_write_set_rdma_connection(t.as_ptr(), conn.raw());
                     sys::doca_rdma_task_write_set_src_buf(t.as_ptr(), src);
                     sys::doca_rdma_task_write_set_dst_buf(t.as_ptr(), dst);
                 }
@@ -255,6 +304,7 @@ impl Task {
             (Some(Raw::WriteImm(t)), Some(imm)) => {
                 // SAFETY: as above.
                 unsafe {
+                    sys::doca_rdma_task_write_imm_set_rdma_connection(t.as_ptr(), conn.raw());
                     sys::doca_rdma_task_write_imm_set_src_buf(t.as_ptr(), src);
                     sys::doca_rdma_task_write_imm_set_dst_buf(t.as_ptr(), dst);
                     sys::doca_rdma_task_write_imm_set_immediate_data(t.as_ptr(), imm.to_be());
@@ -309,8 +359,10 @@ impl Task {
         let (src, dst) = (buf_ptr(src), buf_ptr(dst));
         match idle.map(Task::into_raw) {
             Some(Raw::Read(t)) => {
-                // SAFETY: an idle read task; both buffers are live.
+                // SAFETY: an idle read task of this context, one of its live connections;
+                // both buffers are live.
                 unsafe {
+                    sys::doca_rdma_task_read_set_rdma_connection(t.as_ptr(), conn.raw());
                     sys::doca_rdma_task_read_set_src_buf(t.as_ptr(), src);
                     sys::doca_rdma_task_read_set_dst_buf(t.as_ptr(), dst);
                 }
@@ -345,8 +397,10 @@ impl Task {
     ) -> Result<Task> {
         match idle.map(Task::into_raw) {
             Some(Raw::CmpSwp(t)) => {
-                // SAFETY: an idle compare-and-swap task; both buffers are live.
+                // SAFETY: an idle compare-and-swap task of this context, one of its live
+                // connections; both buffers are live.
                 unsafe {
+                    sys::doca_rdma_task_atomic_cmp_swp_set_rdma_connection(t.as_ptr(), conn.raw());
                     sys::doca_rdma_task_atomic_cmp_swp_set_dst_buf(t.as_ptr(), dst.raw());
                     sys::doca_rdma_task_atomic_cmp_swp_set_result_buf(t.as_ptr(), result.raw());
                     sys::doca_rdma_task_atomic_cmp_swp_set_cmp_data(t.as_ptr(), expected);
@@ -390,8 +444,13 @@ impl Task {
     ) -> Result<Task> {
         match idle.map(Task::into_raw) {
             Some(Raw::FetchAdd(t)) => {
-                // SAFETY: an idle fetch-and-add task; both buffers are live.
+                // SAFETY: an idle fetch-and-add task of this context, one of its live
+                // connections; both buffers are live.
                 unsafe {
+                    sys::doca_rdma_task_atomic_fetch_add_set_rdma_connection(
+                        t.as_ptr(),
+                        conn.raw(),
+                    );
                     sys::doca_rdma_task_atomic_fetch_add_set_dst_buf(t.as_ptr(), dst.raw());
                     sys::doca_rdma_task_atomic_fetch_add_set_result_buf(t.as_ptr(), result.raw());
                     sys::doca_rdma_task_atomic_fetch_add_set_add_data(t.as_ptr(), add);
