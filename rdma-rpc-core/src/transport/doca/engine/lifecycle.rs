@@ -350,8 +350,7 @@ impl Owner {
 
     /// Puts a connection in error: the application side learns it, DOCA disconnects it
     /// (its outstanding tasks complete with errors, the peer gets its disconnection
-    /// callback), its waiting operations fail and its idle tasks are freed. Other connections
-    /// are not touched.
+    /// callback) and its waiting operations fail. Other connections are not touched.
     pub(super) fn fail_conn(&mut self, id: ConnId, err: Error) {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
