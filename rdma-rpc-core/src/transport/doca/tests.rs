@@ -597,16 +597,30 @@ async fn disconnect_completes_every_outstanding_operation() {
     drop(grant);
 }
 
-#[tokio::test]
-async fn one_connections_error_leaves_the_others_on_the_same_context_working() {
-    let t = transport();
+/// A listener of `t` and `n` clients of it, each with the side the listener accepted: the
+/// clients share one context of `t`, the accepted sides another.
+async fn clients_of_one_listener(
+    t: &DocaTransport,
+    n: usize,
+) -> (
+    Box<dyn crate::transport::Listener>,
+    Vec<(super::DocaConnection, Arc<dyn Connection>)>,
+) {
     let listener = t.listen("doca://127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr();
     let mut pairs = Vec::new();
-    for _ in 0..3 {
-        let (c, s) = tokio::join!(t.connect(&addr), listener.accept());
+    for _ in 0..n {
+        let (c, s) = tokio::join!(t.connect_doca(&addr), listener.accept());
         pairs.push((c.unwrap(), s.unwrap()));
     }
+    (listener, pairs)
+}
+
+#[tokio::test]
+async fn one_connections_error_leaves_the_others_on_the_same_context_working() {
+    let t = transport();
+    let (listener, pairs) = clients_of_one_listener(&t, 3).await;
+    let addr = listener.local_addr();
     // Connection 0 makes an access error; its server side goes down with it.
     let grant = pairs[0]
         .1
@@ -749,14 +763,9 @@ async fn sender_and_receiver(
 #[tokio::test]
 async fn a_contexts_idle_tasks_carry_any_of_its_connections_operations() {
     let t = transport();
-    let listener = t.listen("doca://127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr();
-    let mut pairs = Vec::new();
-    for _ in 0..3 {
-        let (c, s) = tokio::join!(t.connect_doca(&addr), listener.accept());
-        let (c, s) = (c.unwrap(), s.unwrap());
+    let (_listener, pairs) = clients_of_one_listener(&t, 3).await;
+    for (_, s) in &pairs {
         s.post_recv(recv_buf(16)).unwrap();
-        pairs.push((c, s));
     }
     let send = |i: usize, message: &'static [u8]| {
         pairs[i]
