@@ -40,7 +40,12 @@
 //!     --transport doca
 //! done
 //! # per call: (totals of cs.100000 - totals of cs.50000) / 50000
+//! python3 examples/scripts/misses_per_call.py cs.50000 cs.100000 50000
 //! ```
+//!
+//! The script prints the totals per call and the misses by function; given the pair of
+//! another build before the call count, the difference by function. Two pairs of the same
+//! build differ by about 3 misses per call with 1,000 connections.
 //!
 //! With `--split` the server runs on a thread of its own, as in the benchmark's default
 //! `split` mode: its many-connection figures for one connection count at a time, without the
