@@ -97,6 +97,12 @@ impl DocaConnection {
         self.engine().idle_tasks()
     }
 
+    /// Stops this connection's context here (see `EngineShared::stop_owner_here`).
+    #[cfg(test)]
+    pub(super) fn stop_owner_here(&self) -> Option<bool> {
+        self.engine().stop_owner_here()
+    }
+
     /// Takes the seat of this connection's context owner, as its task does while it
     /// progresses (`None` in busy-poll mode, which has none).
     #[cfg(test)]

@@ -794,6 +794,23 @@ async fn a_contexts_idle_tasks_carry_any_of_its_connections_operations() {
     assert_eq!(pairs[0].0.idle_tasks(), Some((1, allocated)), "reused");
 }
 
+/// DOCA wants every task of a context freed before the context stops: one whose owner keeps
+/// idle tasks for reuse still stops at once (they are freed first), instead of waiting out
+/// the stop's limit and leaking the context.
+#[tokio::test]
+async fn a_context_that_keeps_idle_tasks_stops_cleanly() {
+    let t = transport();
+    let (a, _b) = sender_and_receiver(&t, 1).await;
+    bounded(
+        "a send",
+        a.send(SendData::Bytes(Bytes::from_static(b"x")), None),
+    )
+    .await
+    .unwrap();
+    assert_eq!(a.idle_tasks().map(|(kept, _)| kept), Some(1));
+    assert_eq!(a.stop_owner_here(), Some(true), "stopped, not leaked");
+}
+
 /// An operation posted while its context's owner is idle is submitted by the posting task
 /// itself (no command, no hop to the owner's task). One posted while the owner holds its seat
 /// (progressing on another worker thread) goes to it as a command, and so does every later

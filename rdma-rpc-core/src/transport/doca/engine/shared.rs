@@ -248,6 +248,16 @@ impl EngineShared {
         seat.as_ref().map(|o| (o.idle.len(), o.idle.empty))
     }
 
+    /// Takes the owner out of its seat and stops its context on this thread, as a dropped
+    /// owner task has it done: whether the context stopped (every task back and freed)
+    /// within the stop's limit, or was leaked (`None` without a seated owner).
+    #[cfg(test)]
+    pub(in crate::transport::doca) fn stop_owner_here(&self) -> Option<bool> {
+        let mut owner = sit(self.seat.as_deref()?).take()?;
+        owner.shutdown_blocking();
+        Some(owner.rdma.destroyable)
+    }
+
     /// Operations submitted by their posting task, not sent to the owner as commands.
     #[cfg(test)]
     pub(in crate::transport::doca) fn direct_posts(&self) -> u64 {
