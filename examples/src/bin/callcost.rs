@@ -240,7 +240,8 @@ async fn many(options: &Options, n: usize) -> Result<(), BenchError> {
                 .bind(bind)
                 .await?;
             let addr = server.local_addr();
-            Ok::<_, BenchError>((addr, tokio::spawn(server.serve())))
+            tokio::spawn(server.serve());
+            Ok::<_, BenchError>(addr)
         }
     };
     // The server's runtime (`--split`) lives until the process ends.
@@ -251,11 +252,11 @@ async fn many(options: &Options, n: usize) -> Result<(), BenchError> {
         let handle = runtime.handle().clone();
         std::thread::spawn(move || runtime.block_on(std::future::pending::<()>()));
         (
-            handle.spawn(serve).await??.0,
+            handle.spawn(serve).await??,
             "client and server on a thread each",
         )
     } else {
-        (serve.await?.0, "one thread")
+        (serve.await?, "one thread")
     };
     let rate = calls_per_second(&transport, &addr, n, options.calls).await?;
     println!(

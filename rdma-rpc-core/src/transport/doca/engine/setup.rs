@@ -295,7 +295,8 @@ impl Owner {
             );
         }
         // Every task must be freed before its context stops (doca_pe.h: doca_task_free): the
-        // idle ones go now, those in flight when their flushed completions come back.
+        // idle ones go now, those in flight when their flushed completions come back (no
+        // connection is live from here on, so none goes back to `idle`).
         self.idle = Default::default();
         // SAFETY: a started context.
         let code = unsafe { sys::doca_ctx_stop(self.rdma.ctx()) };
@@ -308,8 +309,6 @@ impl Owner {
     /// progresses and this only handles events); true once it is idle with every task back.
     fn stop_progress(&mut self) -> bool {
         self.progress_all();
-        // A task put back idle meanwhile (an operation refused while stopping) is freed too.
-        self.idle = Default::default();
         self.stopped_idle()
     }
 
