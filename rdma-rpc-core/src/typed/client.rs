@@ -26,6 +26,7 @@
 //! A call on an endpoint without payload passes `Bytes::new()` to [`call_inbound`] or drops
 //! the empty bytes [`call_outbound`] returns.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -62,63 +63,60 @@ fn decode_response<M: prost::Message + Default>(bytes: Bytes) -> Result<M, Statu
 /// .await?;
 /// # Ok(()) }
 /// ```
-pub async fn call_inbound<Req, Resp>(
-    client: &Client,
+pub fn call_inbound<'a, Req, Resp>(
+    client: &'a Client,
     endpoint: &'static EndpointDef,
     request: Request<Req>,
     data: Bytes,
-) -> Result<Resp, Status>
+) -> impl Future<Output = Result<Resp, Status>> + 'a
 where
     Req: prost::Message,
-    Resp: prost::Message + Default,
+    Resp: prost::Message + Default + 'a,
 {
     let (message, options) = request.into_call();
     let message = Encoded::of(&message);
-    let (response, _) = client
-        .call_encoded(endpoint, message, Some(data), options)
-        .await?;
-    decode_response(response)
+    client.call_encoded(endpoint, message, Some(data), options, |response, _| {
+        decode_response(response)
+    })
 }
 
 /// A receive or read call (a bulk read stream too, collected whole): returns the decoded
 /// response and the bytes the server sent (empty for an endpoint without payload).
-pub async fn call_outbound<Req, Resp>(
-    client: &Client,
+pub fn call_outbound<'a, Req, Resp>(
+    client: &'a Client,
     endpoint: &'static EndpointDef,
     request: Request<Req>,
-) -> Result<(Resp, Bytes), Status>
+) -> impl Future<Output = Result<(Resp, Bytes), Status>> + 'a
 where
     Req: prost::Message,
-    Resp: prost::Message + Default,
+    Resp: prost::Message + Default + 'a,
 {
     let (message, options) = request.into_call();
     let message = Encoded::of(&message);
-    let (response, data) = client
-        .call_encoded(endpoint, message, None, options)
-        .await?;
-    Ok((decode_response(response)?, data))
+    client.call_encoded(endpoint, message, None, options, |response, data| {
+        Ok((decode_response(response)?, data))
+    })
 }
 
 /// A receive or read call whose bytes land in `dst`, memory registered once (a lease of a
 /// `MemoryRegion` or of a `SharedRegion`): returns the decoded response and `dst` holding
 /// them. A result larger than `dst` fails with `OUT_OF_RANGE`.
-pub async fn call_outbound_into<Req, Resp, B>(
-    client: &Client,
+pub fn call_outbound_into<'a, Req, Resp, B>(
+    client: &'a Client,
     endpoint: &'static EndpointDef,
     request: Request<Req>,
     dst: B,
-) -> Result<(Resp, B), Status>
+) -> impl Future<Output = Result<(Resp, B), Status>> + 'a
 where
     Req: prost::Message,
-    Resp: prost::Message + Default,
-    B: Buffer,
+    Resp: prost::Message + Default + 'a,
+    B: Buffer + 'a,
 {
     let (message, options) = request.into_call();
     let message = Encoded::of(&message);
-    let (response, dst) = client
-        .call_encoded_into(endpoint, message, dst, options)
-        .await?;
-    Ok((decode_response(response)?, dst))
+    client.call_encoded_into(endpoint, message, dst, options, |response, dst| {
+        Ok((decode_response(response)?, dst))
+    })
 }
 
 /// A bulk read stream as it arrives: its chunks, then its decoded response
