@@ -8,6 +8,7 @@ pub mod machine;
 pub mod measure;
 mod rdma_rpc;
 pub mod report;
+pub mod round_trips;
 pub mod run;
 pub mod scale;
 pub mod service;

@@ -1,6 +1,9 @@
 //! Many connections on one DOCA server: aggregate 64 B send calls per second when 1, 64 and
 //! 1,000 clients each make calls one at a time, all on the same server and client transports
-//! of the same run (so the figures compare connection counts, not machines).
+//! of the same run (so the figures compare connection counts, not machines). Next to them, in
+//! the same rounds, the same loop beneath the framework ([`super::round_trips`]): 64 B echoes
+//! over the DOCA transport alone, and between tokio tasks over channels, with 64 and 1,000
+//! clients: how much of what 1,000 connections cost is there before the RPC layers begin.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,22 +20,68 @@ use super::service::{BenchClient, BenchServer, Len, Sink};
 /// Connection counts measured, in order.
 pub const CONNECTIONS: [usize; 3] = [1, 64, 1000];
 
-/// Aggregate calls per second for each of [`CONNECTIONS`], over [`rounds`] rounds.
+/// Connection counts of the baselines: the two the target compares.
+pub const BASELINE_CONNECTIONS: [usize; 2] = [64, 1000];
+
+/// What one round measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Round {
+    /// Calls per second, in the order of [`CONNECTIONS`].
+    pub calls: [f64; 3],
+    /// Round trips per second over the DOCA transport alone, in the order of
+    /// [`BASELINE_CONNECTIONS`].
+    pub transport: [f64; 2],
+    /// Round trips per second between tokio tasks over channels, in the same order.
+    pub channels: [f64; 2],
+}
+
+/// A baseline's figures at [`BASELINE_CONNECTIONS`] over the rounds.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Baseline {
+    /// Round trips per second at each count: its median over the rounds.
+    pub round_trips_per_s: [f64; 2],
+    /// Each round's 1,000-connection figure over its 64-connection one, in order.
+    pub round_ratios: Vec<f64>,
+}
+
+impl Baseline {
+    fn of(rounds: impl Iterator<Item = [f64; 2]> + Clone) -> Baseline {
+        let each = |i: usize| median(rounds.clone().map(|r| r[i]).collect());
+        Baseline {
+            round_trips_per_s: [each(0), each(1)],
+            round_ratios: rounds.map(|r| r[1] / r[0]).collect(),
+        }
+    }
+
+    /// The median of the rounds' ratios.
+    pub fn many_over_few(&self) -> f64 {
+        median(self.round_ratios.clone())
+    }
+}
+
+/// Aggregate calls per second for each of [`CONNECTIONS`], over [`rounds`] rounds, and the
+/// baselines of the same rounds.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ScaleFigures {
     /// Calls per second, in the order of [`CONNECTIONS`]: each count's median over the rounds.
     pub calls_per_s: [f64; 3],
     /// Each round's 1,000-connection figure over its 64-connection one, in order.
     pub round_ratios: Vec<f64>,
+    /// 64 B echoes over the DOCA transport alone (no RPC protocol).
+    pub transport_alone: Baseline,
+    /// 64 B echoes between tokio tasks over channels (no rdma-rpc).
+    pub tokio_channels: Baseline,
 }
 
 impl ScaleFigures {
-    /// From each round's figures (in the order of [`CONNECTIONS`]).
-    pub fn of_rounds(rounds: &[[f64; 3]]) -> ScaleFigures {
-        let each = |i: usize| median(rounds.iter().map(|r| r[i]).collect());
+    /// From each round's figures.
+    pub fn of_rounds(rounds: &[Round]) -> ScaleFigures {
+        let each = |i: usize| median(rounds.iter().map(|r| r.calls[i]).collect());
         ScaleFigures {
             calls_per_s: [each(0), each(1), each(2)],
-            round_ratios: rounds.iter().map(|r| r[2] / r[1]).collect(),
+            round_ratios: rounds.iter().map(|r| r.calls[2] / r.calls[1]).collect(),
+            transport_alone: Baseline::of(rounds.iter().map(|r| r.transport)),
+            tokio_channels: Baseline::of(rounds.iter().map(|r| r.channels)),
         }
     }
 
@@ -71,6 +120,25 @@ impl ScaleFigures {
             rounds.join(", "),
             self.many_over_few()
         );
+        let _ = writeln!(
+            out,
+            "  Beneath the framework, in the same rounds: 64 B echoes, each client one at a time:"
+        );
+        for (what, b) in [
+            ("the DOCA transport alone (no RPC)", &self.transport_alone),
+            (
+                "tokio tasks over channels (no rdma-rpc)",
+                &self.tokio_channels,
+            ),
+        ] {
+            let [few, many] = b.round_trips_per_s;
+            let _ = writeln!(
+                out,
+                "    {what:<40} {few:>10.0} /s over 64, {many:>10.0} /s over 1,000: {:.2} \
+                 (median of the rounds)",
+                b.many_over_few()
+            );
+        }
     }
 }
 
@@ -115,9 +183,40 @@ pub async fn doca_connections(server: &Handle, quick: bool) -> Result<ScaleFigur
     let mut rounds = Vec::new();
     for _ in 0..self::rounds(quick) {
         let rates = doca_connections_of(server, &CONNECTIONS, quick).await?;
-        rounds.push([rates[0], rates[1], rates[2]]);
+        let mut round = Round {
+            calls: [rates[0], rates[1], rates[2]],
+            transport: [0.0; 2],
+            channels: [0.0; 2],
+        };
+        let (server_t, client_t) = transports()?;
+        let addr = server
+            .spawn(super::round_trips::echo_server(
+                server_t,
+                "doca://127.0.0.1:0",
+            ))
+            .await??;
+        for (i, n) in BASELINE_CONNECTIONS.into_iter().enumerate() {
+            let total = total_calls(quick);
+            round.transport[i] =
+                super::round_trips::over_transport(&client_t, &addr, n, total).await?;
+            round.channels[i] = super::round_trips::over_channels(server, n, total).await?;
+        }
+        rounds.push(round);
     }
     Ok(ScaleFigures::of_rounds(&rounds))
+}
+
+/// A server's transport and a client's.
+type Pair = (Arc<dyn Transport>, Arc<dyn Transport>);
+
+/// A server transport with room for the connections of one count while those of the previous
+/// one are still closing, and a client transport, both new.
+fn transports() -> Result<Pair, BenchError> {
+    let mut config = DocaConfig::from_env();
+    config.max_connections = SERVER_CONNECTIONS;
+    let server: Arc<dyn Transport> = Arc::new(DocaTransport::new(config)?);
+    let client: Arc<dyn Transport> = Arc::new(DocaTransport::new(DocaConfig::from_env())?);
+    Ok((server, client))
 }
 
 /// As [`doca_connections`], for any list of connection counts: calls per second of each.
@@ -126,10 +225,7 @@ pub async fn doca_connections_of(
     counts: &[usize],
     quick: bool,
 ) -> Result<Vec<f64>, BenchError> {
-    let mut config = DocaConfig::from_env();
-    config.max_connections = SERVER_CONNECTIONS;
-    let server_t: Arc<dyn Transport> = Arc::new(DocaTransport::new(config)?);
-    let client_t: Arc<dyn Transport> = Arc::new(DocaTransport::new(DocaConfig::from_env())?);
+    let (server_t, client_t) = transports()?;
     let bound = server
         .spawn(async move {
             Server::builder()
@@ -209,25 +305,42 @@ pub async fn calls_per_second(
 
 #[cfg(test)]
 mod tests {
-    use super::ScaleFigures;
+    use super::{Round, ScaleFigures};
+
+    /// A round with these calls per second, and baselines at twice and four times them.
+    fn round(calls: [f64; 3]) -> Round {
+        Round {
+            calls,
+            transport: [calls[1] * 2.0, calls[2] * 2.0],
+            channels: [calls[1] * 4.0, calls[2] * 8.0],
+        }
+    }
 
     #[test]
     fn the_ratio_is_the_median_of_the_rounds_ratios() {
         // Round 2 ran on a fast machine, round 3 with its 64-connection figure slowed.
         let f = ScaleFigures::of_rounds(&[
-            [10.0, 100.0, 50.0],
-            [20.0, 400.0, 240.0],
-            [10.0, 50.0, 45.0],
+            round([10.0, 100.0, 50.0]),
+            round([20.0, 400.0, 240.0]),
+            round([10.0, 50.0, 45.0]),
         ]);
         assert_eq!(f.calls_per_s, [10.0, 100.0, 50.0]);
         assert_eq!(f.round_ratios, vec![0.5, 0.6, 0.9]);
         assert_eq!(f.many_over_few(), 0.6);
-        let two = ScaleFigures::of_rounds(&[[1.0, 100.0, 50.0], [1.0, 100.0, 70.0]]);
+        assert_eq!(f.transport_alone.round_trips_per_s, [200.0, 100.0]);
+        assert_eq!(f.transport_alone.many_over_few(), 0.6);
+        assert_eq!(f.tokio_channels.round_trips_per_s, [400.0, 400.0]);
+        assert_eq!(f.tokio_channels.many_over_few(), 1.2);
+        let two = ScaleFigures::of_rounds(&[round([1.0, 100.0, 50.0]), round([1.0, 100.0, 70.0])]);
         assert!((two.many_over_few() - 0.6).abs() < 1e-12);
         let mut out = String::new();
         f.table(&mut out);
         assert!(
             out.contains("1,000 over 64 by round: 0.50, 0.60, 0.90 (median 0.60)"),
+            "{out}"
+        );
+        assert!(
+            out.contains("200 /s over 64,        100 /s over 1,000: 0.60"),
             "{out}"
         );
     }

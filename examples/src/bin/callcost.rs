@@ -49,7 +49,9 @@
 //!
 //! With `--split` the server runs on a thread of its own, as in the benchmark's default
 //! `split` mode: its many-connection figures for one connection count at a time, without the
-//! rest of the benchmark (under `perf record`, for example).
+//! rest of the benchmark (under `perf record`, for example). `--raw` and `--channels` measure
+//! its baselines beneath the framework instead (`bench::round_trips`): 64 B echoes over the
+//! transport alone, and between tokio tasks over channels.
 //!
 //! Instructions are not the whole cost: an atomic read-modify-write (every lock and unlock,
 //! reference count and task wake) took about 7 ns on the VM of earlier sessions, the time of
@@ -72,6 +74,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use clap::Parser;
 use examples::bench::measure::{throughput, BenchError};
+use examples::bench::round_trips;
 use examples::bench::scale::calls_per_second;
 use examples::bench::service::{Bench, BenchClient, BenchServer, Len, Sink};
 use examples::storage::flags::at_least_one;
@@ -79,6 +82,7 @@ use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport};
 use rdma_rpc_core::transport::mem::MemTransport;
 use rdma_rpc_core::transport::Transport;
 use rdma_rpc_core::{Client, RegisteredBuf, Request, Server, Status};
+use tokio::runtime::Handle;
 
 /// `N` 64 B send calls on one thread: over `mem://` with `DEPTH` in flight on one connection,
 /// or over `--connections` clients each making one call at a time.
@@ -110,6 +114,14 @@ struct Options {
     /// default `split` mode, instead of on the clients' thread.
     #[arg(long, requires = "connections")]
     split: bool,
+    /// With `--connections`: 64 B echoes over the transport alone (no RPC protocol), each
+    /// client one at a time: the benchmark's "transport alone" baseline for one count.
+    #[arg(long, requires = "connections")]
+    raw: bool,
+    /// With `--connections`: 64 B echoes between tokio tasks over channels (no rdma-rpc at
+    /// all): the benchmark's "tokio channels" baseline for one count.
+    #[arg(long, requires = "connections", conflicts_with = "raw")]
+    channels: bool,
 }
 
 /// The benchmark's handlers, each yielding once first (`--handler-waits`).
@@ -178,6 +190,9 @@ fn main() -> ExitCode {
 
 async fn run(options: &Options) -> Result<(), BenchError> {
     if let Some(n) = options.connections {
+        if options.raw || options.channels {
+            return beneath(options, usize::from(n)).await;
+        }
         return many(options, usize::from(n)).await;
     }
     let builder = if options.handler_waits {
@@ -220,16 +235,49 @@ async fn run(options: &Options) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// `--connections N`: the benchmark's many-connection loop against a server on this thread.
-async fn many(options: &Options, n: usize) -> Result<(), BenchError> {
-    let (transport, bind): (Arc<dyn Transport>, &str) = match options.transport {
+/// The transport of `--connections N` (one for both sides, with room for `n` connections),
+/// and the address to bind.
+fn transport_of(
+    options: &Options,
+    n: usize,
+) -> Result<(Arc<dyn Transport>, &'static str), BenchError> {
+    Ok(match options.transport {
         Scheme::Mem => (Arc::new(MemTransport::new()), "mem://"),
         Scheme::Doca => {
             let mut config = DocaConfig::from_env();
             config.max_connections = config.max_connections.max(n as u16);
             (Arc::new(DocaTransport::new(config)?), "doca://127.0.0.1:0")
         }
-    };
+    })
+}
+
+/// Where the server runs: on a runtime of its own, on a thread of its own, with `--split`
+/// (living until the process ends), else on this thread's; and how the threads are laid out.
+fn server_runtime(options: &Options) -> Result<(Handle, &'static str), BenchError> {
+    if !options.split {
+        return Ok((Handle::current(), "one thread"));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let handle = runtime.handle().clone();
+    std::thread::spawn(move || runtime.block_on(std::future::pending::<()>()));
+    Ok((handle, "client and server on a thread each"))
+}
+
+/// Runs `serve` (which starts a server and returns its address) where [`server_runtime`]
+/// says; returns the address and how the threads are laid out.
+async fn start_server<F>(options: &Options, serve: F) -> Result<(String, &'static str), BenchError>
+where
+    F: std::future::Future<Output = Result<String, BenchError>> + Send + 'static,
+{
+    let (handle, threads) = server_runtime(options)?;
+    Ok((handle.spawn(serve).await??, threads))
+}
+
+/// `--connections N`: the benchmark's many-connection loop against a server on this thread.
+async fn many(options: &Options, n: usize) -> Result<(), BenchError> {
+    let (transport, bind) = transport_of(options, n)?;
     let serve = {
         let transport = transport.clone();
         async move {
@@ -244,25 +292,33 @@ async fn many(options: &Options, n: usize) -> Result<(), BenchError> {
             Ok::<_, BenchError>(addr)
         }
     };
-    // The server's runtime (`--split`) lives until the process ends.
-    let (addr, threads) = if options.split {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let handle = runtime.handle().clone();
-        std::thread::spawn(move || runtime.block_on(std::future::pending::<()>()));
-        (
-            handle.spawn(serve).await??,
-            "client and server on a thread each",
-        )
-    } else {
-        (serve.await?, "one thread")
-    };
+    let (addr, threads) = start_server(options, serve).await?;
     let rate = calls_per_second(&transport, &addr, n, options.calls).await?;
     println!(
         "{} calls of 64 B over {bind}, {n} connections with one call each, {threads}: \
          {rate:.0} calls/s",
         options.calls
+    );
+    Ok(())
+}
+
+/// `--raw` and `--channels`: the benchmark's baselines beneath the framework
+/// (`bench::round_trips`), for one connection count.
+async fn beneath(options: &Options, n: usize) -> Result<(), BenchError> {
+    let (rate, what, threads) = if options.raw {
+        let (transport, bind) = transport_of(options, n)?;
+        let serve = round_trips::echo_server(transport.clone(), bind);
+        let (addr, threads) = start_server(options, serve).await?;
+        let rate = round_trips::over_transport(&transport, &addr, n, options.calls).await?;
+        (rate, format!("over {bind}, the transport alone"), threads)
+    } else {
+        let (handle, threads) = server_runtime(options)?;
+        let rate = round_trips::over_channels(&handle, n, options.calls).await?;
+        (rate, "between tokio tasks over channels".into(), threads)
+    };
+    println!(
+        "round trips of 64 B {what}, {n} clients with one message each, {threads}: \
+         {rate:.0} round trips/s"
     );
     Ok(())
 }

@@ -1,0 +1,182 @@
+//! Round trips beneath the framework, for the many-connection figures' baselines: 64 B
+//! messages echoed over a transport alone (the `Connection` trait, no RPC protocol), and
+//! between tokio tasks over channels (no rdma-rpc at all). Each client sends one message and
+//! waits for its echo, one at a time, all clients at once, as the benchmark's RPC clients do:
+//! how much of the cost of many connections is there before the RPC layers begin.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rdma_rpc_core::memory::Access;
+use rdma_rpc_core::transport::{Connection, Transport};
+use rdma_rpc_core::RegisteredBuf;
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+
+use super::measure::BenchError;
+
+/// Receives each side keeps posted per connection (the protocol's initial receives).
+const RECEIVES: usize = 4;
+
+/// Bytes of each receive (the protocol's default `max_frame`).
+const RECEIVE_SIZE: usize = 16 * 1024;
+
+/// The message of every round trip.
+const MESSAGE: [u8; 64] = [0x5a; 64];
+
+/// Posts [`RECEIVES`] receives on `conn`.
+fn post_receives(conn: &dyn Connection) -> Result<(), BenchError> {
+    for _ in 0..RECEIVES {
+        conn.post_recv(RegisteredBuf::new(RECEIVE_SIZE, Access::LOCAL_WRITE)?)?;
+    }
+    Ok(())
+}
+
+/// Sends back every message `conn` receives, until it ends. Its receives are posted before
+/// it says it is ready (an empty message), and the client sends nothing before that: no
+/// message ever waits for a receive, however late this task starts.
+async fn echo(conn: Arc<dyn Connection>) {
+    if post_receives(&*conn).is_err() || conn.send_frame(&[]).is_err() {
+        return;
+    }
+    while let Ok(done) = conn.recv().await {
+        if conn.send_frame(done.buf.as_slice()).is_err() || conn.post_recv(done.buf).is_err() {
+            return;
+        }
+    }
+}
+
+/// Listens on `bind` with `transport` and echoes every connection's messages, on tasks of the
+/// current runtime, until the process ends; returns the address to connect to.
+pub async fn echo_server(transport: Arc<dyn Transport>, bind: &str) -> Result<String, BenchError> {
+    let listener = transport.listen(bind).await?;
+    let addr = listener.local_addr();
+    tokio::spawn(async move {
+        while let Ok(conn) = listener.accept().await {
+            tokio::spawn(echo(conn));
+        }
+    });
+    Ok(addr)
+}
+
+/// One round trip on `conn`: [`MESSAGE`] out, its echo back.
+async fn round_trip(conn: &dyn Connection) -> Result<(), BenchError> {
+    conn.send_frame(&MESSAGE)?;
+    let done = conn.recv().await?;
+    if done.buf.as_slice() != MESSAGE {
+        return Err(format!(
+            "an echo of {} bytes differs from the message",
+            done.buf.len()
+        )
+        .into());
+    }
+    conn.post_recv(done.buf)?;
+    Ok(())
+}
+
+/// `n` connections of `transport` to the [`echo_server`] at `addr` (connected and made ready,
+/// not timed) each make their share of `total` round trips, one at a time, all at once: round
+/// trips per second of all of them together. The connections close when it returns.
+pub async fn over_transport(
+    transport: &Arc<dyn Transport>,
+    addr: &str,
+    n: usize,
+    total: usize,
+) -> Result<f64, BenchError> {
+    let mut conns = Vec::with_capacity(n);
+    for _ in 0..n {
+        let conn = transport.connect(addr).await?;
+        post_receives(&*conn)?;
+        conns.push(conn);
+    }
+    for conn in &conns {
+        let ready = conn.recv().await?;
+        conn.post_recv(ready.buf)?;
+    }
+    let each = (total / n).max(1);
+    let timed = per_second(n * each, conns.iter().cloned(), move |conn| async move {
+        for _ in 0..each {
+            round_trip(&*conn).await?;
+        }
+        Ok(())
+    })
+    .await;
+    for conn in &conns {
+        conn.close();
+    }
+    timed
+}
+
+/// As [`over_transport`], between `n` client tasks of the current runtime and `n` server
+/// tasks on `server`, over tokio channels (a bounded channel of one message each way).
+pub async fn over_channels(server: &Handle, n: usize, total: usize) -> Result<f64, BenchError> {
+    let mut ends = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (to_server, mut from_client) = mpsc::channel::<Vec<u8>>(1);
+        let (to_client, from_server) = mpsc::channel::<Vec<u8>>(1);
+        server.spawn(async move {
+            while let Some(message) = from_client.recv().await {
+                if to_client.send(message).await.is_err() {
+                    return;
+                }
+            }
+        });
+        ends.push((to_server, from_server));
+    }
+    let each = (total / n).max(1);
+    per_second(n * each, ends, move |(to, mut from)| async move {
+        for _ in 0..each {
+            to.send(MESSAGE.to_vec()).await?;
+            let echo = from.recv().await.ok_or("the server task ended")?;
+            if echo != MESSAGE {
+                return Err("an echo differs from the message".into());
+            }
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Runs `client` for each of `clients` on tasks of the current runtime, all at once: `count`
+/// round trips in all, per second.
+async fn per_second<C, F, Fut>(
+    count: usize,
+    clients: impl IntoIterator<Item = C>,
+    client: F,
+) -> Result<f64, BenchError>
+where
+    F: Fn(C) -> Fut,
+    Fut: std::future::Future<Output = Result<(), BenchError>> + Send + 'static,
+{
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in clients {
+        tasks.spawn(client(c));
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    Ok(count as f64 / start.elapsed().as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rdma_rpc_core::transport::mem::MemTransport;
+    use rdma_rpc_core::transport::Transport;
+
+    use super::{echo_server, over_channels, over_transport};
+
+    #[tokio::test]
+    async fn every_client_gets_its_echoes_over_a_transport_and_over_channels() {
+        let transport: Arc<dyn Transport> = Arc::new(MemTransport::new());
+        let addr = echo_server(transport.clone(), "mem://").await.unwrap();
+        let rate = over_transport(&transport, &addr, 3, 30).await.unwrap();
+        assert!(rate.is_finite() && rate > 0.0, "{rate}");
+        let rate = over_channels(&tokio::runtime::Handle::current(), 3, 30)
+            .await
+            .unwrap();
+        assert!(rate.is_finite() && rate > 0.0, "{rate}");
+    }
+}
