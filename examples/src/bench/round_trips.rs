@@ -138,8 +138,8 @@ pub async fn over_channels(server: &Handle, n: usize, total: usize) -> Result<f6
 }
 
 /// Runs `client` for each of `clients` on tasks of the current runtime, all at once: `count`
-/// round trips in all, per second.
-async fn per_second<C, F, Fut>(
+/// round trips (or calls) in all, per second.
+pub(super) async fn per_second<C, F, Fut>(
     count: usize,
     clients: impl IntoIterator<Item = C>,
     client: F,

@@ -6,7 +6,6 @@
 //! clients: how much of what 1,000 connections cost is there before the RPC layers begin.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use rdma_rpc_core::transport::doca::{DocaConfig, DocaTransport};
@@ -285,22 +284,17 @@ pub async fn calls_per_second(
     while let Some(done) = warm.join_next().await {
         done??;
     }
-    let start = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for client in clients {
+    super::round_trips::per_second(each * n, clients, |client| {
         let data = data.clone();
-        tasks.spawn(async move {
+        async move {
             for _ in 0..each {
                 let len = Len { len: 64 };
                 client.send_bytes(len, data.clone()).await?;
             }
-            Ok::<(), BenchError>(())
-        });
-    }
-    while let Some(done) = tasks.join_next().await {
-        done??;
-    }
-    Ok((each * n) as f64 / start.elapsed().as_secs_f64())
+            Ok(())
+        }
+    })
+    .await
 }
 
 #[cfg(test)]
