@@ -46,17 +46,51 @@ async fn echo(conn: Arc<dyn Connection>) {
     }
 }
 
+/// A server that echoes every message of its connections: it stops accepting (and lets its
+/// listener and transport go) when dropped; its connections end as their clients close them.
+#[derive(Debug)]
+pub struct EchoServer {
+    /// Where it listens.
+    pub addr: String,
+    /// The accepting task (taken by `stop`).
+    accepting: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl EchoServer {
+    /// Stops accepting, and returns once the listener is gone.
+    pub async fn stop(mut self) {
+        if let Some(task) = self.accepting.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for EchoServer {
+    fn drop(&mut self) {
+        if let Some(task) = &self.accepting {
+            task.abort();
+        }
+    }
+}
+
 /// Listens on `bind` with `transport` and echoes every connection's messages, on tasks of the
-/// current runtime, until the process ends; returns the address to connect to.
-pub async fn echo_server(transport: Arc<dyn Transport>, bind: &str) -> Result<String, BenchError> {
+/// current runtime.
+pub async fn echo_server(
+    transport: Arc<dyn Transport>,
+    bind: &str,
+) -> Result<EchoServer, BenchError> {
     let listener = transport.listen(bind).await?;
     let addr = listener.local_addr();
-    tokio::spawn(async move {
+    let accepting = tokio::spawn(async move {
         while let Ok(conn) = listener.accept().await {
             tokio::spawn(echo(conn));
         }
     });
-    Ok(addr)
+    Ok(EchoServer {
+        addr,
+        accepting: Some(accepting),
+    })
 }
 
 /// One round trip on `conn`: [`MESSAGE`] out, its echo back.
@@ -169,11 +203,17 @@ mod tests {
     use super::{echo_server, over_channels, over_transport};
 
     #[tokio::test]
-    async fn every_client_gets_its_echoes_over_a_transport_and_over_channels() {
+    async fn every_client_gets_its_echoes_and_a_stopped_server_accepts_no_more() {
         let transport: Arc<dyn Transport> = Arc::new(MemTransport::new());
-        let addr = echo_server(transport.clone(), "mem://").await.unwrap();
+        let server = echo_server(transport.clone(), "mem://").await.unwrap();
+        let addr = server.addr.clone();
         let rate = over_transport(&transport, &addr, 3, 30).await.unwrap();
         assert!(rate.is_finite() && rate > 0.0, "{rate}");
+        server.stop().await;
+        assert!(
+            transport.connect(&addr).await.is_err(),
+            "a stopped echo server still accepts"
+        );
         let rate = over_channels(&tokio::runtime::Handle::current(), 3, 30)
             .await
             .unwrap();

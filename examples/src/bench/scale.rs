@@ -188,7 +188,8 @@ pub async fn doca_connections(server: &Handle, quick: bool) -> Result<ScaleFigur
             channels: [0.0; 2],
         };
         let (server_t, client_t) = transports()?;
-        let addr = server
+        // Stops accepting when dropped, at the end of the round, and lets its transport go.
+        let echo = server
             .spawn(super::round_trips::echo_server(
                 server_t,
                 "doca://127.0.0.1:0",
@@ -197,7 +198,7 @@ pub async fn doca_connections(server: &Handle, quick: bool) -> Result<ScaleFigur
         for (i, n) in BASELINE_CONNECTIONS.into_iter().enumerate() {
             let total = total_calls(quick);
             round.transport[i] =
-                super::round_trips::over_transport(&client_t, &addr, n, total).await?;
+                super::round_trips::over_transport(&client_t, &echo.addr, n, total).await?;
             round.channels[i] = super::round_trips::over_channels(server, n, total).await?;
         }
         rounds.push(round);

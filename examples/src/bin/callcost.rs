@@ -307,7 +307,16 @@ async fn many(options: &Options, n: usize) -> Result<(), BenchError> {
 async fn beneath(options: &Options, n: usize) -> Result<(), BenchError> {
     let (rate, what, threads) = if options.raw {
         let (transport, bind) = transport_of(options, n)?;
-        let serve = round_trips::echo_server(transport.clone(), bind);
+        let serve = {
+            let transport = transport.clone();
+            async move {
+                let server = round_trips::echo_server(transport, bind).await?;
+                let addr = server.addr.clone();
+                // It serves until the process ends.
+                std::mem::forget(server);
+                Ok::<_, BenchError>(addr)
+            }
+        };
         let (addr, threads) = start_server(options, serve).await?;
         let rate = round_trips::over_transport(&transport, &addr, n, options.calls).await?;
         (rate, format!("over {bind}, the transport alone"), threads)
