@@ -12,6 +12,7 @@
 //! CPU samples post receives after establishment, never on a context with no connection).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -38,53 +39,80 @@ struct Arrival {
     imm: Option<u32>,
 }
 
+/// In this order (`repr(C)`), behind its lock word, in the line-aligned `ConnShared::state`:
+/// what every message and every posted receive reads (the posted receives, the reservation,
+/// `taken` and the error's tag) comes first, in the lock's own cache line. Laid out by the
+/// compiler, the error's tag fell in the next line, and with 1,000 connections each message
+/// missed the cache twice on the state before anything else.
+#[repr(C)]
 struct ConnState {
-    error: Option<Error>,
+    posted: VecDeque<RegisteredBuf>,
     /// Staging receives of the context this connection reserved: the most receives it had
     /// posted at once (at least one), so never fewer than the credits its peer may hold.
     reserved: usize,
-    posted: VecDeque<RegisteredBuf>,
-    arrived: VecDeque<Arrival>,
-    next_seq: u64,
     /// The application posted a receive. Until then it is still taking the connection (a
     /// server accepting it): the peer's first message, its handshake, may come first and
     /// waits for that receive without the RNR budget, which would otherwise end connections
     /// that a busy server takes late (a burst of a thousand connects on a loaded machine).
     taken: bool,
+    /// Bytes of the context's staging receives (`Receives::slot_size`), copied here so that
+    /// a posted receive is checked against them in this line.
+    slot_size: u32,
+    error: Option<Error>,
+    arrived: VecDeque<Arrival>,
+    next_seq: u64,
 }
 
+/// A value that starts a cache line.
+#[repr(align(64))]
+struct LineAligned<T>(T);
+
 /// The state of one connection shared by its application handle and the owner.
+///
+/// Laid out in cache lines (`repr(C)`; the state and the completions start lines of their
+/// own): the first holds what every operation reads without a lock (the engine, the id, and
+/// whether the connection failed); the next, the lock of the receive state and what each
+/// message reads under it (see `ConnState`); then the completions (see `RecvQueue`). With
+/// 1,000 connections a message touches each of them once, and each costs a cache miss.
+#[repr(C)]
 pub(in super::super) struct ConnShared {
-    pub(in super::super) id: ConnId,
-    pub(in super::super) peer: String,
     pub(in super::super) engine: Arc<EngineShared>,
-    state: Mutex<ConnState>,
-    pub(in super::super) completions: RecvQueue,
+    pub(in super::super) id: ConnId,
+    /// Set (under the state's lock) with the state's error: lets an operation check that the
+    /// connection has not failed without taking the lock.
+    failed: AtomicBool,
     pub(in super::super) closed: watch::Sender<bool>,
+    pub(in super::super) peer: String,
+    state: LineAligned<Mutex<ConnState>>,
+    pub(in super::super) completions: RecvQueue,
 }
 
 impl ConnShared {
     pub(super) fn new(id: ConnId, peer: String, engine: Arc<EngineShared>) -> Arc<ConnShared> {
+        // Staging receives are at most `MAX_BUFFER` (1 GiB) each.
+        let slot_size = u32::try_from(engine.receives.slot_size).unwrap_or(u32::MAX);
         Arc::new(ConnShared {
-            id,
-            peer,
             engine,
-            state: Mutex::new(ConnState {
-                error: None,
-                reserved: 1,
+            id,
+            failed: AtomicBool::new(false),
+            closed: watch::channel(false).0,
+            peer,
+            state: LineAligned(Mutex::new(ConnState {
                 posted: VecDeque::new(),
+                reserved: 1,
+                taken: false,
+                slot_size,
+                error: None,
                 arrived: VecDeque::new(),
                 next_seq: 0,
-                taken: false,
-            }),
+            })),
             completions: RecvQueue::new(),
-            closed: watch::channel(false).0,
         })
     }
 
     /// The error the connection ended with (or a generic one while it is alive).
     pub(in super::super) fn error(&self) -> Error {
-        match &lock(&self.state).error {
+        match &lock(&self.state.0).error {
             Some(e) => e.duplicate(),
             None => Error::ConnectionClosed {
                 peer: self.peer.clone(),
@@ -94,26 +122,30 @@ impl ConnShared {
     }
 
     pub(in super::super) fn current_error(&self) -> Option<Error> {
-        lock(&self.state).error.as_ref().map(Error::duplicate)
+        if !self.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        lock(&self.state.0).error.as_ref().map(Error::duplicate)
     }
 
     /// Messages that arrived before a receive was posted for them, kept until one is (for
     /// tests that must see a message arrive early).
     #[cfg(test)]
     pub(in super::super) fn early_messages(&self) -> usize {
-        lock(&self.state).arrived.len()
+        lock(&self.state.0).arrived.len()
     }
 
     /// Records the first error: posted receives are dropped and `closed` resolves. Returns
     /// whether this was the first error.
     pub(in super::super) fn fail(&self, err: Error) -> bool {
         let (posted, arrived) = {
-            let mut st = lock(&self.state);
+            let mut st = lock(&self.state.0);
             if st.error.is_some() {
                 return false;
             }
             tracing::debug!(peer = %self.peer, error = %err, "DOCA connection in error");
             st.error = Some(err);
+            self.failed.store(true, Ordering::Release);
             (
                 std::mem::take(&mut st.posted),
                 std::mem::take(&mut st.arrived),
@@ -136,17 +168,16 @@ impl ConnShared {
     /// earlier peak reserves one more staging receive of the context first (the peer may
     /// now hold one more credit), or fails if the context has none left to reserve.
     pub(in super::super) fn post_recv(&self, buf: RegisteredBuf) -> Result<()> {
-        let receives = &self.engine.receives;
-        if buf.capacity() > receives.slot_size {
+        let mut st = lock(&self.state.0);
+        if buf.capacity() > st.slot_size as usize {
             // The peer is told it may send this much, and DOCA's receives hold less.
             return Err(Error::LimitExceeded {
                 limit: "DocaConfig::max_recv_size (a receive larger than the DOCA transport's \
                         staging receives: raise max_recv_size or lower max_frame)",
-                max: receives.slot_size as u64,
+                max: u64::from(st.slot_size),
                 actual: buf.capacity() as u64,
             });
         }
-        let mut st = lock(&self.state);
         if let Some(e) = &st.error {
             return Err(e.duplicate());
         }
@@ -162,6 +193,7 @@ impl ConnShared {
             }
             None => {
                 if st.posted.len() >= st.reserved {
+                    let receives = &self.engine.receives;
                     if !receives.reserve(1) {
                         return Err(Error::LimitExceeded {
                             limit: "DocaConfig::recv_queue_size (staging receives of one DOCA \
@@ -185,7 +217,7 @@ impl ConnShared {
 
     /// The staging receives this connection reserved, given back once (it ended).
     pub(super) fn give_back_reserved(&self) -> usize {
-        std::mem::take(&mut lock(&self.state).reserved)
+        std::mem::take(&mut lock(&self.state.0).reserved)
     }
 
     fn fill(
@@ -217,7 +249,7 @@ impl ConnShared {
     /// (none for the first message of a connection its application has not taken yet: see
     /// `ConnState::taken`; a second one before then has the RNR budget as any other).
     fn on_message(&self, data: &[u8], opcode: RecvOpcode, imm: Option<u32>) -> Option<u64> {
-        let mut st = lock(&self.state);
+        let mut st = lock(&self.state.0);
         if st.error.is_some() {
             return None;
         }
@@ -246,7 +278,7 @@ impl ConnShared {
     /// The deadline of the early message `seq` passed: receiver not ready, unless a buffer
     /// was posted for it meanwhile.
     fn expire(&self, seq: u64, rnr: Duration) {
-        let expired = lock(&self.state)
+        let expired = lock(&self.state.0)
             .arrived
             .front()
             .is_some_and(|a| a.seq <= seq);
@@ -474,5 +506,60 @@ impl Staging {
         }
         // SAFETY: its completion was just delivered, and it was not resubmitted.
         drop(unsafe { task.completed() }.0);
+    }
+}
+
+#[cfg(test)]
+mod layout {
+    use std::collections::VecDeque;
+    use std::mem::{align_of, offset_of, size_of_val};
+    use std::sync::Mutex;
+
+    use super::{ConnShared, ConnState, LineAligned};
+
+    /// What an operation reads without the lock is in the connection's first cache line, and
+    /// what a message reads under the lock in the lock's own line (see `ConnShared`).
+    #[test]
+    fn a_connections_hot_fields_share_their_cache_lines() {
+        assert_eq!(align_of::<ConnShared>(), 64);
+        for (what, at, len) in [
+            ("engine", offset_of!(ConnShared, engine), 8),
+            ("id", offset_of!(ConnShared, id), 8),
+            ("failed", offset_of!(ConnShared, failed), 1),
+        ] {
+            assert!(at + len <= 64, "{what} at {at} is past the first line");
+        }
+        assert_eq!(offset_of!(ConnShared, state) % 64, 0);
+        let state = LineAligned(Mutex::new(ConnState {
+            posted: VecDeque::new(),
+            reserved: 1,
+            taken: false,
+            slot_size: 64,
+            error: None,
+            arrived: VecDeque::new(),
+            next_seq: 0,
+        }));
+        let line = std::ptr::from_ref(&state) as usize;
+        assert_eq!(line % 64, 0);
+        let st = state.0.lock().unwrap();
+        let at = |field: *const u8| field as usize - line;
+        // Where in its 8 bytes and more `Option<Error>` keeps its tag is the compiler's
+        // choice; the error begins in the line.
+        for (what, offset, len) in [
+            (
+                "posted",
+                at(std::ptr::from_ref(&st.posted).cast()),
+                size_of_val(&st.posted),
+            ),
+            ("reserved", at(std::ptr::from_ref(&st.reserved).cast()), 8),
+            ("taken", at(std::ptr::from_ref(&st.taken).cast()), 1),
+            ("slot_size", at(std::ptr::from_ref(&st.slot_size).cast()), 4),
+            ("error", at(std::ptr::from_ref(&st.error).cast()), 8),
+        ] {
+            assert!(
+                offset + len <= 64,
+                "{what} at {offset} is past the lock's line"
+            );
+        }
     }
 }
