@@ -22,10 +22,10 @@ use crate::error::{Error, Result};
 ///
 /// Laid out for a connection that is one of many: a connection with one message at a time
 /// (the common case) keeps it in `QueueState::oldest`, next to the lock, instead of in the
-/// `VecDeque`'s own memory, whose ring moves on by one slot with every message; and the
-/// lock, what a push and a poll read under it, and `quiet` start a cache line together
-/// (`repr(C, align(64))`). With 1,000 connections each of those was a cache miss of its own
-/// per message.
+/// `VecDeque`'s own memory, whose ring moves on by one slot with every message; and `quiet`,
+/// the lock and that completion start a cache line together (`repr(C, align(64))`; the
+/// completion runs into the next line, with the waiters). With 1,000 connections each of
+/// those places was a cache miss of its own per message.
 #[repr(C, align(64))]
 pub(crate) struct RecvQueue {
     quiet: Quiet,

@@ -41,9 +41,10 @@ struct Arrival {
 
 /// In this order (`repr(C)`), behind its lock word, in the line-aligned `ConnShared::state`:
 /// what every message and every posted receive reads (the posted receives, the reservation,
-/// `taken` and the error's tag) comes first, in the lock's own cache line. Laid out by the
-/// compiler, the error's tag fell in the next line, and with 1,000 connections each message
-/// missed the cache twice on the state before anything else.
+/// `taken`, the staging receive size, and the start of the error, which a message checks)
+/// comes first, in the lock's own cache line (`a_connections_hot_fields_share_their_cache_lines`).
+/// Laid out by the compiler, the error fell in the next line, and with 1,000 connections each
+/// message missed the cache twice on the state before anything else.
 #[repr(C)]
 struct ConnState {
     posted: VecDeque<RegisteredBuf>,
