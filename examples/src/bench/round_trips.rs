@@ -57,6 +57,13 @@ pub struct EchoServer {
 }
 
 impl EchoServer {
+    /// Lets it serve until the process ends; returns where it listens.
+    pub fn detach(mut self) -> String {
+        // Dropping a task's handle leaves the task running.
+        drop(self.accepting.take());
+        std::mem::take(&mut self.addr)
+    }
+
     /// Stops accepting, and returns once the listener is gone.
     pub async fn stop(mut self) {
         if let Some(task) = self.accepting.take() {

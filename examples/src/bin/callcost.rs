@@ -311,10 +311,7 @@ async fn beneath(options: &Options, n: usize) -> Result<(), BenchError> {
             let transport = transport.clone();
             async move {
                 let server = round_trips::echo_server(transport, bind).await?;
-                let addr = server.addr.clone();
-                // It serves until the process ends.
-                std::mem::forget(server);
-                Ok::<_, BenchError>(addr)
+                Ok::<_, BenchError>(server.detach())
             }
         };
         let (addr, threads) = start_server(options, serve).await?;
