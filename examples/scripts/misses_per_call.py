@@ -6,11 +6,15 @@ With many connections a call's cost is its cache misses more than its instructio
 (`--cache-sim=yes`, the last level sized as the machine's L2); two runs with different call
 counts cancel out setup and teardown, as for the instruction count (see
 `examples/src/bin/callcost.rs` for the commands). Given a second pair of runs (another
-build), it prints the difference by function instead.
+build), it prints the difference by function instead. With `--lines`, by source line
+instead of by function: code inlined into a function counts at its own file and line, so a
+line of a hash table's lookup says which table's lookup it was only by the function named
+after it. With 1,000 connections the misses are a long tail of lines that each touch one
+per-connection structure once; this view shows which.
 
 usage:
-  misses_per_call.py SMALL LARGE CALLS_BETWEEN [ROWS]
-  misses_per_call.py SMALL LARGE OTHER_SMALL OTHER_LARGE CALLS_BETWEEN [ROWS]
+  misses_per_call.py [--lines] SMALL LARGE CALLS_BETWEEN [ROWS]
+  misses_per_call.py [--lines] SMALL LARGE OTHER_SMALL OTHER_LARGE CALLS_BETWEEN [ROWS]
 
 Figures are per call: Ir (instructions), and last-level misses (data reads, data writes and
 instruction reads that missed the simulated last level). Run-to-run noise of the total is
@@ -18,6 +22,7 @@ about 3 misses per call with 1,000 connections: compare two pairs of each build 
 trusting a smaller difference.
 """
 
+import os
 import re
 import subprocess
 import sys
@@ -75,9 +80,71 @@ def by_function(path):
     return costs
 
 
-def per_call(small, large, calls):
-    """Function -> [Ir, misses] per call, and the totals per call."""
-    a, b = by_function(small), by_function(large)
+def by_line(path):
+    """`file:line (function)` -> [Ir, LL misses] (self cost), read from the callgrind file
+    itself: `callgrind_annotate` gives lines only for files it can open, and names inlined
+    code's lines after the function they were inlined into."""
+    names = {}
+    costs = defaultdict(lambda: [0, 0])
+    index = None
+    file = inlined = function = None
+    line = 0
+    call_cost = False
+
+    def name(kind, text):
+        # `(id) name` defines a compressed name, `(id)` refers to one.
+        m = re.match(r"\((\d+)\)(?:\s+(.*))?", text)
+        if not m:
+            return text
+        if m.group(2):
+            names[(kind, m.group(1))] = m.group(2)
+        return names.get((kind, m.group(1)), "?")
+
+    with open(path) as f:
+        for raw in f:
+            text = raw.rstrip("\n")
+            if text.startswith("events:"):
+                events = text.split()[1:]
+                index = [events.index(e) for e in EVENTS]
+            elif text.startswith("fl="):
+                file, inlined = name("file", text[3:]), None
+            elif text.startswith(("fi=", "fe=")):
+                inlined = name("file", text[3:])
+            elif text.startswith("fn="):
+                function = name("fn", text[3:])
+            elif text.startswith(("cfi=", "cfl=")):
+                name("file", text[4:])
+            elif text.startswith("cfn="):
+                name("fn", text[4:])
+            elif text.startswith("calls="):
+                # The next cost line is the call's inclusive cost, not this line's own.
+                call_cost = True
+            elif text and (text[0].isdigit() or text[0] in "+-*"):
+                fields = text.split()
+                position = fields[0]
+                if position[0] in "+-":
+                    line += int(position)
+                elif position != "*":
+                    line = int(position)
+                if call_cost:
+                    call_cost = False
+                    continue
+                values = [int(x) for x in fields[1:]]
+                values += [0] * (len(events) - len(values))
+                own = [values[i] for i in index]
+                where = re.sub(r"^/rustc/[0-9a-f]+/", "", inlined or file)
+                where = where.removeprefix(os.getcwd() + "/")
+                key = f"{where}:{line} ({function})"
+                costs[key][0] += own[0]
+                costs[key][1] += sum(own[1:])
+    if index is None:
+        sys.exit(f"{path}: not a callgrind output file")
+    return costs
+
+
+def per_call(small, large, calls, by=by_function):
+    """Function (or line) -> [Ir, misses] per call, and the totals per call."""
+    a, b = by(small), by(large)
     zero = [0, 0]
     rows = {
         k: [(b.get(k, zero)[i] - a.get(k, zero)[i]) / calls for i in (0, 1)]
@@ -90,24 +157,27 @@ def per_call(small, large, calls):
 
 
 def main(argv):
+    by, what = by_function, "function"
+    if argv[:1] == ["--lines"]:
+        by, what, argv = by_line, "file:line (function)", argv[1:]
     if len(argv) in (3, 4):
         small, large, calls = argv[0], argv[1], float(argv[2])
         rows_n = int(argv[3]) if len(argv) == 4 else 30
-        rows, ir, misses = per_call(small, large, calls)
+        rows, ir, misses = per_call(small, large, calls, by)
         print(f"per call: {ir:,.1f} instructions, {misses:.1f} last-level misses")
-        print(f"{'misses':>7} {'Ir':>8}  function")
+        print(f"{'misses':>7} {'Ir':>8}  {what}")
         for name, (fir, fm) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:rows_n]:
             print(f"{fm:7.1f} {fir:8.0f}  {name[:140]}")
     elif len(argv) in (5, 6):
         calls = float(argv[4])
         rows_n = int(argv[5]) if len(argv) == 6 else 30
-        before, ir_a, miss_a = per_call(argv[0], argv[1], calls)
-        after, ir_b, miss_b = per_call(argv[2], argv[3], calls)
+        before, ir_a, miss_a = per_call(argv[0], argv[1], calls, by)
+        after, ir_b, miss_b = per_call(argv[2], argv[3], calls, by)
         print(
             f"per call: {ir_a:,.1f} -> {ir_b:,.1f} instructions, "
             f"{miss_a:.1f} -> {miss_b:.1f} last-level misses"
         )
-        print(f"{'change':>7} {'misses':>15} {'Ir':>17}  function")
+        print(f"{'change':>7} {'misses':>15} {'Ir':>17}  {what}")
         names = set(before) | set(after)
         zero = [0.0, 0.0]
         diffs = sorted(

@@ -45,13 +45,25 @@
 //!
 //! The script prints the totals per call and the misses by function; given the pair of
 //! another build before the call count, the difference by function. Two pairs of the same
-//! build differ by about 3 misses per call with 1,000 connections.
+//! build differ by about 3 misses per call with 1,000 connections. With `--lines` first it
+//! prints them by source line instead (run it from the workspace's root for short paths).
 //!
 //! With `--split` the server runs on a thread of its own, as in the benchmark's default
 //! `split` mode: its many-connection figures for one connection count at a time, without the
 //! rest of the benchmark (under `perf record`, for example). `--raw` and `--channels` measure
 //! its baselines beneath the framework instead (`bench::round_trips`): 64 B echoes over the
-//! transport alone, and between tokio tasks over channels.
+//! transport alone, and between tokio tasks over channels. Where the CPU goes with few and with
+//! many connections, by layer (the provider, the DOCA transport, the RPC layers, copies, the
+//! kernel) and by thread, from two `perf record` runs per count:
+//!
+//! ```sh
+//! for c in 64 1000; do for n in 200000 600000; do
+//!   perf record -q -F 2999 -o pf.$c.$n.data target/perf/callcost --split --calls $n \
+//!     --connections $c --transport doca
+//! done; done
+//! python3 examples/scripts/cpu_by_layer.py 400000 \
+//!   pf.64.200000.data pf.64.600000.data pf.1000.200000.data pf.1000.600000.data
+//! ```
 //!
 //! Instructions are not the whole cost: an atomic read-modify-write (every lock and unlock,
 //! reference count and task wake) took about 7 ns on the VM of earlier sessions, the time of
