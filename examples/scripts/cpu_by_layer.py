@@ -23,7 +23,9 @@ wall time is about half). A sample counts in its own function only: a copy is "c
 whoever made it. The layers:
 
   provider          the DOCA software provider (doca-sys), the emulated NIC
-  provider lock     waiting for the provider's one lock (std's mutex spinning or sleeping)
+  lock waits        std's mutex spinning (`lock_contended`) and futex calls: over `doca://`
+                    the provider's one lock (docs/doca.md, "Beneath the framework"), but
+                    any contended lock or parked thread counts here
   doca transport    rdma-rpc-core's DOCA transport, and the receive queues transports share
   rpc layers        the rest of rdma-rpc-core: client, server, session, protocol, memory
   copies            memcpy / memmove / memset
@@ -39,7 +41,7 @@ import sys
 
 def layer(symbol, dso):
     if "lock_contended" in symbol or "futex" in symbol.lower():
-        return "provider lock"
+        return "lock waits"
     if dso.startswith("[kernel"):
         return "kernel"
     if "doca_sys::software" in symbol or symbol.startswith("doca_"):
