@@ -164,35 +164,43 @@ impl Inner {
     /// first poll here then returns at once.
     pub(super) async fn event(&self, id: u64, reader_elsewhere: bool) -> Option<ServerEvent> {
         let mut reader_elsewhere = reader_elsewhere;
-        std::future::poll_fn(|cx| {
-            // Sent and set to wait in this same poll while another call read: nothing to
-            // look at yet (`try_send_inline`).
-            if std::mem::take(&mut reader_elsewhere) {
-                return Poll::Pending;
-            }
-            // The event may be there already (another call's task read it): then nothing
-            // is read. Otherwise the call reads, unless another call does (see `session`).
-            let mut locked = self.session.lock();
-            if let Poll::Ready(event) = locked.proto.poll_event(id, cx) {
+        std::future::poll_fn(|cx| self.poll_event(id, &mut reader_elsewhere, cx)).await
+    }
+
+    /// [`event`](Inner::event) as a poll, for a call written as a future of its own
+    /// (`call::SentCall`): `reader_elsewhere` is taken on the first poll.
+    pub(super) fn poll_event(
+        &self,
+        id: u64,
+        reader_elsewhere: &mut bool,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<ServerEvent>> {
+        // Sent and set to wait in this same poll while another call read: nothing to look at
+        // yet (`try_send_inline`).
+        if std::mem::take(reader_elsewhere) {
+            return Poll::Pending;
+        }
+        // The event may be there already (another call's task read it): then nothing is
+        // read. Otherwise the call reads, unless another call does (see `session`).
+        let mut locked = self.session.lock();
+        if let Poll::Ready(event) = locked.proto.poll_event(id, cx) {
+            self.session.hand_off(&mut locked, id);
+            return Poll::Ready(event);
+        }
+        if self.session.another_reads(&locked, id) {
+            return Poll::Pending;
+        }
+        self.session.set_reader(&mut locked, Some(id), cx.waker());
+        drop(locked);
+        let _ = self.session.poll_frames(cx, &mut |_, _| {});
+        let mut locked = self.session.lock();
+        match locked.proto.poll_event(id, cx) {
+            Poll::Ready(event) => {
                 self.session.hand_off(&mut locked, id);
-                return Poll::Ready(event);
+                Poll::Ready(event)
             }
-            if self.session.another_reads(&locked, id) {
-                return Poll::Pending;
-            }
-            self.session.set_reader(&mut locked, Some(id), cx.waker());
-            drop(locked);
-            let _ = self.session.poll_frames(cx, &mut |_, _| {});
-            let mut locked = self.session.lock();
-            match locked.proto.poll_event(id, cx) {
-                Poll::Ready(event) => {
-                    self.session.hand_off(&mut locked, id);
-                    Poll::Ready(event)
-                }
-                Poll::Pending => Poll::Pending,
-            }
-        })
-        .await
+            Poll::Pending => Poll::Pending,
+        }
     }
 
     pub(super) async fn ping(&self) -> Result<Duration, Status> {

@@ -13,7 +13,8 @@
 //! ([`ClientBuilder::connect_balanced`], see [`balance`]).
 //!
 //! Files: `config.rs` (settings, the builder, dialling), `connection.rs` (one connection: its
-//! handshake, the task that reads it, pings, the goodbye), `call.rs` (what a call does),
+//! handshake, the task that reads it, pings, the goodbye), `call.rs` (what a call does), `post.rs`
+//! (building and sending a request), `sent.rs` (a small send's own future),
 //! `stream.rs` (streaming calls), `reconnect.rs` (the backoff), `balance/` (several
 //! servers).
 
@@ -25,6 +26,7 @@ mod copies;
 mod post;
 mod read_stream;
 mod reconnect;
+mod sent;
 mod stream;
 
 pub use config::{ClientBuilder, ClientConfig};

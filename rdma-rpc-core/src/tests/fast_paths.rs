@@ -274,6 +274,68 @@ async fn abandoned_reads_keep_their_window_until_the_response() {
     abandoned_reads_keep_their_window_until_the_response_on(&tcp_backend()).await;
 }
 
+/// The response to a send of `len` bytes, all of them as sent.
+fn received(id: u64, len: usize) -> ResponseFrame {
+    let message = TestResponse {
+        len: len as u64,
+        exact: true,
+        ..Default::default()
+    };
+    ResponseFrame {
+        id,
+        metadata: Bytes::from(prost::Message::encode_to_vec(&message)),
+        ..Default::default()
+    }
+}
+
+/// A small send goes at once and waits in a future of its own (`client::sent`): a caller that
+/// gives up (its task is aborted while the call waits) tells the server with a cancel, the
+/// server's late response to it is ignored, and the connection serves the next send. The
+/// server is played by hand, so that it answers exactly when the test says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_send_given_up_is_cancelled_and_its_late_response_ignored() {
+    let server = RawServer::start(&tcp_backend()).await;
+    let (client, channel) = server.client(honest_ack()).await;
+    let send_call = |seed| {
+        let client = client.clone();
+        tokio::spawn(async move { inbound(&client, MSG_SEND, 100, seed).await })
+    };
+    let given_up = send_call(1);
+    let r = request(&channel).await;
+    assert_eq!(
+        r.inline_payload.as_ref().map(Bytes::len),
+        Some(100),
+        "the payload went inline"
+    );
+    given_up.abort();
+    let aborted = bounded("the aborted call", given_up).await.unwrap_err();
+    assert!(aborted.is_cancelled(), "{aborted}");
+    let cancel = async {
+        loop {
+            match channel.recv().await.unwrap().kind {
+                Some(Kind::Cancel(c)) => return c.id,
+                None => continue,
+                other => panic!("expected the cancel of the call given up, got {other:?}"),
+            }
+        }
+    };
+    let cancelled = bounded("the cancel of the call given up", cancel).await;
+    assert_eq!(cancelled, r.id, "the cancel names the call given up");
+    // The late response finds no call; the next send is served as usual.
+    send(&channel, Kind::Response(received(r.id, 100))).await;
+    let next = send_call(2);
+    let r2 = request(&channel).await;
+    assert_ne!(r2.id, r.id, "a new call");
+    send(&channel, Kind::Response(received(r2.id, 100))).await;
+    let got = bounded("the next send", next).await.unwrap().unwrap();
+    assert!(got.exact && got.len == 100, "{got:?}");
+    assert_eq!(
+        client.stats().calls,
+        1,
+        "only the next send got its response"
+    );
+}
+
 /// Payloads of every size between the inline threshold and past a slot, in both directions,
 /// many at once on one connection.
 pub(crate) async fn concurrent_mixed_sizes_on(b: &Backend) {
