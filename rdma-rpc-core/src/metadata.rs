@@ -132,6 +132,11 @@ impl Metadata {
         self.entries
     }
 
+    /// The entries as they travel, for a request that takes them only if it is sent.
+    pub(crate) fn frames_mut(&mut self) -> &mut Vec<MetadataEntry> {
+        &mut self.entries
+    }
+
     /// Metadata a peer sent: checked like the sender's, duplicates refused. The entries are
     /// kept as they came.
     pub(crate) fn from_frames(entries: Vec<MetadataEntry>) -> Result<Metadata, Status> {

@@ -18,14 +18,14 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::Poll;
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::post::{Sending, Sent, Unsent};
-use super::sent::AtOnce;
+use super::sent::{SentCall, TypedCall};
 use super::{CallOptions, Client, Inner};
 use crate::call_box::CallBox;
 use crate::encoded::Encoded;
@@ -40,7 +40,7 @@ use crate::transport::{Descriptor, Fencing, Grant, SendData};
 
 /// What a call sends: bytes (send, write; none for receive, read), or for receive and read
 /// the caller's buffer for the result.
-enum Payload {
+pub(super) enum Payload {
     Data(Option<Bytes>),
     Into(RegisteredBuf),
 }
@@ -194,6 +194,43 @@ fn with_buffer<B: crate::memory::Buffer>(
     }
 }
 
+/// The general path of a typed call that did not go at once (see [`TypedCall`]): the call
+/// built in a block of its thread's cache, `then` applied to its result.
+fn general_call<'a, T: 'a, Then>(
+    client: &'a Client,
+    endpoint: &'a EndpointDef,
+    prepared: Prepared,
+    then: Then,
+) -> CallBox<impl Future<Output = Result<T, Status>> + 'a>
+where
+    Then: FnOnce(Bytes, Bytes) -> Result<T, Status> + 'a,
+{
+    CallBox::new(move || async move {
+        let (message, bytes) = with_bytes(client.call_prepared(endpoint, prepared).await)?;
+        then(message, bytes)
+    })
+}
+
+/// A call whose prologue ran (the interceptors, the metadata's check, its deadline), on its
+/// way: at once (`sent`), or the general way ([`Client::call_prepared`]).
+pub(super) struct Prepared {
+    message: Encoded,
+    payload: Payload,
+    options: CallOptions,
+    timeout: Option<Duration>,
+    /// When the call started, if its deadline or the metrics need it (`None` for a bulk call,
+    /// which `timed` times itself).
+    started: Option<Instant>,
+}
+
+/// How a call started (see [`Client::start`]).
+pub(super) enum Start<'a> {
+    /// A small send, sent: it waits for its response.
+    Sent(SentCall<'a>),
+    /// Any other call, or one that found no room to go at once.
+    Prepared(Prepared),
+}
+
 /// The caller's buffer for the result of a call of `endpoint`, which must return bytes.
 fn result_buffer<B: crate::memory::Buffer>(
     endpoint: &EndpointDef,
@@ -223,44 +260,44 @@ impl Client {
     /// [`CallOptions`], or just a deadline (`None`, `Some(duration)`). Returns the encoded
     /// response message and the bytes. Used by generated clients; see
     /// `codegen::call_inbound` and `codegen::call_outbound`.
-    pub async fn call_raw(
-        &self,
-        endpoint: &EndpointDef,
+    ///
+    /// The call starts when the future is first polled; the future is two cache lines (see
+    /// `call_encoded`).
+    pub fn call_raw<'a>(
+        &'a self,
+        endpoint: &'a EndpointDef,
         message: Bytes,
         data: Option<Bytes>,
         options: impl Into<CallOptions>,
-    ) -> Result<(Bytes, Bytes), Status> {
-        // The call's state (about 1.5 KB) in a block this thread reuses, not inline in every
-        // future around it: see `call_box`.
+    ) -> impl Future<Output = Result<(Bytes, Bytes), Status>> + 'a {
         let options = options.into();
-        let call = || self.call_timed(endpoint, message.into(), Payload::Data(data), options);
-        with_bytes(CallBox::new(call).await)
+        self.call_encoded(endpoint, message.into(), data, options, |message, bytes| {
+            Ok((message, bytes))
+        })
     }
 
     /// [`call_raw`](Client::call_raw) of a message the typed client encoded (a small one in
-    /// place: see `encoded`).
+    /// place: see `encoded`), with `then` (the typed client's decoding) applied to its result.
     ///
-    /// The call is built in its block at once (see `call_box`), not at the first poll, with
-    /// `then` (the typed client's decoding) applied to its result inside: the future returned
-    /// is the block alone, so the typed functions that return it, the generated methods around
-    /// them and every caller's future that awaits one stay small. As `async fn`s the layers
-    /// each kept their arguments and the future of the layer below: a generated method's future
-    /// was 376 bytes, moved into its caller's state with every call, in memory that caller last
-    /// touched a call earlier.
-    pub(crate) fn call_encoded<'a, T: 'a>(
+    /// The future returned is a [`TypedCall`]: a small send goes at once in its first poll and
+    /// waits in a future of one cache line (see `sent`); any other call is built then in a
+    /// block of its thread's cache (see `call_box`), so that the typed functions that return
+    /// it, the generated methods around them and every caller's future that awaits one stay
+    /// small. As `async fn`s the layers each kept their arguments and the future of the layer
+    /// below: a generated method's future was 376 bytes, moved into its caller's state with
+    /// every call, in memory that caller last touched a call earlier.
+    pub(crate) fn call_encoded<'a, T: 'a, Then>(
         &'a self,
         endpoint: &'a EndpointDef,
         message: Encoded,
         data: Option<Bytes>,
         options: CallOptions,
-        then: impl FnOnce(Bytes, Bytes) -> Result<T, Status> + 'a,
-    ) -> CallBox<impl Future<Output = Result<T, Status>> + 'a> {
-        CallBox::new(move || async move {
-            let payload = Payload::Data(data);
-            let (message, bytes) =
-                with_bytes(self.call_timed(endpoint, message, payload, options).await)?;
-            then(message, bytes)
-        })
+        then: Then,
+    ) -> TypedCall<'a, T, Then, impl Future<Output = Result<T, Status>> + 'a>
+    where
+        Then: FnOnce(Bytes, Bytes) -> Result<T, Status> + Unpin + 'a,
+    {
+        TypedCall::new(self, endpoint, message, data, options, then, general_call)
     }
 
     /// Runs one call of a receive or read `endpoint` whose result lands in `dst` (usually a
@@ -287,8 +324,9 @@ impl Client {
         with_buffer(CallBox::new(call).await)
     }
 
-    /// [`call_raw_into`](Client::call_raw_into) of a message the typed client encoded,
-    /// built at once as [`call_encoded`](Client::call_encoded).
+    /// [`call_raw_into`](Client::call_raw_into) of a message the typed client encoded, built
+    /// at once in a block of its thread's cache (see `call_box`): a call whose result lands in
+    /// the caller's buffer never goes at once (see `sent`).
     pub(crate) fn call_encoded_into<'a, B: crate::memory::Buffer + 'a, T: 'a>(
         &'a self,
         endpoint: &'a EndpointDef,
@@ -361,26 +399,96 @@ impl Client {
         }
     }
 
-    /// The outcome of a call sent at once, counted in the metrics.
-    fn counted(
-        &self,
-        endpoint: &EndpointDef,
-        started: Option<Instant>,
-        result: Result<(Bytes, Bytes), Status>,
-    ) -> Result<(Bytes, Received), Status> {
-        let result = result.map(|(message, bytes)| (message, Received::Bytes(bytes)));
-        self.count(endpoint, started, &result);
-        result
-    }
-
-    async fn call_timed(
+    /// A call's prologue: the interceptors, the metadata's check, its deadline and, if needed,
+    /// when it started.
+    fn prepare(
         &self,
         endpoint: &EndpointDef,
         message: Encoded,
         payload: Payload,
         mut options: CallOptions,
-    ) -> Result<(Bytes, Received), Status> {
+    ) -> Result<Prepared, Status> {
         let timeout = self.prologue(endpoint, &mut options)?;
+        let started = (!endpoint.is_bulk()).then(|| started(timeout)).flatten();
+        Ok(Prepared {
+            message,
+            payload,
+            options,
+            timeout,
+            started,
+        })
+    }
+
+    /// Starts a call in a poll of its caller (`waker`): its prologue, then a small send goes
+    /// at once (see `sent`). An error of the send is counted in the metrics, one of the
+    /// prologue is not (the call never started).
+    pub(super) fn start<'a>(
+        &self,
+        endpoint: &'a EndpointDef,
+        message: Encoded,
+        payload: Payload,
+        options: CallOptions,
+        waker: &Waker,
+    ) -> Result<Start<'a>, Status> {
+        let mut call = self.prepare(endpoint, message, payload, options)?;
+        let Prepared {
+            message,
+            payload,
+            options,
+            timeout,
+            started,
+        } = &mut call;
+        if let Payload::Data(data) = payload {
+            if endpoint.op.is_inbound() && !endpoint.is_bulk() {
+                let mut bytes = data.take().unwrap_or_default();
+                let metadata = &mut options.metadata;
+                let sent = self.send_at_once(
+                    endpoint, message, &mut bytes, metadata, *timeout, *started, waker,
+                );
+                if sent.is_err() {
+                    self.count(endpoint, *started, &sent);
+                }
+                if let Some(sent) = sent? {
+                    return Ok(Start::Sent(sent));
+                }
+                *data = Some(bytes);
+            }
+        }
+        Ok(Start::Prepared(call))
+    }
+
+    /// Counts the outcome of a call sent at once in the metrics.
+    pub(super) fn count_sent(&self, call: &SentCall<'_>, result: &Result<(Bytes, Bytes), Status>) {
+        self.count(call.endpoint, call.started, result);
+    }
+
+    /// A call whose result lands in the caller's buffer (receive and read `_into`): never one
+    /// that goes at once.
+    async fn call_timed(
+        &self,
+        endpoint: &EndpointDef,
+        message: Encoded,
+        payload: Payload,
+        options: CallOptions,
+    ) -> Result<(Bytes, Received), Status> {
+        let prepared = self.prepare(endpoint, message, payload, options)?;
+        self.call_prepared(endpoint, prepared).await
+    }
+
+    /// A call whose prologue ran, the general way: a bulk stream whole, or a unary call that
+    /// may wait for room, offer windows and answer grants, within its deadline.
+    async fn call_prepared(
+        &self,
+        endpoint: &EndpointDef,
+        prepared: Prepared,
+    ) -> Result<(Bytes, Received), Status> {
+        let Prepared {
+            message,
+            payload,
+            options,
+            timeout,
+            started,
+        } = prepared;
         if endpoint.is_bulk() {
             return Box::pin(self.timed(
                 endpoint,
@@ -389,27 +497,7 @@ impl Client {
             ))
             .await;
         }
-        let started = started(timeout);
-        // A small send goes at once, in plain code, and waits in a future of one cache line
-        // (see `sent`); any other call, or one that finds no room, takes the general path.
-        let (message, payload, frames) = match payload {
-            Payload::Data(data) if endpoint.op.is_inbound() => {
-                // The caller's waker, for the call to wait with (see `try_send_inline`).
-                let waker = std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
-                let frames = options.metadata.into_frames();
-                match self.send_at_once(endpoint, message, data, frames, timeout, started, waker) {
-                    Ok(AtOnce::Waits(message, data, frames)) => {
-                        (message, Payload::Data(Some(data)), frames)
-                    }
-                    Ok(AtOnce::Sent(call)) => {
-                        let result = call.await;
-                        return self.counted(endpoint, started, result);
-                    }
-                    Err(status) => return self.counted(endpoint, started, Err(status)),
-                }
-            }
-            payload => (message, payload, options.metadata.into_frames()),
-        };
+        let frames = options.metadata.into_frames();
         // The call is built where it is polled from (`pin!` of the async block itself) and
         // raced against its deadline here: handing it to `tokio::time::timeout`, or awaiting
         // it from a local, moved all of it (about 1 KB) on every call, into memory that with
@@ -730,7 +818,7 @@ mod future_sizes {
 
     use bytes::Bytes;
 
-    use super::{CallOptions, Client, Inner, Payload};
+    use super::{CallOptions, Client, Inner, Payload, Prepared};
     use crate::memory::RegisteredBuf;
     use crate::metadata::Metadata;
     use crate::service::EndpointDef;
@@ -755,16 +843,18 @@ mod future_sizes {
     /// (`post_request`, whose locals are not kept across the waits) and its state was put in
     /// a block its thread reuses (`CallBox`): 952 bytes for `call_inner`, 1,488 for
     /// `call_timed` (in the block), 128 for `call_raw` on the toolchain of the time (1,320,
-    /// 1,824 and 1,928 before). `call_timed` is 1,616 since a call's deadline is watched by
+    /// 1,824 and 1,928 before). `call_timed` was 1,616 once a call's deadline was watched by
     /// its connection's timer (the deadline and its flag, and the guard in `call_inner`, in
-    /// exchange for a timer's registration per call). `call_inner` is 1,040 since a call sent
-    /// at once takes its caller's waker first, to start waiting under the lock it is sent under
-    /// (one more `.await`, which saves a lock and a look at the state per call). `call_timed`
-    /// is 1,712 since a small send goes at once and waits in a future of its own (`sent`): the
-    /// wait for the caller's waker holds the call's parts, but the call then waits in 48
-    /// bytes instead of the 1.5 KB of the general path. Growing past
-    /// the bounds below means a new `.await` holds a large future or value on every call's
-    /// path: box it, or keep it out of the loop.
+    /// exchange for a timer's registration per call), and `call_inner` 1,040 once a call sent
+    /// at once took its caller's waker first, to start waiting under the lock it is sent under
+    /// (one more `.await`, which saves a lock and a look at the state per call).
+    ///
+    /// Since a small send goes at once and waits in a future of its own (`sent`), the general
+    /// path is `call_prepared` (1,680 bytes, in the block; the call's prepared parts are its
+    /// arguments), `call_timed` serves only calls whose result lands in the caller's buffer
+    /// (1,832), and `call_raw`'s future is the typed call's (128). Growing past the bounds
+    /// below means a new `.await` holds a large future or value on every call's path: box it,
+    /// or keep it out of the loop.
     #[test]
     fn a_unary_calls_future_stays_small() {
         let raw = returned(
@@ -777,6 +867,9 @@ mod future_sizes {
                 c.call_timed(e, m.into(), Payload::Data(None), CallOptions::default())
             },
         );
+        let prepared = returned(
+            &|(c, e, p): (&'static Client, &'static EndpointDef, Prepared)| c.call_prepared(e, p),
+        );
         let inner =
             returned(
                 &|(i, e, m, md): (&'static Inner, &'static EndpointDef, Bytes, Metadata)| {
@@ -785,16 +878,22 @@ mod future_sizes {
                 },
             );
         assert!(inner <= 1_056, "call_inner's future is {inner} bytes");
-        assert!(timed <= 1_712, "call_timed's future is {timed} bytes");
-        assert!(raw <= 192, "call_raw's future is {raw} bytes");
+        assert!(
+            prepared <= 1_680,
+            "call_prepared's future is {prepared} bytes"
+        );
+        assert!(timed <= 1_832, "call_timed's future is {timed} bytes");
+        assert!(raw <= 128, "call_raw's future is {raw} bytes");
     }
 
-    /// A typed call's future is its call's block and nothing more (a pointer and the block's
-    /// class): the request is encoded and the call built when the future is made, and the
-    /// response is decoded inside the block. It was 376 bytes for a generated send method while
-    /// each layer was an `async fn` holding its arguments and the layer below.
+    /// A typed call's future is small: two cache lines (a [`TypedCall`](super::TypedCall):
+    /// the call's parts until its first poll, then a small send's [`SentCall`](super::SentCall)
+    /// or the general path's block), and a call into the caller's buffer is its block alone (a
+    /// pointer and the block's class). The request is encoded when the future is made, and the
+    /// response is decoded inside it. It was 376 bytes for a generated send method while each
+    /// layer was an `async fn` holding its arguments and the layer below.
     #[test]
-    fn a_typed_calls_future_is_its_block() {
+    fn a_typed_calls_future_is_small() {
         use crate::service::Request;
         use crate::typed::client::{call_inbound, call_outbound, call_outbound_into};
         let block = std::mem::size_of::<usize>() * 3;
@@ -815,10 +914,11 @@ mod future_sizes {
             Request<()>,
             RegisteredBuf,
         )| { call_outbound_into::<(), (), _>(c, e, r, b) });
-        assert_eq!(
-            [inbound, outbound, into],
-            [block; 3],
-            "the futures of call_inbound, call_outbound and call_outbound_into"
+        assert!(inbound <= 128, "call_inbound's future is {inbound} bytes");
+        assert!(
+            outbound <= 128,
+            "call_outbound's future is {outbound} bytes"
         );
+        assert_eq!(into, block, "call_outbound_into's future is its block");
     }
 }

@@ -16,6 +16,7 @@
 //! and takes the general path.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -25,82 +26,77 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use super::call::{Payload, Prepared, Start};
 use super::post::{Sent, Unsent};
-use super::{Client, Inner};
+use super::{CallOptions, Client, Inner};
+use crate::call_box::CallBox;
 use crate::encoded::Encoded;
+use crate::metadata::Metadata;
 use crate::protocol::call::{self, Offered, ResultAt};
 use crate::protocol::connection::ServerEvent;
-use crate::protocol::frames::MetadataEntry;
 use crate::service::EndpointDef;
 use crate::status::Status;
-
-/// What [`Client::send_at_once`] did with a call.
-pub(super) enum AtOnce<'a> {
-    /// Sent: wait for its response.
-    Sent(SentCall<'a>),
-    /// Not sent, nothing taken: the request message, payload and metadata, for the general
-    /// path.
-    Waits(Encoded, Bytes, Vec<MetadataEntry>),
-}
 
 impl Client {
     /// Sends a call of an inbound `endpoint` now, in plain code, if it can go as one request
     /// with its payload inline on the current connection and the window has room: see the
     /// module's documentation. `waker` is the caller's (the call starts to wait for its
     /// response under the lock it is sent under); `started`, when the call started, if its
-    /// deadline or the metrics need it.
-    #[allow(clippy::too_many_arguments)] // the call's parts, each moved once
+    /// deadline or the metrics need it. `None`: nothing was taken (`message`, `data` and
+    /// `metadata` are as they were), the call goes the general way.
+    #[allow(clippy::too_many_arguments)] // the call's parts, each taken only if it is sent
     pub(super) fn send_at_once<'a>(
         &self,
         endpoint: &'a EndpointDef,
-        mut message: Encoded,
-        data: Option<Bytes>,
-        mut frames: Vec<MetadataEntry>,
+        message: &mut Encoded,
+        data: &mut Bytes,
+        metadata: &mut Metadata,
         timeout: Option<Duration>,
         started: Option<Instant>,
-        waker: Waker,
-    ) -> Result<AtOnce<'a>, Status> {
-        let mut data = data.unwrap_or_default();
+        waker: &Waker,
+    ) -> Result<Option<SentCall<'a>>, Status> {
         if self.shared.balance.is_some() {
-            return Ok(AtOnce::Waits(message, data, frames));
+            return Ok(None);
         }
         let inner = self.current();
         if inner.lost().is_some() {
             // The general path redials, or says why it cannot.
-            return Ok(AtOnce::Waits(message, data, frames));
+            return Ok(None);
         }
         call::check_request(endpoint, message.len(), data.len())?;
+        let frames = metadata.frames_mut();
         let inline = call::inline(
             data.len(),
-            message.len() + call::metadata_len(&frames),
+            message.len() + call::metadata_len(frames),
             &inner.negotiated,
             inner.session.peer_max_frame(),
         );
         if !inline {
-            return Ok(AtOnce::Waits(message, data, frames));
+            return Ok(None);
         }
         let deadline = timeout
             .zip(started)
             .map(|(limit, at)| (at + limit).into_std());
         let unsent = Unsent {
-            message: &mut message,
-            data: &mut data,
-            call_metadata: &mut frames,
+            message,
+            data,
+            call_metadata: frames,
         };
-        match inner.try_send_inline(endpoint, deadline, timeout, unsent, waker)? {
-            Some(Sent {
-                id,
-                reader_elsewhere,
-            }) => Ok(AtOnce::Sent(SentCall {
+        let sent = inner.try_send_inline(endpoint, deadline, timeout, unsent, waker.clone())?;
+        Ok(sent.map(
+            |Sent {
+                 id,
+                 reader_elsewhere,
+             }| SentCall {
                 inner,
                 endpoint,
                 timeout,
+                started,
                 id,
                 reader_elsewhere,
                 done: false,
-            })),
-            None => Ok(AtOnce::Waits(message, data, frames)),
-        }
+            },
+        ))
     }
 }
 
@@ -109,9 +105,11 @@ impl Client {
 /// its response, it tells the server the caller gave up (as `call::CallGuard` does).
 pub(super) struct SentCall<'a> {
     inner: Arc<Inner>,
-    endpoint: &'a EndpointDef,
+    pub(super) endpoint: &'a EndpointDef,
     /// The call's own timeout, for the error when it passes.
     timeout: Option<Duration>,
+    /// When the call started, for the metrics.
+    pub(super) started: Option<Instant>,
     id: u64,
     /// See [`Sent::reader_elsewhere`]: taken on the first poll.
     reader_elsewhere: bool,
@@ -170,6 +168,133 @@ impl Drop for SentCall<'_> {
     fn drop(&mut self) {
         if !self.done {
             self.inner.abandon(self.id, []);
+        }
+    }
+}
+
+/// A unary call's future, as the typed client and [`Client::call_raw`] return it: on its first
+/// poll the call starts ([`Client::start`]); a small send goes at once and waits as a
+/// [`SentCall`], any other call is built then, the general way, in a block of its thread's
+/// cache (`general`, see `call_box`). `then` (the typed client's decoding) is applied to the
+/// result. Its size is what a caller's future holds of it (`call::future_sizes`).
+pub(crate) struct TypedCall<'a, T, Then, G> {
+    stage: Stage<'a, Then, G>,
+    output: PhantomData<fn() -> T>,
+}
+
+/// The general path of a call that does not go at once: the call built in a block.
+type General<'a, Then, G> = fn(&'a Client, &'a EndpointDef, Prepared, Then) -> CallBox<G>;
+
+/// Where a [`TypedCall`] is.
+enum Stage<'a, Then, G> {
+    /// Not polled yet: the call's parts.
+    Unstarted {
+        client: &'a Client,
+        endpoint: &'a EndpointDef,
+        message: Encoded,
+        data: Option<Bytes>,
+        options: CallOptions,
+        then: Then,
+        general: General<'a, Then, G>,
+    },
+    /// Sent at once, waiting for its response.
+    Sent {
+        client: &'a Client,
+        call: SentCall<'a>,
+        then: Then,
+    },
+    /// The general way.
+    General(CallBox<G>),
+    /// Returned its result.
+    Over,
+}
+
+impl<'a, T, Then, G> TypedCall<'a, T, Then, G>
+where
+    Then: FnOnce(Bytes, Bytes) -> Result<T, Status> + Unpin,
+    G: Future<Output = Result<T, Status>>,
+{
+    /// A call of `endpoint`, started on its first poll; `general` builds it when it does not
+    /// go at once.
+    pub(super) fn new(
+        client: &'a Client,
+        endpoint: &'a EndpointDef,
+        message: Encoded,
+        data: Option<Bytes>,
+        options: CallOptions,
+        then: Then,
+        general: General<'a, Then, G>,
+    ) -> Self {
+        TypedCall {
+            stage: Stage::Unstarted {
+                client,
+                endpoint,
+                message,
+                data,
+                options,
+                then,
+                general,
+            },
+            output: PhantomData,
+        }
+    }
+}
+
+impl<T, Then, G> Future for TypedCall<'_, T, Then, G>
+where
+    Then: FnOnce(Bytes, Bytes) -> Result<T, Status> + Unpin,
+    G: Future<Output = Result<T, Status>>,
+{
+    type Output = Result<T, Status>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // Every field is `Unpin` (a `CallBox` keeps its future pinned on the heap): the stage
+        // is taken out for each poll and put back while the call waits.
+        let this = self.get_mut();
+        loop {
+            match std::mem::replace(&mut this.stage, Stage::Over) {
+                Stage::Unstarted {
+                    client,
+                    endpoint,
+                    message,
+                    data,
+                    options,
+                    then,
+                    general,
+                } => {
+                    let payload = Payload::Data(data);
+                    this.stage = match client.start(endpoint, message, payload, options, cx.waker())
+                    {
+                        Ok(Start::Sent(call)) => Stage::Sent { client, call, then },
+                        Ok(Start::Prepared(prepared)) => {
+                            Stage::General(general(client, endpoint, prepared, then))
+                        }
+                        Err(status) => return Poll::Ready(Err(status)),
+                    };
+                }
+                Stage::Sent {
+                    client,
+                    mut call,
+                    then,
+                } => {
+                    let Poll::Ready(result) = Pin::new(&mut call).poll(cx) else {
+                        this.stage = Stage::Sent { client, call, then };
+                        return Poll::Pending;
+                    };
+                    client.count_sent(&call, &result);
+                    // Given up here if it failed (see `SentCall`'s drop).
+                    drop(call);
+                    return Poll::Ready(result.and_then(|(message, bytes)| then(message, bytes)));
+                }
+                Stage::General(mut call) => {
+                    let polled = Pin::new(&mut call).poll(cx);
+                    if polled.is_pending() {
+                        this.stage = Stage::General(call);
+                    }
+                    return polled;
+                }
+                Stage::Over => panic!("a call polled after it returned its result"),
+            }
         }
     }
 }
