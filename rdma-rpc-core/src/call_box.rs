@@ -18,6 +18,9 @@
 //! 16,172 with 8 calls in flight on one connection), which building the call in place
 //! (`call_timed`) more than recovered.
 //!
+//! A small send never takes a block: it goes at once and waits in a future of one cache line
+//! (`client::sent`); the block holds the general path's calls.
+//!
 //! The server's calls that answer inline run in `server::spare::Spare` instead (the memory of
 //! the last finished call per thread): there the compiler builds the next call's state in
 //! place, where a block of this cache cost one more copy of it.
