@@ -361,7 +361,7 @@ impl Client {
         Ok(options
             .timeout
             .or(endpoint.timeout())
-            .or(shared.config.default_timeout))
+            .or(shared.default_timeout))
     }
 
     /// Runs `call` within `timeout`, and records its outcome in the metrics.

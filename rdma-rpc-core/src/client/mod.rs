@@ -106,21 +106,52 @@ pub struct Client {
 }
 
 /// What the clones of a client share: the current connection and how to make a new one.
+///
+/// Laid out in this order (`repr(C)`): what every call reads first (the current connection,
+/// whether the client is balanced, the interceptors, the default deadline), in the same one or
+/// two cache lines; with 1,000 clients calling, each line is a miss per call (left to the
+/// compiler, those fields were spread over four).
+#[repr(C)]
 struct Shared {
     /// For a client of several servers, a connection of one of them, for
     /// [`Client::remote_memory`] when none is ready (a call replaces it once it is lost).
     current: Mutex<Arc<Inner>>,
-    /// How to dial again; `None` when reconnection is off.
-    redial: Option<Redial>,
-    /// Closed by [`Client::close`]: never reconnects.
-    closed: AtomicBool,
-    counters: Arc<Counters>,
-    interceptors: Chain<dyn ClientInterceptor>,
-    config: ClientConfig,
-    metrics: crate::observe::ClientEndpoints,
     /// The servers of a client of several ([`ClientBuilder::connect_balanced`]); each call
     /// takes a connection from them.
     balance: Option<Arc<balance::Balancer>>,
+    interceptors: Chain<dyn ClientInterceptor>,
+    /// `config.default_timeout`, next to the fields above.
+    default_timeout: Option<Duration>,
+    /// Closed by [`Client::close`]: never reconnects.
+    closed: AtomicBool,
+    counters: Arc<Counters>,
+    /// How to dial again; `None` when reconnection is off.
+    redial: Option<Redial>,
+    config: ClientConfig,
+    metrics: crate::observe::ClientEndpoints,
+}
+
+impl Shared {
+    fn new(
+        current: Arc<Inner>,
+        redial: Option<Redial>,
+        counters: Arc<Counters>,
+        interceptors: Chain<dyn ClientInterceptor>,
+        config: ClientConfig,
+        balance: Option<Arc<balance::Balancer>>,
+    ) -> Arc<Shared> {
+        Arc::new(Shared {
+            current: Mutex::new(current),
+            balance,
+            interceptors,
+            default_timeout: config.default_timeout,
+            closed: AtomicBool::new(false),
+            counters,
+            redial,
+            config,
+            metrics: Default::default(),
+        })
+    }
 }
 
 struct Redial {
@@ -224,16 +255,7 @@ impl Client {
             )),
         });
         Client {
-            shared: Arc::new(Shared {
-                current: Mutex::new(inner),
-                redial,
-                closed: AtomicBool::new(false),
-                counters,
-                interceptors,
-                config,
-                metrics: Default::default(),
-                balance: None,
-            }),
+            shared: Shared::new(inner, redial, counters, interceptors, config, None),
         }
     }
 
@@ -420,4 +442,27 @@ impl Client {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod layout {
+    use std::mem::offset_of;
+    use std::time::Duration;
+
+    use super::Shared;
+
+    /// What every call reads of a client's shared state (the current connection, whether it is
+    /// balanced, the interceptors, the default deadline) lies within 64 bytes, so within two
+    /// cache lines wherever the allocation starts (see [`Shared`]).
+    #[test]
+    fn what_every_call_reads_of_a_client_is_together() {
+        let first = offset_of!(Shared, current);
+        let end = offset_of!(Shared, default_timeout) + size_of::<Option<Duration>>();
+        assert_eq!(first, 0, "the current connection first");
+        assert!(
+            end - first <= 64,
+            "the hot fields span {} bytes",
+            end - first
+        );
+    }
 }

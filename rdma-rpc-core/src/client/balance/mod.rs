@@ -616,16 +616,7 @@ pub(super) async fn connect(builder: ClientBuilder, mut resolver: impl Resolver)
     let following = tokio::spawn(follow(resolver, Arc::downgrade(&balancer), config.clone()));
     let _ = balancer.resolver.set(following.abort_handle());
     Ok(Client {
-        shared: Arc::new(Shared {
-            current: Mutex::new(inner),
-            redial: None,
-            closed: AtomicBool::new(false),
-            counters,
-            interceptors,
-            config,
-            metrics: Default::default(),
-            balance: Some(balancer),
-        }),
+        shared: Shared::new(inner, None, counters, interceptors, config, Some(balancer)),
     })
 }
 
