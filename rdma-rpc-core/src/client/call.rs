@@ -25,7 +25,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::post::{Sending, Sent, Unsent};
-use super::sent::{SentCall, TypedCall};
+use super::sent::{SentCall, TypedCall, Unstarted};
 use super::{CallOptions, Client, Inner};
 use crate::call_box::CallBox;
 use crate::encoded::Encoded;
@@ -297,7 +297,14 @@ impl Client {
     where
         Then: FnOnce(Bytes, Bytes) -> Result<T, Status> + Unpin + 'a,
     {
-        TypedCall::new(self, endpoint, message, data, options, then, general_call)
+        let call = Unstarted {
+            client: self,
+            endpoint,
+            message,
+            data,
+            options,
+        };
+        TypedCall::new(call, then, general_call)
     }
 
     /// Runs one call of a receive or read `endpoint` whose result lands in `dst` (usually a
@@ -431,22 +438,16 @@ impl Client {
         waker: &Waker,
     ) -> Result<Start<'a>, Status> {
         let mut call = self.prepare(endpoint, message, payload, options)?;
-        let Prepared {
-            message,
-            payload,
-            options,
-            timeout,
-            started,
-        } = &mut call;
-        if let Payload::Data(data) = payload {
+        let (timeout, started) = (call.timeout, call.started);
+        if let Payload::Data(data) = &mut call.payload {
             if endpoint.op.is_inbound() && !endpoint.is_bulk() {
                 let mut bytes = data.take().unwrap_or_default();
-                let metadata = &mut options.metadata;
+                let (message, metadata) = (&mut call.message, &mut call.options.metadata);
                 let sent = self.send_at_once(
-                    endpoint, message, &mut bytes, metadata, *timeout, *started, waker,
+                    endpoint, message, &mut bytes, metadata, timeout, started, waker,
                 );
                 if sent.is_err() {
-                    self.count(endpoint, *started, &sent);
+                    self.count(endpoint, started, &sent);
                 }
                 if let Some(sent) = sent? {
                     return Ok(Start::Sent(sent));

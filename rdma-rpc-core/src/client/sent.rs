@@ -185,15 +185,20 @@ pub(crate) struct TypedCall<'a, T, Then, G> {
 /// The general path of a call that does not go at once: the call built in a block.
 type General<'a, Then, G> = fn(&'a Client, &'a EndpointDef, Prepared, Then) -> CallBox<G>;
 
+/// A call's parts until its first poll.
+pub(super) struct Unstarted<'a> {
+    pub(super) client: &'a Client,
+    pub(super) endpoint: &'a EndpointDef,
+    pub(super) message: Encoded,
+    pub(super) data: Option<Bytes>,
+    pub(super) options: CallOptions,
+}
+
 /// Where a [`TypedCall`] is.
 enum Stage<'a, Then, G> {
-    /// Not polled yet: the call's parts.
+    /// Not polled yet.
     Unstarted {
-        client: &'a Client,
-        endpoint: &'a EndpointDef,
-        message: Encoded,
-        data: Option<Bytes>,
-        options: CallOptions,
+        call: Unstarted<'a>,
         then: Then,
         general: General<'a, Then, G>,
     },
@@ -214,24 +219,11 @@ where
     Then: FnOnce(Bytes, Bytes) -> Result<T, Status> + Unpin,
     G: Future<Output = Result<T, Status>>,
 {
-    /// A call of `endpoint`, started on its first poll; `general` builds it when it does not
-    /// go at once.
-    pub(super) fn new(
-        client: &'a Client,
-        endpoint: &'a EndpointDef,
-        message: Encoded,
-        data: Option<Bytes>,
-        options: CallOptions,
-        then: Then,
-        general: General<'a, Then, G>,
-    ) -> Self {
+    /// `call`, started on its first poll; `general` builds it when it does not go at once.
+    pub(super) fn new(call: Unstarted<'a>, then: Then, general: General<'a, Then, G>) -> Self {
         TypedCall {
             stage: Stage::Unstarted {
-                client,
-                endpoint,
-                message,
-                data,
-                options,
+                call,
                 then,
                 general,
             },
@@ -254,14 +246,17 @@ where
         loop {
             match std::mem::replace(&mut this.stage, Stage::Over) {
                 Stage::Unstarted {
-                    client,
-                    endpoint,
-                    message,
-                    data,
-                    options,
+                    call,
                     then,
                     general,
                 } => {
+                    let Unstarted {
+                        client,
+                        endpoint,
+                        message,
+                        data,
+                        options,
+                    } = call;
                     let payload = Payload::Data(data);
                     this.stage = match client.start(endpoint, message, payload, options, cx.waker())
                     {

@@ -185,16 +185,9 @@ async fn serve_read(channel: &FrameChannel, len: usize, seed: u32) {
 
 /// The response to a read whose `len` bytes were pushed.
 fn pushed(id: u64, len: usize) -> ResponseFrame {
-    let message = TestResponse {
-        len: len as u64,
-        exact: true,
-        ..Default::default()
-    };
     ResponseFrame {
-        id,
-        metadata: Bytes::from(prost::Message::encode_to_vec(&message)),
         pushed_len: len as u64,
-        ..Default::default()
+        ..received(id, len)
     }
 }
 
@@ -274,7 +267,7 @@ async fn abandoned_reads_keep_their_window_until_the_response() {
     abandoned_reads_keep_their_window_until_the_response_on(&tcp_backend()).await;
 }
 
-/// The response to a send of `len` bytes, all of them as sent.
+/// A response saying all `len` bytes were as sent (a send's, or with `pushed`, a read's).
 fn received(id: u64, len: usize) -> ResponseFrame {
     let message = TestResponse {
         len: len as u64,
