@@ -33,7 +33,7 @@ use crate::interceptor::OutgoingCall;
 use crate::memory::{Access, RegisteredBuf};
 use crate::protocol::call::{self, GrantStep, Offered, ResultAt};
 use crate::protocol::connection::ServerEvent;
-use crate::protocol::frames::{Kind, MetadataEntry};
+use crate::protocol::frames::{GrantFrame, Kind, MetadataEntry, ResponseFrame};
 use crate::service::EndpointDef;
 use crate::status::Status;
 use crate::transport::{Descriptor, Fencing, Grant, SendData};
@@ -231,6 +231,36 @@ pub(super) enum Start<'a> {
     Prepared(Prepared),
 }
 
+/// What the server answered a call with.
+pub(super) enum Answer {
+    Response(ResponseFrame),
+    Grant(GrantFrame),
+}
+
+/// A call's event as the server's answer; the connection's end (`None`) and the call's passed
+/// deadline as the status the call ends with.
+pub(super) fn answer(
+    inner: &Inner,
+    endpoint: &EndpointDef,
+    timeout: Option<Duration>,
+    event: Option<ServerEvent>,
+) -> Result<Answer, Status> {
+    match event {
+        Some(ServerEvent::Response(response)) => Ok(Answer::Response(response)),
+        Some(ServerEvent::Grant(grant)) => Ok(Answer::Grant(grant)),
+        Some(ServerEvent::DeadlinePassed) => {
+            Err(past_timeout(endpoint, timeout.unwrap_or_default()))
+        }
+        None => Err(inner.closed_status()),
+    }
+}
+
+/// The status of a call whose payload went in its request and that the server granted a
+/// window for it anyway.
+pub(super) fn granted_inline(endpoint: &EndpointDef) -> Status {
+    call::violation(endpoint, "granted a window for a payload sent inline")
+}
+
 /// The caller's buffer for the result of a call of `endpoint`, which must return bytes.
 fn result_buffer<B: crate::memory::Buffer>(
     endpoint: &EndpointDef,
@@ -247,7 +277,7 @@ fn result_buffer<B: crate::memory::Buffer>(
 }
 
 /// The status of a call still running when its timeout passed.
-pub(super) fn past_timeout(endpoint: &EndpointDef, limit: Duration) -> Status {
+fn past_timeout(endpoint: &EndpointDef, limit: Duration) -> Status {
     Status::deadline_exceeded(format!(
         "{} {} did not complete within {limit:?}",
         endpoint.op, endpoint.path
@@ -670,18 +700,11 @@ impl Inner {
                 let _watched = bound.map(Bound::watch);
                 inner.event(id, std::mem::take(&mut reader_elsewhere)).await
             };
-            match event {
-                None => return Err(self.closed_status()),
-                Some(ServerEvent::Response(r)) => break r,
-                Some(ServerEvent::DeadlinePassed) => {
-                    return Err(past_timeout(endpoint, timeout.unwrap_or_default()))
-                }
-                Some(ServerEvent::Grant(g)) => {
+            match answer(self, endpoint, timeout, event)? {
+                Answer::Response(r) => break r,
+                Answer::Grant(g) => {
                     if guard.sent_inline {
-                        return Err(call::violation(
-                            endpoint,
-                            "granted a window for a payload sent inline",
-                        ));
+                        return Err(granted_inline(endpoint));
                     }
                     let given =
                         into.then(|| guard.windows.last().map_or(0, |w| w.descriptor().len));

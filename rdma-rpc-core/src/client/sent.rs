@@ -26,14 +26,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::call::{Payload, Prepared, Start};
+use super::call::{answer, granted_inline, Answer, Payload, Prepared, Start};
 use super::post::{Sent, Unsent};
 use super::{CallOptions, Client, Inner};
 use crate::call_box::CallBox;
 use crate::encoded::Encoded;
 use crate::metadata::Metadata;
 use crate::protocol::call::{self, Offered, ResultAt};
-use crate::protocol::connection::ServerEvent;
 use crate::service::EndpointDef;
 use crate::status::Status;
 
@@ -132,19 +131,10 @@ impl Future for SentCall<'_> {
             Poll::Pending => return Poll::Pending,
         };
         let endpoint = this.endpoint;
-        let response = match event {
-            Some(ServerEvent::Response(response)) => response,
-            None => return Poll::Ready(Err(this.inner.closed_status())),
-            Some(ServerEvent::DeadlinePassed) => {
-                let limit = this.timeout.unwrap_or_default();
-                return Poll::Ready(Err(super::call::past_timeout(endpoint, limit)));
-            }
-            Some(ServerEvent::Grant(_)) => {
-                return Poll::Ready(Err(call::violation(
-                    endpoint,
-                    "granted a window for a payload sent inline",
-                )))
-            }
+        let response = match answer(&this.inner, endpoint, this.timeout, event) {
+            Ok(Answer::Response(response)) => response,
+            Ok(Answer::Grant(_)) => return Poll::Ready(Err(granted_inline(endpoint))),
+            Err(status) => return Poll::Ready(Err(status)),
         };
         this.done = true;
         this.inner
