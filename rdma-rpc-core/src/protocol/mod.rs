@@ -10,6 +10,7 @@
 //! (server side) and `client/call.rs` (client side).
 
 pub(crate) mod call;
+mod call_map;
 #[cfg(test)]
 pub(crate) mod channel;
 pub(crate) mod codec;
@@ -28,12 +29,12 @@ pub(crate) mod slot_book;
 pub(crate) mod stream;
 pub(crate) mod wait;
 
-/// Calls in flight by id. Call ids are sequential (a client's own) or bounded in number (a
-/// server holds at most `max_in_flight` per connection), so one multiplication spreads them
-/// well enough, and a client that picks colliding ids slows only its own connection's map,
-/// which holds at most `max_in_flight` entries; SipHash's per-operation cost buys nothing here
-/// (see [`crate::ids`]).
-pub(crate) type CallMap<V> = crate::ids::IdMap<u64, V>;
+/// Calls in flight by id, the first inline (see [`call_map`]). Beyond it, call ids are
+/// sequential (a client's own) or bounded in number (a server holds at most `max_in_flight`
+/// per connection), so one multiplication spreads them well enough, and a client that picks
+/// colliding ids slows only its own connection's map, which holds at most `max_in_flight`
+/// entries; SipHash's per-operation cost buys nothing here (see [`crate::ids`]).
+pub(crate) use call_map::CallMap;
 
 /// Maps keyed by a path the server chose itself (its endpoints' paths, as bytes), looked up
 /// with bytes a client sent: the table never grows from a lookup, so a client choosing keys

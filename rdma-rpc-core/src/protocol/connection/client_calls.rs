@@ -277,9 +277,7 @@ impl<H: Handles> super::Connection<H> {
         }
         call.abandoned = true;
         call.waker = None;
-        call.first = None;
-        call.rest.clear();
-        call.hold.extend(windows);
+        call.hold(windows);
         let _ = core.send(Kind::Cancel(CallId { id }));
     }
 

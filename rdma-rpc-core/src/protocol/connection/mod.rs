@@ -215,22 +215,23 @@ impl Woken {
 
 /// What both sides share: the frames going out, the frames coming in, remote buffers, the
 /// wake-ups owed, and the end.
+///
+/// In this order (`repr(C)`): what every frame and every call read or write first, then the
+/// remote buffers (whose one hot field, the confirmations owed, comes first in them), the
+/// peer's address and the end, which only a connection's start and end touch. The end is
+/// boxed: set once per connection, it would otherwise put 100 cold bytes among the hot ones.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Core {
     pub(crate) tx: transmit::Transmits,
-    /// The peer's address, for messages.
-    peer: Arc<str>,
+    woken: Woken,
     /// Size of the peer's receives (from its handshake; until then the smallest any build
     /// posts).
     peer_max_frame: usize,
-    phase: Phase,
-    pub(crate) remote: offers::RemoteBuffers,
     /// Receives to add (the connection got busier).
     to_post: u32,
     /// The last frame received said its sender was starved (receives grow only then).
     peer_starved: bool,
-    woken: Woken,
-    end: Option<End>,
     /// The calls in flight were ended (once the end was decided).
     calls_ended: bool,
     /// Something the driver must look at changed (the handshake finished, new calls started
@@ -239,6 +240,11 @@ pub(crate) struct Core {
     /// A server call's deadline comes before the timer: see
     /// [`Connection::take_timer_moved`].
     timer_moved: bool,
+    phase: Phase,
+    end: Option<Box<End>>,
+    pub(crate) remote: offers::RemoteBuffers,
+    /// The peer's address, for messages.
+    peer: Arc<str>,
 }
 
 impl Core {
@@ -317,7 +323,7 @@ impl Core {
         }
         let last = last.map(|s| Kind::Goaway(StatusFrame::from(&s)));
         self.tx.close(last, self.peer_max_frame, drain);
-        self.end = Some(end);
+        self.end = Some(Box::new(end));
         self.notice = true;
         if self.phase != Phase::Closed {
             self.phase = Phase::Closing;
@@ -378,6 +384,7 @@ enum Side<H: Handles> {
 }
 
 /// One side of a connection. See the module docs.
+#[repr(C)]
 pub(crate) struct Connection<H: Handles> {
     pub(crate) core: Core,
     side: Side<H>,
@@ -390,6 +397,29 @@ impl<H: Handles> std::fmt::Debug for Connection<H> {
             .field("phase", &self.core.phase)
             .field("queued", &self.core.tx.queued())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+impl<H: Handles> Connection<H> {
+    /// Bytes from the start of this state to the end of the last field every call reads or
+    /// writes on this side (the `repr(C)` orders of `Core`, `ServerSide` and `ClientSide`):
+    /// for a server the limits of its settings that a request is checked against, for a
+    /// client its calls in flight, the first of them inline.
+    pub(crate) fn hot_bytes(&self) -> usize {
+        let start = self as *const Self as usize;
+        let end = match &self.side {
+            Side::Server(s) => {
+                let limits = &s.settings.inline_threshold;
+                limits as *const u32 as usize + std::mem::size_of_val(limits)
+            }
+            Side::Client(c) => {
+                let calls = &c.calls;
+                calls as *const crate::protocol::CallMap<client::ClientCall<H>> as usize
+                    + std::mem::size_of_val(calls)
+            }
+        };
+        end - start
     }
 }
 
@@ -616,7 +646,7 @@ impl<H: Handles> Connection<H> {
 
     /// How the connection ended, once it did.
     pub(crate) fn end(&self) -> Option<&End> {
-        self.core.end.as_ref()
+        self.core.end.as_deref()
     }
 
     /// Whether the handshake is done (and the connection not over).

@@ -25,17 +25,29 @@ struct Revoking {
 }
 
 /// See the module docs.
+///
+/// In this order (`repr(C)`): the confirmations owed, which every release of the state
+/// checks, first; the tables of offers both ways (some 230 bytes, used only by calls on
+/// remote buffers) boxed, so that the state that follows this in a connection is not pushed
+/// lines away.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct RemoteBuffers {
-    /// This side's token of the connection, in the handles it offers.
-    token: u64,
-    holder: Holder,
-    last_offer: u64,
-    revoking: HashMap<u64, Revoking>,
     /// Confirmations of the peer's revocations, to send.
     owed: Vec<u64>,
+    /// This side's token of the connection, in the handles it offers.
+    token: u64,
+    last_offer: u64,
     /// The peer was warned about revoking faster than it reads.
     warned: bool,
+    tables: Box<Tables>,
+}
+
+/// The offers of both sides: the peer's this side holds, and this side's being revoked.
+#[derive(Debug)]
+struct Tables {
+    holder: Holder,
+    revoking: HashMap<u64, Revoking>,
 }
 
 impl RemoteBuffers {
@@ -44,9 +56,11 @@ impl RemoteBuffers {
     pub(crate) fn new(token: u64) -> RemoteBuffers {
         RemoteBuffers {
             token,
-            holder: Holder::new(0),
+            tables: Box::new(Tables {
+                holder: Holder::new(0),
+                revoking: HashMap::new(),
+            }),
             last_offer: 0,
-            revoking: HashMap::new(),
             owed: Vec::new(),
             warned: false,
         }
@@ -54,7 +68,7 @@ impl RemoteBuffers {
 
     /// The peer announced `peer_token` for this connection: the handles it offers carry it.
     pub(crate) fn handshake(&mut self, peer_token: u64) {
-        self.holder = Holder::new(peer_token);
+        self.tables.holder = Holder::new(peer_token);
     }
 
     /// This side's token of the connection.
@@ -64,7 +78,7 @@ impl RemoteBuffers {
 
     /// Whether a handle carrying `connection` was offered by this connection's peer.
     pub(crate) fn offered_here(&self, connection: u64) -> bool {
-        self.holder.offered_here(connection)
+        self.tables.holder.offered_here(connection)
     }
 
     /// The id of a new offer of this side.
@@ -75,7 +89,7 @@ impl RemoteBuffers {
 
     /// Starts revoking `offer`: the frame to send.
     pub(crate) fn revoke(&mut self, offer: u64) -> Kind {
-        self.revoking.insert(offer, Revoking::default());
+        self.tables.revoking.insert(offer, Revoking::default());
         Kind::Revoke(OfferList {
             offers: vec![offer],
         })
@@ -83,7 +97,7 @@ impl RemoteBuffers {
 
     /// Whether the peer confirmed the revocation of `offer` (`Pending` registers `cx`).
     pub(crate) fn poll_revoked(&mut self, offer: u64, cx: &Context<'_>) -> Poll<()> {
-        match self.revoking.get_mut(&offer) {
+        match self.tables.revoking.get_mut(&offer) {
             Some(r) if r.confirmed => Poll::Ready(()),
             Some(r) => {
                 match &r.waker {
@@ -99,14 +113,14 @@ impl RemoteBuffers {
 
     /// The revoker stopped waiting for `offer` (confirmed, gave up, or the connection ended).
     pub(crate) fn forget(&mut self, offer: u64) {
-        self.revoking.remove(&offer);
+        self.tables.revoking.remove(&offer);
     }
 
     /// The peer confirmed revocations of ours. Confirmations of offers that are not being
     /// revoked (a confused or lying peer) change nothing. Returns whom to wake.
     pub(crate) fn on_revoked(&mut self, offers: Vec<u64>, woken: &mut Woken) {
         for offer in offers {
-            if let Some(r) = self.revoking.get_mut(&offer) {
+            if let Some(r) = self.tables.revoking.get_mut(&offer) {
                 r.confirmed = true;
                 woken.extend(r.waker.take());
             }
@@ -115,7 +129,7 @@ impl RemoteBuffers {
 
     /// The connection ended: every revocation is as done as it will get.
     pub(crate) fn end(&mut self, woken: &mut Woken) {
-        for r in self.revoking.values_mut() {
+        for r in self.tables.revoking.values_mut() {
             r.confirmed = true;
             woken.extend(r.waker.take());
         }
@@ -124,7 +138,7 @@ impl RemoteBuffers {
     /// The peer revokes some of its offers: each is confirmed once no use of it is in flight.
     pub(crate) fn on_revoke(&mut self, offers: Vec<u64>, peer: &str) {
         for offer in offers {
-            if self.holder.revoke(offer) {
+            if self.tables.holder.revoke(offer) {
                 self.owe(offer, peer);
             }
         }
@@ -139,12 +153,12 @@ impl RemoteBuffers {
         len: u64,
         kind: AccessKind,
     ) -> Result<Descriptor, Refusal> {
-        self.holder.begin(handle, offset, len, kind)
+        self.tables.holder.begin(handle, offset, len, kind)
     }
 
     /// A use of the peer's `offer` ended: a confirmation may be owed now.
     pub(crate) fn end_use(&mut self, offer: u64, peer: &str) {
-        if self.holder.end(offer) {
+        if self.tables.holder.end(offer) {
             self.owe(offer, peer);
         }
     }

@@ -18,19 +18,23 @@ use crate::protocol::slot_book::{SlotBook, SlotRefusal};
 use crate::protocol::{CallMap, PROTOCOL_VERSION};
 use crate::status::Status;
 
-/// What a server announces and enforces on one connection.
+/// What a server announces and enforces on one connection. `repr(C)`: what every request
+/// reads first (see `ServerSide`).
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub(crate) struct ServerSettings {
+    /// Closes the connection when no call is in flight and no frame came for this long.
+    pub(crate) idle_timeout: Option<Duration>,
+    /// Most calls in flight it allows.
+    pub(crate) max_in_flight: u32,
+    /// Payloads up to this size travel inside frames (the client may lower it).
+    pub(crate) inline_threshold: u32,
     /// Size of each receive it posts.
     pub(crate) max_frame: usize,
     /// Receives it posts at first.
     pub(crate) initial_receives: u32,
     /// Most receives it posts as the connection gets busy.
     pub(crate) recv_credits: u32,
-    /// Most calls in flight it allows.
-    pub(crate) max_in_flight: u32,
-    /// Payloads up to this size travel inside frames (the client may lower it).
-    pub(crate) inline_threshold: u32,
     /// It pulls large send/write payloads from a window the request offers.
     pub(crate) pull_writes: bool,
     /// Bytes of stream messages it buffers per call (raised to two frames' worth).
@@ -41,8 +45,6 @@ pub(crate) struct ServerSettings {
     pub(crate) write_slots: u32,
     /// Longest wait for the client's Hello.
     pub(crate) handshake_timeout: Duration,
-    /// Closes the connection when no call is in flight and no frame came for this long.
-    pub(crate) idle_timeout: Option<Duration>,
     /// Most pings per second (0: no limit).
     pub(crate) max_pings_per_second: u32,
     /// A connection a limit turned away: the client's Hello is answered with a goaway saying
@@ -89,24 +91,30 @@ pub(super) struct ServerCall<H: Handles> {
 }
 
 /// See the module docs.
+///
+/// In this order (`repr(C)`): what every request reads and writes (the calls, the clock of
+/// its idle timer, the deadlines, what the handshake settled, the settings, whose first
+/// fields are the idle timeout and the limits a request is checked against) first, right after
+/// the connection's shared state (`Core`); then what only some calls or the handshake use.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct ServerSide<H: Handles> {
-    pub(super) settings: ServerSettings,
-    pub(super) negotiated: Option<Negotiated>,
     pub(super) calls: CallMap<ServerCall<H>>,
     /// Calls answered so far.
     pub(super) answered: u64,
-    pub(super) slots: SlotBook<H::Window>,
-    /// A payload too large to travel inline came: slots would have saved a round trip.
-    pub(super) slots_wanted: bool,
-    /// Shutting down: new requests are refused, the connection ends once its calls are done.
-    pub(super) stopping: bool,
-    /// Until when the client may take to say Hello.
-    pub(super) handshake_deadline: Instant,
     /// Since when nothing happened: no frame came and no call was in flight.
     pub(super) quiet_since: Instant,
-    pub(super) pings: Rate,
     pub(super) deadlines: super::DeadlineTimer,
+    pub(super) negotiated: Option<Negotiated>,
+    /// Shutting down: new requests are refused, the connection ends once its calls are done.
+    pub(super) stopping: bool,
+    /// A payload too large to travel inline came: slots would have saved a round trip.
+    pub(super) slots_wanted: bool,
+    pub(super) settings: ServerSettings,
+    pub(super) slots: SlotBook<H::Window>,
+    /// Until when the client may take to say Hello.
+    pub(super) handshake_deadline: Instant,
+    pub(super) pings: Rate,
 }
 
 impl<H: Handles> ServerSide<H> {

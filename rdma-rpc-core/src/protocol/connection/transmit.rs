@@ -79,7 +79,11 @@ impl Buffers {
 }
 
 /// The sending half of one side. See the module docs.
+///
+/// `repr(C)`, the start of a connection's hot state (see `Core`): the credits and flags every
+/// frame reads, and the last frame, boxed (it exists only once the connection ends).
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Transmits {
     pub(super) credits: Credits,
     /// Where frames wait: the thread's, borrowed while frames wait in them and given back
@@ -97,7 +101,7 @@ pub(crate) struct Transmits {
     draining: bool,
     /// The last frame (with its room) and its length, sent after the queue if a credit allows
     /// it.
-    last: Option<(Vec<u8>, usize)>,
+    last: Option<Box<(Vec<u8>, usize)>>,
 }
 
 impl Transmits {
@@ -172,7 +176,7 @@ impl Transmits {
         self.last = last.and_then(|kind| {
             let mut frame = Vec::new();
             let len = encode_frame(Some(&kind), peer_max_frame, &mut frame).ok()?;
-            Some((frame, len))
+            Some(Box::new((frame, len)))
         });
     }
 
@@ -216,7 +220,7 @@ impl Transmits {
         }
         if self.closing && self.queued() == 0 {
             if self.last.is_some() && self.credits.try_take(Need::Priority) {
-                let (frame, len) = self.last.take().expect("a last frame was seen");
+                let (frame, len) = *self.last.take().expect("a last frame was seen");
                 let bufs = self.bufs();
                 let start = bufs.frames.len();
                 bufs.frames.extend_from_slice(&frame);
