@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, RawWakerVTable, Waker};
 use std::time::Duration;
@@ -22,10 +22,11 @@ use crate::error::{Error, Result};
 ///
 /// Laid out for a connection that is one of many: a connection with one message at a time
 /// (the common case) keeps it in `QueueState::oldest`, next to the lock, instead of in the
-/// `VecDeque`'s own memory, whose ring moves on by one slot with every message; and `quiet`,
-/// the lock and that completion start a cache line together (`repr(C, align(64))`; the
-/// completion runs into the next line, with the waiters). With 1,000 connections each of
-/// those places was a cache miss of its own per message.
+/// `VecDeque`'s own memory, whose ring moves on by one slot with every message; and what a
+/// message's arrival and its reader touch (`quiet`, the lock, the first waiter, the pointer to
+/// any others and that completion) fill exactly the first two cache lines
+/// (`repr(C, align(64))`; `a_completion_touches_two_lines_of_its_queue`). With 1,000
+/// connections each of those lines is a cache miss per message; they were three.
 #[repr(C, align(64))]
 pub(crate) struct RecvQueue {
     quiet: Quiet,
@@ -35,28 +36,42 @@ pub(crate) struct RecvQueue {
 #[derive(Default)]
 #[repr(C)]
 struct QueueState {
-    /// The oldest completion, when there is any: the queue is `oldest` then `completed`.
+    /// The readers waiting, and behind the same pointer what few connections need: the
+    /// completions queued behind `oldest`, and whether the connection closed.
+    waiters: Waiters<Backlog>,
+    /// The oldest completion, when there is any: the queue is `oldest` then the backlog's.
     oldest: Option<RecvCompletion>,
-    waiters: Waiters,
-    closed: bool,
+}
+
+/// What a queue keeps out of its first two lines (see [`RecvQueue`]).
+#[derive(Default)]
+struct Backlog {
     completed: VecDeque<RecvCompletion>,
+    closed: bool,
 }
 
 impl QueueState {
     fn push(&mut self, completion: RecvCompletion) {
         if self.oldest.is_none() {
-            // Nothing older waits in `completed` either: it only fills behind `oldest`.
-            debug_assert!(self.completed.is_empty());
+            // Nothing older waits in the backlog either: it only fills behind `oldest`.
+            debug_assert!(self.waiters.extra().is_none_or(|b| b.completed.is_empty()));
             self.oldest = Some(completion);
         } else {
-            self.completed.push_back(completion);
+            self.waiters.extra_mut().completed.push_back(completion);
         }
     }
 
     fn pop(&mut self) -> Option<RecvCompletion> {
         let oldest = self.oldest.take()?;
-        self.oldest = self.completed.pop_front();
+        self.oldest = self
+            .waiters
+            .extra_mut_if_any()
+            .and_then(|b| b.completed.pop_front());
         Some(oldest)
+    }
+
+    fn closed(&self) -> bool {
+        self.waiters.extra().is_some_and(|b| b.closed)
     }
 }
 
@@ -86,7 +101,7 @@ impl RecvQueue {
     pub(crate) fn close(&self) {
         let woken = {
             let mut st = self.state();
-            st.closed = true;
+            st.waiters.extra_mut().closed = true;
             st.waiters.take(&self.quiet)
         };
         woken.wake();
@@ -106,7 +121,7 @@ impl RecvQueue {
         if let Some(c) = st.pop() {
             return Poll::Ready(Ok(c));
         }
-        if st.closed {
+        if st.closed() {
             return Poll::Ready(Err(error()));
         }
         st.waiters.register(cx.waker(), &self.quiet);
@@ -114,14 +129,32 @@ impl RecvQueue {
     }
 }
 
-/// Tasks waiting for the receives of one connection: nearly always one.
-#[derive(Default)]
-pub(crate) struct Waiters {
+/// Tasks waiting for the receives of one connection: nearly always one. What is rare, the
+/// other waiters and whatever the owner keeps with them (`X`), is boxed: 8 bytes here in the
+/// common case.
+#[repr(C)]
+pub(crate) struct Waiters<X = ()> {
     first: Option<Waker>,
-    more: Vec<Waker>,
+    more: Option<Box<More<X>>>,
 }
 
-impl Waiters {
+impl<X> Default for Waiters<X> {
+    fn default() -> Self {
+        Waiters {
+            first: None,
+            more: None,
+        }
+    }
+}
+
+#[derive(Default)]
+struct More<X> {
+    /// The waiters after the first (a connection read by more than one task at once).
+    wakers: Vec<Waker>,
+    extra: X,
+}
+
+impl<X: Default> Waiters<X> {
     /// Registers `waker` (under the queue's lock, with no completion waiting): `quiet` then
     /// lets the first waiter's next poll that finds nothing skip the lock.
     pub(crate) fn register(&mut self, waker: &Waker, quiet: &Quiet) {
@@ -129,8 +162,9 @@ impl Waiters {
             None => self.first = Some(waker.clone()),
             Some(w) if w.will_wake(waker) => {}
             Some(_) => {
-                if !self.more.iter().any(|w| w.will_wake(waker)) {
-                    self.more.push(waker.clone());
+                let more = &mut self.more_mut().wakers;
+                if !more.iter().any(|w| w.will_wake(waker)) {
+                    more.push(waker.clone());
                 }
             }
         }
@@ -145,12 +179,29 @@ impl Waiters {
         quiet.disarm();
         Woken {
             first: self.first.take(),
-            more: if self.more.is_empty() {
-                Vec::new()
-            } else {
-                std::mem::take(&mut self.more)
-            },
+            more: self
+                .more
+                .as_mut()
+                .map_or_else(Vec::new, |m| std::mem::take(&mut m.wakers)),
         }
+    }
+
+    fn more_mut(&mut self) -> &mut More<X> {
+        self.more.get_or_insert_with(Box::default)
+    }
+
+    /// What the owner keeps here, made on first use.
+    fn extra_mut(&mut self) -> &mut X {
+        &mut self.more_mut().extra
+    }
+
+    /// What the owner keeps here, if it was ever made.
+    fn extra_mut_if_any(&mut self) -> Option<&mut X> {
+        self.more.as_mut().map(|m| &mut m.extra)
+    }
+
+    fn extra(&self) -> Option<&X> {
+        self.more.as_ref().map(|m| &m.extra)
     }
 }
 
@@ -168,32 +219,32 @@ impl Waiters {
 /// orders them).
 #[derive(Default)]
 pub(crate) struct Quiet {
-    armed: AtomicBool,
     /// The first waiter's identity (what [`Waker::will_wake`] compares), written only while
     /// disarmed or with the same waker.
     data: AtomicPtr<()>,
+    /// Its vtable while armed; null while disarmed (no waker has a null vtable). A flag of its
+    /// own would make this 24 bytes, and the queue's common case a third cache line.
     vtable: AtomicPtr<RawWakerVTable>,
 }
 
 impl Quiet {
     fn arm(&self, first: &Waker) {
         self.data.store(first.data().cast_mut(), Ordering::Relaxed);
+        // Release: a poll that sees this vtable sees the data stored with it.
         self.vtable.store(
             std::ptr::from_ref(first.vtable()).cast_mut(),
-            Ordering::Relaxed,
+            Ordering::Release,
         );
-        self.armed.store(true, Ordering::Release);
     }
 
     fn disarm(&self) {
-        self.armed.store(false, Ordering::Release);
+        self.vtable.store(std::ptr::null_mut(), Ordering::Release);
     }
 
     /// Whether a poll with `waker` would find nothing and leave `waker` registered as it is.
     pub(crate) fn holds(&self, waker: &Waker) -> bool {
-        self.armed.load(Ordering::Acquire)
+        std::ptr::eq(self.vtable.load(Ordering::Acquire), waker.vtable())
             && std::ptr::eq(self.data.load(Ordering::Relaxed), waker.data())
-            && std::ptr::eq(self.vtable.load(Ordering::Relaxed), waker.vtable())
     }
 }
 
@@ -387,6 +438,34 @@ mod tests {
         }
     }
 
+    /// What a completion's arrival and its reader touch (the lock-free check, the lock, the
+    /// waiters, the oldest completion) lies in the queue's first two cache lines.
+    #[test]
+    fn a_completion_touches_two_lines_of_its_queue() {
+        assert_eq!(std::mem::align_of::<RecvQueue>(), 64);
+        let q = RecvQueue::new();
+        let (_wakes, w) = Wakes::new();
+        assert!(poll(&q, &w).is_pending());
+        q.push(completion(1));
+        let start = std::ptr::from_ref(&q) as usize;
+        let st = q.state();
+        let end = |field: usize, len: usize| field - start + len;
+        let quiet = end(std::ptr::from_ref(&q.quiet) as usize, size_of_val(&q.quiet));
+        let waiters = end(
+            std::ptr::from_ref(&st.waiters) as usize,
+            size_of_val(&st.waiters),
+        );
+        let oldest = end(
+            std::ptr::from_ref(&st.oldest) as usize,
+            size_of_val(&st.oldest),
+        );
+        assert!(
+            quiet <= 64 && waiters <= 64,
+            "quiet ends at {quiet}, waiters at {waiters}"
+        );
+        assert!(oldest <= 128, "the oldest completion ends at byte {oldest}");
+    }
+
     /// Polls that find nothing (the lock-free ones included) leave the reader registered,
     /// every completion and the end are seen by the next poll, and a second reader is woken
     /// as well as the first.
@@ -439,10 +518,9 @@ mod tests {
             q.push(completion(byte));
             assert_eq!(got(poll(&q, &w)), byte);
         }
-        assert_eq!(
-            q.state().completed.capacity(),
-            0,
-            "one completion at a time never reached the VecDeque"
+        assert!(
+            q.state().waiters.extra().is_none(),
+            "one completion at a time never reached the backlog"
         );
         q.push(completion(10));
         q.push(completion(11));
