@@ -335,13 +335,18 @@ impl<T> Request<T> {
 
     /// The peer's address (server side).
     pub fn peer(&self) -> Option<&str> {
-        self.served.as_ref().map(|s| &*s.conn.peer)
+        self.served.as_ref().map(|s| &*s.conn.call_conn().peer)
     }
 
     /// Who the client proved to be (server side): its certificate, over `tls://` with client
     /// certificates (mutual TLS); `None` otherwise. See [`PeerIdentity`].
     pub fn peer_identity(&self) -> Option<&PeerIdentity> {
-        self.served.as_ref()?.conn.peer_identity.as_deref()
+        self.served
+            .as_ref()?
+            .conn
+            .call_conn()
+            .peer_identity
+            .as_deref()
     }
 
     /// The connection's remote memory (server side): to use the [`RemoteBuf`]s of the request
@@ -475,7 +480,7 @@ impl RawRequest {
         message: Bytes,
         metadata: Metadata,
         timeout: Option<Duration>,
-        conn: Arc<CallConn>,
+        conn: Arc<dyn HasCallConn>,
         context: CallContext,
     ) -> RawRequest {
         RawRequest {
@@ -492,12 +497,12 @@ impl RawRequest {
 
     /// The peer's address.
     pub fn peer(&self) -> &str {
-        &self.served.conn.peer
+        &self.served.conn.call_conn().peer
     }
 
     /// Who the peer proved to be (mutual TLS); `None` otherwise. See [`PeerIdentity`].
     pub fn peer_identity(&self) -> Option<&PeerIdentity> {
-        self.served.conn.peer_identity.as_deref()
+        self.served.conn.call_conn().peer_identity.as_deref()
     }
 
     /// The connection's remote memory, its operations bounded by this call's deadline (see
@@ -516,7 +521,7 @@ impl RawRequest {
 /// calls (one reference to count per call, not one per field), and the call's own.
 #[derive(Debug, Clone)]
 struct Served {
-    conn: Arc<CallConn>,
+    conn: Arc<dyn HasCallConn>,
     context: CallContext,
     /// The connection's remote memory as this call uses it, made when first asked for (most
     /// calls never ask: making it costs two references counted).
@@ -526,8 +531,15 @@ struct Served {
 impl Served {
     fn remote_memory(&self) -> &RemoteMemory {
         self.remote
-            .get_or_init(|| self.conn.remote.for_call(self.context.clone()))
+            .get_or_init(|| self.conn.call_conn().remote.for_call(self.context.clone()))
     }
+}
+
+/// What holds a connection's [`CallConn`]: the server's state of the connection, whose one
+/// reference a request shares with its call (one count per call, on a line the call touches
+/// anyway, where a reference of its own cost another line per call among many connections).
+pub(crate) trait HasCallConn: Send + Sync + std::fmt::Debug {
+    fn call_conn(&self) -> &CallConn;
 }
 
 /// What the calls of one server connection tell their handlers of it.

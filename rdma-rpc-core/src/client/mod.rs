@@ -465,4 +465,16 @@ mod layout {
             end - first
         );
     }
+
+    /// So does what every call reads of its connection (the session, what the handshake
+    /// settled): first, within 48 bytes, which with the reference count each call takes make
+    /// 64.
+    #[test]
+    fn what_every_call_reads_of_a_connection_is_together() {
+        use super::connection::Inner;
+        use crate::protocol::connection::Negotiated;
+        assert_eq!(offset_of!(Inner, session), 0);
+        let end = offset_of!(Inner, negotiated) + size_of::<Negotiated>();
+        assert!(end <= 48, "the hot fields end at byte {end}");
+    }
 }

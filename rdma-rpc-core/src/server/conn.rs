@@ -24,7 +24,7 @@ use crate::observe::logs::{self, Ending};
 use crate::protocol::connection::{Connection as Proto, Incoming, Negotiated, ServerSettings};
 use crate::protocol::mailbox::Mailbox;
 use crate::remote::RemoteMemory;
-use crate::service::CallConn;
+use crate::service::{CallConn, HasCallConn};
 use crate::session::{now, Read, Runtime, Session};
 use crate::status::Status;
 use crate::transport::{Connection, Fencing, Grant};
@@ -131,16 +131,20 @@ pub(super) async fn serve(
     conn.close();
 }
 
-/// What every call of one connection shares.
+/// What every call of one connection shares. In this order (`repr(C)`): what every call
+/// reads (the session, what the handshake settled) first, next to the reference count each
+/// call takes, then what some calls use. A request's reference to what it tells its handler
+/// of the connection (`info`, a [`HasCallConn`]) is this same one.
+#[repr(C)]
 pub(super) struct ConnCtx {
     pub(super) session: Arc<Session>,
-    /// The memory of the connection's write slots.
-    pub(super) slots: Slots,
-    /// The client's address, who it proved to be (TLS) and the offers both ways on this
-    /// connection: shared by every call's request.
-    pub(super) info: Arc<CallConn>,
     /// What the handshake settled.
     pub(super) negotiated: Negotiated,
+    /// The client's address, who it proved to be (TLS) and the offers both ways on this
+    /// connection: shared by every call's request.
+    pub(super) info: CallConn,
+    /// The memory of the connection's write slots.
+    pub(super) slots: Slots,
     /// Longest wait for the client's ack of a transfer, and for its answer to an RDMA
     /// operation.
     pub(super) transfer_timeout: Duration,
@@ -163,6 +167,12 @@ impl ConnCtx {
         if let Err(e) = locked.proto.refuse(id, status, || self.slot_window()) {
             tracing::debug!(call = id, error = %e, "refusal not sent: connection gone");
         }
+    }
+}
+
+impl HasCallConn for ConnCtx {
+    fn call_conn(&self) -> &CallConn {
+        &self.info
     }
 }
 
@@ -396,11 +406,11 @@ fn context(shared: &Shared, session: &Arc<Session>, peer: &Arc<str>) -> Arc<Conn
         session: session.clone(),
         // Memory of this connection only, registered when its first large payload comes.
         slots: Slots::new(cfg.write_slots, cfg.slot_size),
-        info: Arc::new(CallConn {
+        info: CallConn {
             peer: peer.clone(),
             peer_identity: session.transport().peer_identity(),
             remote: RemoteMemory::new(session.clone(), cfg.transfer_timeout),
-        }),
+        },
         negotiated,
         transfer_timeout: cfg.transfer_timeout,
         buffer_wait: cfg.buffer_wait,
@@ -459,4 +469,22 @@ pub(super) fn answer_panic(ctx: &ConnCtx, id: u64, ep: &crate::service::Endpoint
     );
     let frame = error_response(id, &Status::internal("the handler panicked"));
     let _ = locked.proto.respond(frame, now, || ctx.slot_window());
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::offset_of;
+
+    use super::ConnCtx;
+    use crate::protocol::connection::Negotiated;
+
+    /// What every call reads of its connection's shared context (the session, what the
+    /// handshake settled) comes first, within 48 bytes: with the reference count each call
+    /// takes (its request's included, the same one), 64.
+    #[test]
+    fn what_every_call_reads_of_its_connection_is_together() {
+        assert_eq!(offset_of!(ConnCtx, session), 0);
+        let end = offset_of!(ConnCtx, negotiated) + size_of::<Negotiated>();
+        assert!(end <= 48, "the hot fields end at byte {end}");
+    }
 }

@@ -97,7 +97,7 @@ where
                 std::mem::take(&mut req.metadata),
                 metadata,
                 timeout,
-                ctx.info.clone(),
+                ctx.clone(),
                 context,
             )),
             incoming,
