@@ -216,10 +216,10 @@ impl Woken {
 /// What both sides share: the frames going out, the frames coming in, remote buffers, the
 /// wake-ups owed, and the end.
 ///
-/// In this order (`repr(C)`): what every frame and every call read or write first, then the
-/// remote buffers (whose one hot field, the confirmations owed, comes first in them), the
-/// peer's address and the end, which only a connection's start and end touch. The end is
-/// boxed: set once per connection, it would otherwise put 100 cold bytes among the hot ones.
+/// In this order (`repr(C)`): what every frame and every call read or write first; then the
+/// end, boxed (set once per connection, inline it would put 100 cold bytes among the hot
+/// ones); then the remote buffers, whose one hot field (the confirmations owed) comes first
+/// in them; last the peer's address, which only messages use.
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct Core {
