@@ -27,6 +27,8 @@ pub mod interceptor;
 pub mod memory;
 pub mod metadata;
 pub mod observe;
+#[cfg(feature = "doca")]
+mod prefetch;
 pub mod protocol;
 pub mod remote;
 pub mod server;

@@ -87,6 +87,14 @@ impl RecvQueue {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Asks for the two lines a completion's arrival touches (see [`crate::prefetch`]).
+    #[cfg(feature = "doca")]
+    pub(crate) fn prefetch(&self) {
+        let start = std::ptr::from_ref(self).cast::<u8>();
+        crate::prefetch::line(start);
+        crate::prefetch::line(start.wrapping_add(64));
+    }
+
     /// Queues a completion.
     pub(crate) fn push(&self, completion: RecvCompletion) {
         let woken = {

@@ -90,6 +90,12 @@ impl DocaConnection {
         self.engine().direct_posts()
     }
 
+    /// The most events this connection's context owner handled together.
+    #[cfg(test)]
+    pub(super) fn largest_batch(&self) -> usize {
+        self.engine().largest_batch()
+    }
+
     /// Idle tasks of this connection's context owner, and how often it allocated a new one
     /// (see `EngineShared::idle_tasks`).
     #[cfg(test)]

@@ -952,6 +952,29 @@ async fn a_flood_of_completions_is_delivered_in_batches_between_other_tasks() {
     }
 }
 
+/// DOCA's progress runs one callback per call; the owner gathers up to `GATHER` of them before
+/// it handles their events (a first pass asks for their cache lines), and handles them in
+/// their order. A flood of sends completes on the sender's engine while its owner waits for
+/// the test to await: when it runs, a whole gather waits, and every message arrives in order.
+#[tokio::test]
+async fn completions_are_handled_a_gather_at_a_time_in_their_order() {
+    use super::engine::GATHER;
+    const N: usize = 4 * GATHER;
+    let t = transport();
+    let (a, b) = sender_and_receiver(&t, N).await;
+    a.send_frame(b"ready").unwrap();
+    assert_eq!(b.recv().await.unwrap().buf.to_vec(), b"ready");
+    b.post_recv(recv_buf(16)).unwrap();
+    assert!(a.largest_batch() < GATHER, "{}", a.largest_batch());
+    for i in 0..N {
+        a.send_frame(&[i as u8]).unwrap();
+    }
+    for i in 0..N {
+        assert_eq!(b.recv().await.unwrap().buf.to_vec(), [i as u8]);
+    }
+    assert_eq!(a.largest_batch(), GATHER);
+}
+
 /// Busy-poll contexts share the polling thread's engine with other contexts: their operations
 /// always go to the thread as commands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

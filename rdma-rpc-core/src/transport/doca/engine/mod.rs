@@ -61,6 +61,8 @@ use lifecycle::OwnedConn;
 pub(super) use poller::Poller;
 pub(super) use receive::ConnShared;
 use receive::{Deadlines, Staging};
+#[cfg(test)]
+pub(super) use round::GATHER;
 use setup::Sizes;
 use shared::Seat;
 pub(super) use shared::{AtomicOp, Cmd, EngineShared, Local, Op, Receives};
@@ -153,6 +155,8 @@ pub(super) async fn start(
         seat: seat.clone(),
         #[cfg(test)]
         direct: AtomicU64::new(0),
+        #[cfg(test)]
+        gathered: AtomicUsize::new(0),
         doorbell: doorbell.clone(),
         dev: dev.clone(),
         staging: staging.clone(),

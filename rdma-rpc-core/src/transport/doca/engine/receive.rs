@@ -122,6 +122,14 @@ impl ConnShared {
         }
     }
 
+    /// Asks for the lines a message for this connection touches first: its receive state
+    /// (the lock and the posted receives) and its completion queue (see
+    /// [`crate::prefetch`]).
+    pub(super) fn prefetch(&self) {
+        crate::prefetch::line(&self.state);
+        self.completions.prefetch();
+    }
+
     pub(in super::super) fn current_error(&self) -> Option<Error> {
         if !self.failed.load(Ordering::Acquire) {
             return None;
@@ -468,6 +476,17 @@ impl Staging {
     /// Whether the receives were posted (a stop must wait for their flushed completions).
     pub(super) fn outstanding(&self) -> usize {
         self.slots.iter().filter(|s| s.task.is_some()).count()
+    }
+
+    /// Asks for the record of slot `user` and the first lines of its message, `len` bytes.
+    pub(super) fn prefetch(&self, user: u64, len: usize) {
+        let Some(slot) = self.slots.get((user & !RECV_TAG) as usize) else {
+            return;
+        };
+        if let Some(chunk) = self.chunks.get(slot.chunk) {
+            let at = chunk.memory.addr() as usize + slot.offset;
+            crate::prefetch::bytes(at as *const u8, len.min(self.slot_size));
+        }
     }
 
     /// The bytes of a completed receive of slot `user`, still in place.

@@ -2,13 +2,23 @@
 //! or the polling thread's), act on the events its callbacks recorded, and carry out the
 //! commands other tasks sent.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::super::sys::PeDriver;
 use super::callbacks::{self, Event};
 use super::task::Kind;
-use super::{lifecycle, receive, Cmd, Owner, PROGRESS_ROUNDS};
+use super::{lifecycle, receive, Cmd, ConnId, Owner, PROGRESS_ROUNDS};
+use crate::ids::IdMap;
 use crate::transport::RecvOpcode;
+
+/// Callbacks gathered before their events are handled. DOCA's progress runs one callback per
+/// call (the provider's strict reading of `doca_pe_progress`), so handling after each call
+/// worked on one message at a time; with many connections each waited for its own cache
+/// misses. Gathered, a first pass asks for every message's lines ([`Owner::handle_events`])
+/// and the misses overlap. Small enough that a batch's messages are still in the cache when
+/// the tasks it woke read them (see `event_loop::DELIVER_BATCH`, a multiple of it).
+pub(in crate::transport::doca) const GATHER: usize = 16;
 
 /// What a bounded round of progress did.
 #[derive(Debug, Clone, Copy)]
@@ -62,34 +72,77 @@ impl Owner {
         progressed
     }
 
+    /// Up to `rounds` progress calls, their events handled [`GATHER`] at a time.
     fn drive(&mut self, pe: &mut PeDriver, rounds: usize) -> Progressed {
         let mut any = false;
-        for round in 1..=rounds {
-            let progressed = pe.progress();
+        let mut calls = 0;
+        let mut next_drain = PROGRESS_ROUNDS;
+        while calls < rounds {
+            let mut progressed = false;
+            let gathered = calls + GATHER.min(rounds - calls);
+            while calls < gathered {
+                calls += 1;
+                if !pe.progress() {
+                    break;
+                }
+                progressed = true;
+            }
             if !self.handle_events() && !progressed {
                 return Progressed { any, more: false };
             }
             any = true;
-            if round % PROGRESS_ROUNDS == 0 {
+            if calls >= next_drain {
                 // A context that never runs dry still submits what its completions freed.
                 self.drain_freed();
+                next_drain = calls + PROGRESS_ROUNDS;
             }
         }
         Progressed { any, more: true }
     }
 
-    /// Acts on the events the callbacks recorded; whether there were any.
+    /// Acts on the events the callbacks recorded, after a first pass that asks for their lines
+    /// ([`Owner::prefetch`]); whether there were any.
     fn handle_events(&mut self) -> bool {
         if !self.sink.has_events() {
             return false;
         }
         let mut events = std::mem::take(&mut self.events);
         self.sink.swap_into(&mut events);
+        #[cfg(test)]
+        if let Some(shared) = self.shared.upgrade() {
+            shared
+                .gathered
+                .fetch_max(events.len(), std::sync::atomic::Ordering::Relaxed);
+        }
+        if events.len() > 1 {
+            self.prefetch(&events);
+        }
         for e in events.drain(..) {
             self.on_event(e);
         }
         self.events = events;
         true
+    }
+
+    /// The first pass over a batch of events: asks for what handling each will touch of its
+    /// connection, so that with many connections the batch's cache misses overlap (see
+    /// [`crate::prefetch`]). Changes nothing.
+    fn prefetch(&self, events: &[Event]) {
+        for e in events {
+            let Event::Task {
+                kind: Kind::Receive,
+                user,
+                recv: Some(r),
+                ..
+            } = e
+            else {
+                continue;
+            };
+            if let Some(shared) = live_shared(&self.by_raw, &self.conns, r.conn) {
+                shared.prefetch();
+            }
+            self.staging.prefetch(*user, r.len as usize);
+        }
     }
 
     pub(super) fn expire_deadlines(&mut self) {
@@ -187,12 +240,7 @@ impl Owner {
         if let (true, Some(r)) = (status == doca_sys::DOCA_SUCCESS, recv) {
             // Borrowed, not cloned: a reference count written per message is one more
             // cache line made dirty, and with many connections it is cold.
-            let shared = self
-                .by_raw
-                .get(&r.conn)
-                .and_then(|id| self.conns.get(id))
-                .filter(|c| c.phase == lifecycle::Phase::Live)
-                .and_then(|c| c.shared.as_ref());
+            let shared = live_shared(&self.by_raw, &self.conns, r.conn);
             let (opcode, len) = match r.opcode {
                 doca_sys::DOCA_RDMA_OPCODE_RECV_SEND => (RecvOpcode::Send, r.len as usize),
                 doca_sys::DOCA_RDMA_OPCODE_RECV_SEND_WITH_IMM => {
@@ -221,4 +269,19 @@ impl Owner {
         // the owner stops it, and a context that stops on its own refuses the repost.
         self.staging.recycle(user, !self.stop_begun);
     }
+}
+
+/// The shared state of the live connection DOCA knows as `raw` (the owner's maps, borrowed
+/// apart from the rest of the owner).
+#[inline]
+fn live_shared<'a>(
+    by_raw: &'a IdMap<usize, ConnId>,
+    conns: &'a IdMap<ConnId, lifecycle::OwnedConn>,
+    raw: usize,
+) -> Option<&'a Arc<receive::ConnShared>> {
+    by_raw
+        .get(&raw)
+        .and_then(|id| conns.get(id))
+        .filter(|c| c.phase == lifecycle::Phase::Live)
+        .and_then(|c| c.shared.as_ref())
 }

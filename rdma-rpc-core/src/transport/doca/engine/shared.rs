@@ -180,6 +180,9 @@ pub(in crate::transport::doca) struct EngineShared {
     /// Operations submitted by the posting task itself, through the seat (for tests).
     #[cfg(test)]
     pub(super) direct: AtomicU64,
+    /// The most events the owner handled together (for tests).
+    #[cfg(test)]
+    pub(super) gathered: AtomicUsize,
     /// Set after each command: a busy-poll thread looks at the queue only when it is set,
     /// one load instead of a channel receive per context and round.
     pub(super) doorbell: Arc<AtomicBool>,
@@ -262,6 +265,12 @@ impl EngineShared {
     #[cfg(test)]
     pub(in crate::transport::doca) fn direct_posts(&self) -> u64 {
         self.direct.load(Ordering::Relaxed)
+    }
+
+    /// The most events the owner handled in one batch so far.
+    #[cfg(test)]
+    pub(in crate::transport::doca) fn largest_batch(&self) -> usize {
+        self.gathered.load(Ordering::Relaxed)
     }
 
     /// Claims room for one more connection, if the context has it (shared client contexts).
