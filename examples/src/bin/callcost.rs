@@ -43,6 +43,11 @@
 //! python3 examples/scripts/misses_per_call.py cs.50000 cs.100000 50000
 //! ```
 //!
+//! Over `doca` it also prints what the software provider counted per call (task submissions,
+//! doorbells, buffers taken from inventories, sends that waited for a receive, and the
+//! registrations of the whole run): what the NIC would do, which a change to the transport
+//! must not raise unseen.
+//!
 //! The script prints the totals per call and the misses by function; given the pair of
 //! another build before the call count, the difference by function. Two pairs of the same
 //! build differ by about 3 misses per call with 1,000 connections. With `--lines` first it
@@ -253,12 +258,28 @@ fn transport_of(
     options: &Options,
     n: usize,
 ) -> Result<(Arc<dyn Transport>, &'static str), BenchError> {
+    let (transport, bind) = doca_or_mem(options, n)?;
+    Ok(match transport {
+        Ok(doca) => (doca, bind),
+        Err(mem) => (mem, bind),
+    })
+}
+
+/// As [`transport_of`], the DOCA transport as itself (`Ok`), for its provider's counters.
+#[allow(clippy::type_complexity)]
+fn doca_or_mem(
+    options: &Options,
+    n: usize,
+) -> Result<(Result<Arc<DocaTransport>, Arc<dyn Transport>>, &'static str), BenchError> {
     Ok(match options.transport {
-        Scheme::Mem => (Arc::new(MemTransport::new()), "mem://"),
+        Scheme::Mem => (Err(Arc::new(MemTransport::new())), "mem://"),
         Scheme::Doca => {
             let mut config = DocaConfig::from_env();
             config.max_connections = config.max_connections.max(n as u16);
-            (Arc::new(DocaTransport::new(config)?), "doca://127.0.0.1:0")
+            (
+                Ok(Arc::new(DocaTransport::new(config)?)),
+                "doca://127.0.0.1:0",
+            )
         }
     })
 }
@@ -289,7 +310,12 @@ where
 
 /// `--connections N`: the benchmark's many-connection loop against a server on this thread.
 async fn many(options: &Options, n: usize) -> Result<(), BenchError> {
-    let (transport, bind) = transport_of(options, n)?;
+    let (transport, bind) = doca_or_mem(options, n)?;
+    let doca = transport.as_ref().ok().cloned();
+    let transport: Arc<dyn Transport> = match transport {
+        Ok(doca) => doca,
+        Err(mem) => mem,
+    };
     let serve = {
         let transport = transport.clone();
         async move {
@@ -305,12 +331,31 @@ async fn many(options: &Options, n: usize) -> Result<(), BenchError> {
         }
     };
     let (addr, threads) = start_server(options, serve).await?;
+    let before = doca.as_ref().and_then(|d| d.counters());
     let rate = calls_per_second(&transport, &addr, n, options.calls).await?;
     println!(
         "{} calls of 64 B over {bind}, {n} connections with one call each, {threads}: \
          {rate:.0} calls/s",
         options.calls
     );
+    if let (Some(before), Some(after)) = (before, doca.as_ref().and_then(|d| d.counters())) {
+        // Connecting the clients is counted too: with few calls per connection it shows.
+        let c = after.since(&before);
+        let per_call = |v: u64| v as f64 / options.calls as f64;
+        println!(
+            "the software provider counted, per call (connecting included): {:.2} task \
+             submissions, {:.2} doorbells, {:.2} buffers taken from inventories, {:.4} sends \
+             that waited for a receive (receiver not ready), {} connections failed so; \
+             {} registrations of {} MiB in all",
+            per_call(c.task_submissions),
+            per_call(c.doorbells),
+            per_call(c.buffers_taken),
+            per_call(c.rnr_waits),
+            c.rnr_failures,
+            c.registrations,
+            c.registered_bytes >> 20,
+        );
+    }
     Ok(())
 }
 
