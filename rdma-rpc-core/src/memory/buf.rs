@@ -266,6 +266,13 @@ impl RegisteredBuf {
         }
     }
 
+    /// The address of the buffer's region record (for a prefetch: the record is what a copy
+    /// into the buffer reads first).
+    #[cfg_attr(not(feature = "doca"), allow(dead_code))]
+    pub(crate) fn region_addr(&self) -> usize {
+        Arc::as_ptr(&self.region) as usize
+    }
+
     /// The address of the buffer's first byte (what a descriptor of it advertises).
     pub(crate) fn addr(&self) -> u64 {
         self.region.addr() + self.start as u64

@@ -90,6 +90,12 @@ impl DocaConnection {
         self.engine().direct_posts()
     }
 
+    /// Where the owner expects this connection's next message to be copied (0: nowhere).
+    #[cfg(test)]
+    pub(super) fn next_receive(&self) -> usize {
+        self.shared.next_receive()
+    }
+
     /// The most events this connection's context owner handled together.
     #[cfg(test)]
     pub(super) fn largest_batch(&self) -> usize {

@@ -975,6 +975,39 @@ async fn completions_are_handled_a_gather_at_a_time_in_their_order() {
     assert_eq!(a.largest_batch(), GATHER);
 }
 
+/// The owner's first pass asks the CPU for where each message will be copied: the hint
+/// follows the connection's first posted receive as receives are posted and filled, and says
+/// nowhere once none is posted or the connection has failed.
+#[tokio::test]
+async fn the_next_receive_hint_follows_the_first_posted_receive() {
+    let t = transport();
+    let (a, b) = sender_and_receiver(&t, 1).await;
+    let bufs = [recv_buf(16), recv_buf(16), recv_buf(16)];
+    let at: Vec<usize> = bufs.iter().map(|b| b.addr() as usize).collect();
+    let [first, second, third] = bufs;
+    assert_eq!(a.next_receive(), 0);
+    a.post_recv(first).unwrap();
+    assert_eq!(a.next_receive(), at[0]);
+    a.post_recv(second).unwrap();
+    assert_eq!(a.next_receive(), at[0]);
+    for (i, message) in [&b"one"[..], b"two"].into_iter().enumerate() {
+        b.send(SendData::Bytes(Bytes::from_static(message)), None)
+            .await
+            .unwrap();
+        let got = a.recv().await.unwrap();
+        assert_eq!(
+            (got.buf.to_vec(), got.buf.addr() as usize),
+            (message.to_vec(), at[i])
+        );
+        assert_eq!(a.next_receive(), if i == 0 { at[1] } else { 0 });
+    }
+    a.post_recv(third).unwrap();
+    assert_eq!(a.next_receive(), at[2]);
+    a.close();
+    a.closed().await;
+    assert_eq!(a.next_receive(), 0);
+}
+
 /// Busy-poll contexts share the polling thread's engine with other contexts: their operations
 /// always go to the thread as commands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,7 +12,7 @@
 //! CPU samples post receives after establishment, never on a context with no connection).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -47,7 +47,7 @@ struct Arrival {
 /// message missed the cache twice on the state before anything else.
 #[repr(C)]
 struct ConnState {
-    posted: VecDeque<RegisteredBuf>,
+    posted: VecDeque<Posted>,
     /// Staging receives of the context this connection reserved: the most receives it had
     /// posted at once (at least one), so never fewer than the credits its peer may hold.
     reserved: usize,
@@ -64,6 +64,51 @@ struct ConnState {
     next_seq: u64,
 }
 
+/// A posted receive, and the address of its first byte (taken when it is posted, while the
+/// poster has the buffer in its cache: reading it off the buffer later costs its region).
+struct Posted {
+    data: usize,
+    buf: RegisteredBuf,
+}
+
+/// Where the next message for a connection will be copied: its first posted receive's bytes,
+/// its region (whose header the copy checks) and its entry in the queue of posted receives.
+/// Written under the state's lock whenever the first posted receive changes, read without it
+/// by the owner's first pass over a batch of events (`Owner::prefetch`), which only asks the
+/// CPU for those lines: a value read while it changes costs a useless prefetch, nothing else.
+#[derive(Default)]
+struct NextReceive {
+    data: AtomicUsize,
+    region: AtomicUsize,
+    entry: AtomicUsize,
+}
+
+impl NextReceive {
+    /// Records `first`, the first posted receive now (`None`: no receive is posted).
+    fn set(&self, first: Option<&Posted>) {
+        let (data, region, entry) = first.map_or((0, 0, 0), |p| {
+            (p.data, p.buf.region_addr(), std::ptr::from_ref(p) as usize)
+        });
+        self.data.store(data, Ordering::Relaxed);
+        self.region.store(region, Ordering::Relaxed);
+        self.entry.store(entry, Ordering::Relaxed);
+    }
+
+    /// Asks for the lines of the next message's copy, `len` bytes.
+    fn prefetch(&self, len: usize) {
+        let data = self.data.load(Ordering::Relaxed);
+        if data == 0 {
+            return;
+        }
+        crate::prefetch::bytes(data as *const u8, len);
+        crate::prefetch::line(self.region.load(Ordering::Relaxed) as *const u8);
+        crate::prefetch::bytes(
+            self.entry.load(Ordering::Relaxed) as *const u8,
+            std::mem::size_of::<Posted>(),
+        );
+    }
+}
+
 /// A value that starts a cache line.
 #[repr(align(64))]
 struct LineAligned<T>(T);
@@ -72,9 +117,10 @@ struct LineAligned<T>(T);
 ///
 /// Laid out in cache lines (`repr(C)`; the state and the completions start lines of their
 /// own): the first holds what every operation reads without a lock (the engine, the id, and
-/// whether the connection failed); the next, the lock of the receive state and what each
-/// message reads under it (see `ConnState`); then the completions (see `RecvQueue`). With
-/// 1,000 connections a message touches each of them once, and each costs a cache miss.
+/// whether the connection failed) and where the next message goes (`NextReceive`); the next,
+/// the lock of the receive state and what each message reads under it (see `ConnState`); then
+/// the completions (see `RecvQueue`); the peer's name, for errors, last. With 1,000
+/// connections a message touches each of them once, and each costs a cache miss.
 #[repr(C)]
 pub(in super::super) struct ConnShared {
     pub(in super::super) engine: Arc<EngineShared>,
@@ -83,9 +129,10 @@ pub(in super::super) struct ConnShared {
     /// connection has not failed without taking the lock.
     failed: AtomicBool,
     pub(in super::super) closed: watch::Sender<bool>,
-    pub(in super::super) peer: String,
+    next: NextReceive,
     state: LineAligned<Mutex<ConnState>>,
     pub(in super::super) completions: RecvQueue,
+    pub(in super::super) peer: String,
 }
 
 impl ConnShared {
@@ -97,6 +144,7 @@ impl ConnShared {
             id,
             failed: AtomicBool::new(false),
             closed: watch::channel(false).0,
+            next: NextReceive::default(),
             peer,
             state: LineAligned(Mutex::new(ConnState {
                 posted: VecDeque::new(),
@@ -122,12 +170,20 @@ impl ConnShared {
         }
     }
 
-    /// Asks for the lines a message for this connection touches first: its receive state
-    /// (the lock and the posted receives) and its completion queue (see
-    /// [`crate::prefetch`]).
-    pub(super) fn prefetch(&self) {
+    /// Asks for the lines a message of `len` bytes for this connection touches: its receive
+    /// state (the lock and the posted receives), its completion queue, and the posted receive
+    /// it will be copied into (see [`crate::prefetch`]).
+    pub(super) fn prefetch(&self, len: usize) {
         crate::prefetch::line(&self.state);
         self.completions.prefetch();
+        self.next.prefetch(len);
+    }
+
+    /// Where the owner's first pass expects this connection's next message to be copied (0
+    /// for nowhere).
+    #[cfg(test)]
+    pub(in super::super) fn next_receive(&self) -> usize {
+        self.next.data.load(Ordering::Relaxed)
     }
 
     pub(in super::super) fn current_error(&self) -> Option<Error> {
@@ -155,6 +211,7 @@ impl ConnShared {
             tracing::debug!(peer = %self.peer, error = %err, "DOCA connection in error");
             st.error = Some(err);
             self.failed.store(true, Ordering::Release);
+            self.next.set(None);
             (
                 std::mem::take(&mut st.posted),
                 std::mem::take(&mut st.arrived),
@@ -214,7 +271,11 @@ impl ConnShared {
                     st.reserved += 1;
                     grew = true;
                 }
-                st.posted.push_back(buf);
+                let data = buf.addr() as usize;
+                st.posted.push_back(Posted { data, buf });
+                if st.posted.len() == 1 {
+                    self.next.set(st.posted.front());
+                }
             }
         }
         if grew {
@@ -262,7 +323,8 @@ impl ConnShared {
         if st.error.is_some() {
             return None;
         }
-        if let Some(buf) = st.posted.pop_front() {
+        if let Some(Posted { buf, .. }) = st.posted.pop_front() {
+            self.next.set(st.posted.front());
             let result = self.fill(buf, data, opcode, imm);
             drop(st);
             if let Err(e) = result {
@@ -546,6 +608,11 @@ mod layout {
             ("engine", offset_of!(ConnShared, engine), 8),
             ("id", offset_of!(ConnShared, id), 8),
             ("failed", offset_of!(ConnShared, failed), 1),
+            (
+                "next",
+                offset_of!(ConnShared, next),
+                std::mem::size_of::<super::NextReceive>(),
+            ),
         ] {
             assert!(at + len <= 64, "{what} at {at} is past the first line");
         }

@@ -139,7 +139,7 @@ impl Owner {
                 continue;
             };
             if let Some(shared) = live_shared(&self.by_raw, &self.conns, r.conn) {
-                shared.prefetch();
+                shared.prefetch(r.len as usize);
             }
             self.staging.prefetch(*user, r.len as usize);
         }
