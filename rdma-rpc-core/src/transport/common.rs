@@ -87,12 +87,13 @@ impl RecvQueue {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Asks for the two lines a completion's arrival touches (see [`crate::prefetch`]).
+    /// Asks for the two lines a completion's arrival touches, and for the record of the task
+    /// it will wake, if one waits (see [`crate::prefetch`]). Reads the queue's first line.
     #[cfg(feature = "doca")]
     pub(crate) fn prefetch(&self) {
         let start = std::ptr::from_ref(self).cast::<u8>();
-        crate::prefetch::line(start);
         crate::prefetch::line(start.wrapping_add(64));
+        self.quiet.prefetch_waiter();
     }
 
     /// Queues a completion.
@@ -247,6 +248,15 @@ impl Quiet {
 
     fn disarm(&self) {
         self.vtable.store(std::ptr::null_mut(), Ordering::Release);
+    }
+
+    /// Asks for the line the armed waiter's waker points to (a task's header, for tokio's),
+    /// which waking it writes. Never dereferenced: a waker's data is only an address here.
+    #[cfg(feature = "doca")]
+    fn prefetch_waiter(&self) {
+        if !self.vtable.load(Ordering::Relaxed).is_null() {
+            crate::prefetch::line(self.data.load(Ordering::Relaxed).cast_const());
+        }
     }
 
     /// Whether a poll with `waker` would find nothing and leave `waker` registered as it is.
