@@ -285,6 +285,9 @@ impl Owner {
     pub(super) fn on_failed(&mut self, id: ConnId) {
         if let Some(c) = self.conns.get_mut(&id) {
             c.phase = Phase::Dead;
+            if let Some(raw) = c.raw {
+                self.live.remove(&raw.key());
+            }
             c.disconnected = true;
             let err = Error::ConnectionClosed {
                 peer: c.peer.clone(),
@@ -344,6 +347,9 @@ impl Owner {
         c.phase = Phase::Live;
         let shared = ConnShared::new(id, c.peer.clone(), engine);
         c.shared = Some(shared.clone());
+        if let Some(raw) = c.raw {
+            self.live.insert(raw.key(), shared.clone());
+        }
         self.grow_receives();
         Some(shared)
     }
@@ -362,6 +368,9 @@ impl Owner {
             let _ = reply.send(Err(err.duplicate()));
         }
         c.phase = Phase::Dead;
+        if let Some(raw) = c.raw {
+            self.live.remove(&raw.key());
+        }
         if let (false, Some(raw)) = (c.disconnected, c.raw) {
             c.disconnected = true;
             // SAFETY: a connection of this running context, disconnected once.
@@ -388,6 +397,7 @@ impl Owner {
             };
             if let Some(raw) = c.raw {
                 self.by_raw.remove(&raw.key());
+                self.live.remove(&raw.key());
             }
             if let Some(conn) = &c.shared {
                 // Its receives stay posted for the context's next connections.

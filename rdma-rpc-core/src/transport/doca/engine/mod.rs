@@ -90,6 +90,11 @@ pub(super) struct Owner {
     idle: task::IdleTasks,
     conns: IdMap<ConnId, OwnedConn>,
     by_raw: IdMap<usize, ConnId>,
+    /// The shared state of the live connections, by DOCA's connection (what a received
+    /// message names): one lookup per message, where `by_raw` then `conns` were two and a
+    /// record (`Owner::on_receive`). A connection is here from `make_live` until it is
+    /// declared dead (`fail_conn`, `on_failed`) or forgotten.
+    live: IdMap<usize, Arc<ConnShared>>,
     accepted: Option<mpsc::UnboundedSender<Arc<ConnShared>>>,
     listening: Vec<u16>,
     deadlines: Deadlines,

@@ -2,14 +2,12 @@
 //! or the polling thread's), act on the events its callbacks recorded, and carry out the
 //! commands other tasks sent.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use super::super::sys::PeDriver;
 use super::callbacks::{self, Event};
 use super::task::Kind;
-use super::{lifecycle, receive, Cmd, ConnId, Owner, PROGRESS_ROUNDS};
-use crate::ids::IdMap;
+use super::{receive, Cmd, Owner, PROGRESS_ROUNDS};
 use crate::transport::RecvOpcode;
 
 /// Callbacks gathered before their events are handled. DOCA's progress runs one callback per
@@ -138,7 +136,7 @@ impl Owner {
             else {
                 continue;
             };
-            if let Some(shared) = live_shared(&self.by_raw, &self.conns, r.conn) {
+            if let Some(shared) = self.live.get(&r.conn) {
                 shared.prefetch(r.len as usize);
             }
             self.staging.prefetch(*user, r.len as usize);
@@ -240,7 +238,7 @@ impl Owner {
         if let (true, Some(r)) = (status == doca_sys::DOCA_SUCCESS, recv) {
             // Borrowed, not cloned: a reference count written per message is one more
             // cache line made dirty, and with many connections it is cold.
-            let shared = live_shared(&self.by_raw, &self.conns, r.conn);
+            let shared = self.live.get(&r.conn);
             let (opcode, len) = match r.opcode {
                 doca_sys::DOCA_RDMA_OPCODE_RECV_SEND => (RecvOpcode::Send, r.len as usize),
                 doca_sys::DOCA_RDMA_OPCODE_RECV_SEND_WITH_IMM => {
@@ -269,19 +267,4 @@ impl Owner {
         // the owner stops it, and a context that stops on its own refuses the repost.
         self.staging.recycle(user, !self.stop_begun);
     }
-}
-
-/// The shared state of the live connection DOCA knows as `raw` (the owner's maps, borrowed
-/// apart from the rest of the owner).
-#[inline]
-fn live_shared<'a>(
-    by_raw: &'a IdMap<usize, ConnId>,
-    conns: &'a IdMap<ConnId, lifecycle::OwnedConn>,
-    raw: usize,
-) -> Option<&'a Arc<receive::ConnShared>> {
-    by_raw
-        .get(&raw)
-        .and_then(|id| conns.get(id))
-        .filter(|c| c.phase == lifecycle::Phase::Live)
-        .and_then(|c| c.shared.as_ref())
 }

@@ -215,6 +215,7 @@ impl Owner {
             idle: Default::default(),
             conns: IdMap::default(),
             by_raw: IdMap::default(),
+            live: IdMap::default(),
             accepted: None,
             listening: Vec::new(),
             deadlines: Deadlines::default(),
@@ -328,6 +329,7 @@ impl Owner {
         }
         self.conns.clear();
         self.by_raw.clear();
+        self.live.clear();
         self.stopped = true;
     }
 
