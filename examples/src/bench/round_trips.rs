@@ -124,58 +124,120 @@ pub async fn over_transport(
     n: usize,
     total: usize,
 ) -> Result<f64, BenchError> {
-    let mut conns = Vec::with_capacity(n);
-    for _ in 0..n {
-        let conn = transport.connect(addr).await?;
-        post_receives(&*conn)?;
-        conns.push(conn);
-    }
-    for conn in &conns {
-        let ready = conn.recv().await?;
-        conn.post_recv(ready.buf)?;
-    }
-    let each = (total / n).max(1);
-    let timed = per_second(n * each, conns.iter().cloned(), move |conn| async move {
-        for _ in 0..each {
-            round_trip(&*conn).await?;
+    EchoClients::connect(transport, addr, n)
+        .await?
+        .round_trips_per_second(total)
+        .await
+}
+
+/// Connections to an [`echo_server`], connected and made ready, kept for as many timed runs as
+/// wanted; closed when dropped.
+#[derive(Debug)]
+pub struct EchoClients(Vec<Arc<dyn Connection>>);
+
+impl EchoClients {
+    /// `n` connections of `transport` to the echo server at `addr`, each ready (its receives
+    /// posted, the server's ready message received).
+    pub async fn connect(
+        transport: &Arc<dyn Transport>,
+        addr: &str,
+        n: usize,
+    ) -> Result<EchoClients, BenchError> {
+        let mut conns = EchoClients(Vec::with_capacity(n));
+        for _ in 0..n {
+            let conn = transport.connect(addr).await?;
+            post_receives(&*conn)?;
+            conns.0.push(conn);
         }
-        Ok(())
-    })
-    .await;
-    for conn in &conns {
-        conn.close();
+        for conn in &conns.0 {
+            let ready = conn.recv().await?;
+            conn.post_recv(ready.buf)?;
+        }
+        Ok(conns)
     }
-    timed
+
+    /// Each connection makes its share of `total` round trips, one at a time, all at once:
+    /// round trips per second of all of them together.
+    pub async fn round_trips_per_second(&self, total: usize) -> Result<f64, BenchError> {
+        let each = (total / self.0.len()).max(1);
+        per_second(
+            self.0.len() * each,
+            self.0.iter().cloned(),
+            move |conn| async move {
+                for _ in 0..each {
+                    round_trip(&*conn).await?;
+                }
+                Ok(())
+            },
+        )
+        .await
+    }
+}
+
+impl Drop for EchoClients {
+    fn drop(&mut self) {
+        for conn in &self.0 {
+            conn.close();
+        }
+    }
 }
 
 /// As [`over_transport`], between `n` client tasks of the current runtime and `n` server
 /// tasks on `server`, over tokio channels (a bounded channel of one message each way).
 pub async fn over_channels(server: &Handle, n: usize, total: usize) -> Result<f64, BenchError> {
-    let mut ends = Vec::with_capacity(n);
-    for _ in 0..n {
-        let (to_server, mut from_client) = mpsc::channel::<Vec<u8>>(1);
-        let (to_client, from_server) = mpsc::channel::<Vec<u8>>(1);
-        server.spawn(async move {
-            while let Some(message) = from_client.recv().await {
-                if to_client.send(message).await.is_err() {
-                    return;
+    ChannelClients::spawn(server, n)
+        .round_trips_per_second(total)
+        .await
+}
+
+/// One client's ends of its channels: to its server task, and back.
+type Ends = (mpsc::Sender<Vec<u8>>, mpsc::Receiver<Vec<u8>>);
+
+/// Clients of echo tasks over tokio channels (see [`over_channels`]), kept for as many timed
+/// runs as wanted; the server tasks end when this is dropped.
+#[derive(Debug)]
+pub struct ChannelClients(Vec<Arc<tokio::sync::Mutex<Ends>>>);
+
+impl ChannelClients {
+    /// `n` clients, each with an echo task of its own on `server`.
+    pub fn spawn(server: &Handle, n: usize) -> ChannelClients {
+        let mut ends = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (to_server, mut from_client) = mpsc::channel::<Vec<u8>>(1);
+            let (to_client, from_server) = mpsc::channel::<Vec<u8>>(1);
+            server.spawn(async move {
+                while let Some(message) = from_client.recv().await {
+                    if to_client.send(message).await.is_err() {
+                        return;
+                    }
                 }
-            }
-        });
-        ends.push((to_server, from_server));
-    }
-    let each = (total / n).max(1);
-    per_second(n * each, ends, move |(to, mut from)| async move {
-        for _ in 0..each {
-            to.send(MESSAGE.to_vec()).await?;
-            let echo = from.recv().await.ok_or("the server task ended")?;
-            if echo != MESSAGE {
-                return Err("an echo differs from the message".into());
-            }
+            });
+            ends.push(Arc::new(tokio::sync::Mutex::new((to_server, from_server))));
         }
-        Ok(())
-    })
-    .await
+        ChannelClients(ends)
+    }
+
+    /// As [`EchoClients::round_trips_per_second`], over the channels. (Each client's lock is
+    /// taken once per run, not per round trip.)
+    pub async fn round_trips_per_second(&self, total: usize) -> Result<f64, BenchError> {
+        let each = (total / self.0.len()).max(1);
+        per_second(
+            self.0.len() * each,
+            self.0.iter().cloned(),
+            move |ends| async move {
+                let (to, from) = &mut *ends.lock().await;
+                for _ in 0..each {
+                    to.send(MESSAGE.to_vec()).await?;
+                    let echo = from.recv().await.ok_or("the server task ended")?;
+                    if echo != MESSAGE {
+                        return Err("an echo differs from the message".into());
+                    }
+                }
+                Ok(())
+            },
+        )
+        .await
+    }
 }
 
 /// Runs `client` for each of `clients` on tasks of the current runtime, all at once: `count`
