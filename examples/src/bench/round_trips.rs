@@ -159,17 +159,12 @@ impl EchoClients {
     /// Each connection makes its share of `total` round trips, one at a time, all at once:
     /// round trips per second of all of them together.
     pub async fn round_trips_per_second(&self, total: usize) -> Result<f64, BenchError> {
-        let each = (total / self.0.len()).max(1);
-        per_second(
-            self.0.len() * each,
-            self.0.iter().cloned(),
-            move |conn| async move {
-                for _ in 0..each {
-                    round_trip(&*conn).await?;
-                }
-                Ok(())
-            },
-        )
+        shares_per_second(total, &self.0, |conn, each| async move {
+            for _ in 0..each {
+                round_trip(&*conn).await?;
+            }
+            Ok(())
+        })
         .await
     }
 }
@@ -220,24 +215,38 @@ impl ChannelClients {
     /// As [`EchoClients::round_trips_per_second`], over the channels. (Each client's lock is
     /// taken once per run, not per round trip.)
     pub async fn round_trips_per_second(&self, total: usize) -> Result<f64, BenchError> {
-        let each = (total / self.0.len()).max(1);
-        per_second(
-            self.0.len() * each,
-            self.0.iter().cloned(),
-            move |ends| async move {
-                let (to, from) = &mut *ends.lock().await;
-                for _ in 0..each {
-                    to.send(MESSAGE.to_vec()).await?;
-                    let echo = from.recv().await.ok_or("the server task ended")?;
-                    if echo != MESSAGE {
-                        return Err("an echo differs from the message".into());
-                    }
+        shares_per_second(total, &self.0, |ends, each| async move {
+            let (to, from) = &mut *ends.lock().await;
+            for _ in 0..each {
+                to.send(MESSAGE.to_vec()).await?;
+                let echo = from.recv().await.ok_or("the server task ended")?;
+                if echo != MESSAGE {
+                    return Err("an echo differs from the message".into());
                 }
-                Ok(())
-            },
-        )
+            }
+            Ok(())
+        })
         .await
     }
+}
+
+/// Runs `client` for each of `clients` on tasks of the current runtime, all at once, each
+/// with its share of `total` round trips (or calls): round trips per second of all of them.
+pub(super) async fn shares_per_second<C, F, Fut>(
+    total: usize,
+    clients: &[C],
+    client: F,
+) -> Result<f64, BenchError>
+where
+    C: Clone,
+    F: Fn(C, usize) -> Fut,
+    Fut: std::future::Future<Output = Result<(), BenchError>> + Send + 'static,
+{
+    let each = (total / clients.len().max(1)).max(1);
+    per_second(each * clients.len(), clients.iter().cloned(), |c| {
+        client(c, each)
+    })
+    .await
 }
 
 /// Runs `client` for each of `clients` on tasks of the current runtime, all at once: `count`

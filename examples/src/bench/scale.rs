@@ -511,9 +511,8 @@ fn message() -> Bytes {
 /// Each of `clients` makes its share of `total` calls one after the other, all at once: calls
 /// per second of all of them together.
 async fn calls_of(clients: &[BenchClient], total: usize) -> Result<f64, BenchError> {
-    let each = (total / clients.len()).max(1);
     let data = message();
-    super::round_trips::per_second(each * clients.len(), clients.iter().cloned(), |client| {
+    super::round_trips::shares_per_second(total, clients, |client, each| {
         let data = data.clone();
         async move {
             for _ in 0..each {
